@@ -1,0 +1,268 @@
+//! Calling one delegate: one process with the plugin's environment, the
+//! configuration on its stdin, its stderr passed through and its stdout
+//! captured up to a cap, then judged as a result or a failure.
+
+use std::io::{self, Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus, Stdio};
+use std::time::Instant;
+
+use serde_json::Value;
+use tracing::debug;
+
+use super::Delegate;
+use crate::environment::Command;
+use crate::error::Failure;
+
+/// The most a delegate may print on stdout. Results are a few KiB; more
+/// than this is a broken delegate, stopped before it costs us memory.
+pub const STDOUT_CAP: usize = 4 << 20;
+
+/// How much of a failed delegate's stdout an error quotes.
+const EXCERPT_LEN: usize = 512;
+
+/// Runs `command` on `delegate` with `stdin`. On success, returns what it
+/// printed (a JSON object, surrounding whitespace trimmed), or `None` if it
+/// printed nothing.
+pub fn run(
+    delegate: &Delegate,
+    command: Command,
+    stdin: &[u8],
+) -> Result<Option<Vec<u8>>, Failure> {
+    let started = Instant::now();
+    let child = std::process::Command::new(&delegate.path)
+        .env("CNI_COMMAND", command.as_str())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            debug!(delegate = %delegate.name, path = %delegate.path.display(), %command, error = %e, "delegate could not be started");
+            return Err(Failure::NotStarted(e));
+        }
+    };
+    let (stdout, status) = communicate(&mut child, stdin)?;
+    debug!(
+        delegate = %delegate.name,
+        path = %delegate.path.display(),
+        %command,
+        %status,
+        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        bytes_out = stdout.len(),
+        "delegate called"
+    );
+    judge(status, stdout)
+}
+
+/// Feeds stdin from a second thread while this one reads stdout, so that a
+/// delegate that prints before it has read everything cannot deadlock us.
+fn communicate(child: &mut Child, input: &[u8]) -> Result<(Vec<u8>, ExitStatus), Failure> {
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(Failure::Io(io::Error::other(
+            "delegate pipes were not set up",
+        )));
+    };
+    let (wrote, read) = std::thread::scope(|scope| {
+        // A delegate may exit without reading its input; that is its
+        // business, and its exit status says how it went.
+        let writer = scope.spawn(move || match stdin.write_all(input) {
+            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
+            _ => Ok(()),
+        });
+        let read = read_capped(stdout);
+        if matches!(read, Ok(None)) {
+            // Over the cap: stop it, which also unblocks the writer.
+            let _ = child.kill();
+        }
+        (writer.join(), read)
+    });
+    let status = child.wait().map_err(Failure::Io)?;
+    match (wrote, read) {
+        (_, Ok(None)) => Err(Failure::TooMuchOutput(STDOUT_CAP)),
+        (_, Err(e)) | (Ok(Err(e)), _) => Err(Failure::Io(e)),
+        (Err(_), _) => Err(Failure::Io(io::Error::other(
+            "stdin writer thread panicked",
+        ))),
+        (Ok(Ok(())), Ok(Some(stdout))) => Ok((stdout, status)),
+    }
+}
+
+/// Reads to EOF; `None` if there is more than [`STDOUT_CAP`].
+fn read_capped(stdout: impl Read) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    stdout.take(STDOUT_CAP as u64 + 1).read_to_end(&mut buf)?;
+    Ok((buf.len() <= STDOUT_CAP).then_some(buf))
+}
+
+/// Decides what a finished delegate's exit status and stdout amount to.
+fn judge(status: ExitStatus, stdout: Vec<u8>) -> Result<Option<Vec<u8>>, Failure> {
+    let printed = trim(stdout);
+    if status.success() {
+        if printed.is_empty() {
+            return Ok(None);
+        }
+        return match serde_json::from_slice::<Value>(&printed) {
+            Ok(Value::Object(_)) => Ok(Some(printed)),
+            Ok(_) => Err(Failure::NotObject),
+            Err(error) => Err(Failure::NotJson {
+                error,
+                stdout: excerpt(&printed),
+            }),
+        };
+    }
+    if let Some(signal) = status.signal() {
+        return Err(Failure::Killed(signal));
+    }
+    Err(reported(&printed).unwrap_or_else(|| Failure::Exited {
+        status: status.code().unwrap_or(-1),
+        stdout: excerpt(&printed),
+    }))
+}
+
+/// A CNI error object: a JSON object with a non-zero integer `code`; `msg`
+/// and `details` are kept when they are strings.
+fn reported(printed: &[u8]) -> Option<Failure> {
+    let Value::Object(error) = serde_json::from_slice(printed).ok()? else {
+        return None;
+    };
+    let code = error.get("code")?.as_u64().filter(|c| *c != 0)?;
+    let text = |key| {
+        error
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Some(Failure::Reported {
+        code: u32::try_from(code).ok()?,
+        msg: text("msg"),
+        details: text("details"),
+    })
+}
+
+fn trim(mut bytes: Vec<u8>) -> Vec<u8> {
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    bytes.truncate(end);
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(0);
+    bytes.drain(..start);
+    bytes
+}
+
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(EXCERPT_LEN)]);
+    if bytes.len() > EXCERPT_LEN {
+        format!("{text}…")
+    } else {
+        text.into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{code, Error};
+
+    fn exited(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    fn killed(signal: i32) -> ExitStatus {
+        ExitStatus::from_raw(signal)
+    }
+
+    fn code_of(failure: Failure) -> u32 {
+        Error::Delegate {
+            delegate: "d".into(),
+            command: Command::Add,
+            failure,
+        }
+        .code()
+    }
+
+    #[test]
+    fn success_with_an_object_keeps_it_as_printed_but_trimmed() {
+        let out = judge(exited(0), b"\n {\"ips\": [], \"pools\":[1]}\n\n".to_vec()).unwrap();
+        assert_eq!(out.unwrap(), b"{\"ips\": [], \"pools\":[1]}");
+    }
+
+    #[test]
+    fn success_with_nothing_or_whitespace_is_none() {
+        assert_eq!(judge(exited(0), Vec::new()).unwrap(), None);
+        assert_eq!(judge(exited(0), b" \n\t".to_vec()).unwrap(), None);
+    }
+
+    #[test]
+    fn success_with_non_json_or_non_object_is_code_6() {
+        for bad in [&b"hello"[..], b"{", b"[1]", b"\"s\"", b"{} {}"] {
+            let failure = judge(exited(0), bad.to_vec()).unwrap_err();
+            assert_eq!(code_of(failure), code::DECODING_FAILURE, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_cni_error_object_is_kept() {
+        let failure = judge(
+            exited(1),
+            br#"{"cniVersion":"1.0.0","code":11,"msg":"busy","details":"retry"}"#.to_vec(),
+        )
+        .unwrap_err();
+        match failure {
+            Failure::Reported { code, msg, details } => {
+                assert_eq!(
+                    (code, msg.as_str(), details.as_str()),
+                    (11, "busy", "retry")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_non_zero_exit_without_an_error_object_names_the_status() {
+        for printed in [
+            &b""[..],
+            b"oops",
+            br#"{"msg":"no code"}"#,
+            br#"{"code":0}"#,
+            br#"{"code":"7"}"#,
+        ] {
+            let failure = judge(exited(3), printed.to_vec()).unwrap_err();
+            assert!(
+                matches!(failure, Failure::Exited { status: 3, .. }),
+                "{printed:?}"
+            );
+            assert_eq!(code_of(failure), code::DELEGATE_EXITED);
+        }
+    }
+
+    #[test]
+    fn a_signal_is_named() {
+        let failure = judge(killed(9), Vec::new()).unwrap_err();
+        assert_eq!(failure.to_string(), "was killed by signal 9");
+        assert_eq!(code_of(failure), code::DELEGATE_KILLED);
+    }
+
+    #[test]
+    fn excerpts_are_bounded() {
+        let long = vec![b'x'; 2000];
+        let text = excerpt(&long);
+        assert_eq!(text.chars().filter(|c| *c == 'x').count(), EXCERPT_LEN);
+        assert!(text.ends_with('…'));
+    }
+
+    #[test]
+    fn reading_stops_past_the_cap() {
+        let big = vec![b' '; STDOUT_CAP + 10];
+        assert!(read_capped(&big[..]).unwrap().is_none());
+        let ok = vec![b' '; STDOUT_CAP];
+        assert_eq!(read_capped(&ok[..]).unwrap().unwrap().len(), STDOUT_CAP);
+    }
+}

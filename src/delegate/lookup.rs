@@ -1,0 +1,149 @@
+//! Finding delegates: the first CNI_PATH directory that holds an executable
+//! regular file of the delegate's name.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+
+/// A delegate found in CNI_PATH, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delegate {
+    /// The name as configured in `ipam.delegates`.
+    pub name: String,
+    /// The file that runs for it.
+    pub path: PathBuf,
+}
+
+/// Looks up every name, keeping each one's outcome in order, so that a
+/// best-effort command can run the delegates that were found.
+pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, Error>> {
+    // Relative CNI_PATH entries resolve against the working directory, as
+    // they would for a runtime; if it is gone, against the root.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let joined = join(dirs);
+    names
+        .iter()
+        .map(|name| match which::which_in(name, Some(&joined), &cwd) {
+            Ok(path) => Ok(Delegate {
+                name: name.clone(),
+                path,
+            }),
+            Err(_) => Err(Error::DelegateNotFound {
+                name: name.clone(),
+                searched: describe(dirs),
+            }),
+        })
+        .collect()
+}
+
+/// Looks up every name; the first one missing is the error and nothing runs.
+pub fn resolve(names: &[String], dirs: &[PathBuf]) -> Result<Vec<Delegate>, Error> {
+    resolve_each(names, dirs).into_iter().collect()
+}
+
+/// CNI_PATH's directories hold no ':' (it was split on them), so joining
+/// them back cannot fail; an empty list searches nothing.
+fn join(dirs: &[PathBuf]) -> OsString {
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+fn describe(dirs: &[PathBuf]) -> String {
+    dirs.iter()
+        .map(|d| Path::display(d).to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::code;
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    struct Dirs(PathBuf);
+
+    impl Dirs {
+        fn new(tag: &str) -> Dirs {
+            let root = std::env::temp_dir().join(format!(
+                "ipam-delegated-lookup-{tag}-{}",
+                std::process::id()
+            ));
+            let _ = fs::remove_dir_all(&root);
+            fs::create_dir_all(root.join("one")).unwrap();
+            fs::create_dir_all(root.join("two")).unwrap();
+            Dirs(root)
+        }
+
+        fn file(&self, rel: &str, mode: u32) -> PathBuf {
+            let path = self.0.join(rel);
+            fs::write(&path, "#!/bin/sh\n").unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+            path
+        }
+
+        fn path(&self) -> Vec<PathBuf> {
+            vec![self.0.join("one"), self.0.join("two")]
+        }
+    }
+
+    impl Drop for Dirs {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_first_directory_with_an_executable_wins() {
+        let d = Dirs::new("first");
+        d.file("one/a", 0o644); // not executable: skipped
+        let want = d.file("two/a", 0o755);
+        let later = d.file("two/b", 0o755);
+        let first_b = d.file("one/b", 0o755);
+        assert_ne!(later, first_b);
+        let found = resolve(&names(&["a", "b"]), &d.path()).unwrap();
+        assert_eq!(found[0].path, want);
+        assert_eq!(found[1].path, first_b);
+        assert_eq!(found[1].name, "b");
+    }
+
+    #[test]
+    fn a_directory_of_the_name_is_not_a_delegate() {
+        let d = Dirs::new("dir");
+        fs::create_dir(d.0.join("one/a")).unwrap();
+        let e = resolve(&names(&["a"]), &d.path()).unwrap_err();
+        assert_eq!(e.code(), code::DELEGATE_NOT_FOUND);
+    }
+
+    #[test]
+    fn a_missing_delegate_names_itself_and_the_directories() {
+        let d = Dirs::new("missing");
+        d.file("one/a", 0o755);
+        let e = resolve(&names(&["a", "nope"]), &d.path()).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("\"nope\""), "{msg}");
+        assert!(
+            msg.contains(&d.0.join("one").display().to_string()),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&d.0.join("two").display().to_string()),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn resolve_each_keeps_every_outcome_in_order() {
+        let d = Dirs::new("each");
+        d.file("two/c", 0o755);
+        let each = resolve_each(&names(&["x", "c", "y"]), &d.path());
+        assert!(each[0].is_err());
+        assert_eq!(each[1].as_ref().unwrap().name, "c");
+        assert!(each[2].is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! Running the stack: each delegate in order, each one's printed result
+//! handed to the next as `prevResult`, and an ADD that fails undone.
+
+mod exec;
+mod lookup;
+
+use std::borrow::Cow;
+
+use tracing::warn;
+
+pub use exec::STDOUT_CAP;
+pub use lookup::{resolve, resolve_each, Delegate};
+
+use crate::config::Config;
+use crate::environment::Command;
+use crate::error::{Error, Failure};
+
+impl Delegate {
+    /// Runs `command` with `stdin`; a failure comes back naming this delegate.
+    fn call(&self, command: Command, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        exec::run(self, command, stdin).map_err(|failure| self.failed(command, failure))
+    }
+
+    fn failed(&self, command: Command, failure: Failure) -> Error {
+        Error::Delegate {
+            delegate: self.name.clone(),
+            command,
+            failure,
+        }
+    }
+}
+
+/// ADD: delegate 1 gets the input as it came, each next one the previous
+/// one's result as `prevResult`; the last result is the answer, as printed.
+/// If delegate k fails, delegates 1..=k get a DEL (see [`rollback`]) and
+/// delegate k's error is the answer.
+pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
+    let mut stdin = Cow::Borrowed(config.raw);
+    let mut result: Option<Vec<u8>> = None;
+    for (k, delegate) in delegates.iter().enumerate() {
+        if let Some(previous) = &result {
+            stdin = Cow::Owned(config.with_prev_result(previous));
+        }
+        let error = match delegate.call(Command::Add, &stdin) {
+            Ok(Some(printed)) => {
+                result = Some(printed);
+                continue;
+            }
+            Ok(None) => delegate.failed(Command::Add, Failure::NoResult),
+            Err(error) => error,
+        };
+        warn!("ADD failed, rolling back {} delegate(s): {error}", k + 1);
+        return Err(error.with_rollback(rollback(config, &delegates[..=k], stdin)));
+    }
+    result.ok_or_else(|| Error::InvalidConfig("\"ipam.delegates\" is empty".into()))
+}
+
+/// Undoes a failed ADD: DEL on each delegate that was run, failed one
+/// included, in the same order. The first DEL gets what the failed delegate
+/// got; then results thread as in [`del`]. Failures are logged and returned,
+/// and never stop the remaining DELs.
+fn rollback(config: &Config, delegates: &[Delegate], mut stdin: Cow<[u8]>) -> Vec<Error> {
+    delegates
+        .iter()
+        .filter_map(|delegate| {
+            let error = step(config, delegate, Command::Del, &mut stdin).err()?;
+            warn!("rollback: {error}");
+            Some(error)
+        })
+        .collect()
+}
+
+/// DEL, best effort: every delegate that was found runs, in order, whatever
+/// the others did. The first failure's code is the answer; all are listed.
+pub fn del(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<(), Error> {
+    let mut stdin = Cow::Borrowed(config.raw);
+    let failures = delegates
+        .into_iter()
+        .filter_map(|found| {
+            found
+                .and_then(|delegate| step(config, &delegate, Command::Del, &mut stdin))
+                .err()
+        })
+        .collect();
+    Error::from_failures(failures)
+}
+
+/// CHECK: in order, threading results as DEL does; the first failure is the answer.
+pub fn check(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
+    let mut stdin = Cow::Borrowed(config.raw);
+    for delegate in delegates {
+        step(config, delegate, Command::Check, &mut stdin)?;
+    }
+    Ok(())
+}
+
+/// One call of a threaded DEL or CHECK: a delegate that printed a result
+/// makes it the next one's `prevResult`; one that printed nothing leaves the
+/// next one's input as it was.
+fn step(
+    config: &Config,
+    delegate: &Delegate,
+    command: Command,
+    stdin: &mut Cow<[u8]>,
+) -> Result<(), Error> {
+    if let Some(printed) = delegate.call(command, stdin)? {
+        *stdin = Cow::Owned(config.with_prev_result(&printed));
+    }
+    Ok(())
+}

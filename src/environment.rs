@@ -1,0 +1,320 @@
+//! The CNI environment: which command the runtime asked for, and the CNI_*
+//! variables that command needs, checked against the specification's rules.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::error::Error;
+
+/// A CNI command this plugin serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Allocate: run the stack, answer with the last delegate's result.
+    Add,
+    /// Release: run every delegate, best effort.
+    Del,
+    /// Verify: run the stack, stop at the first failure.
+    Check,
+    /// Report the spec versions this plugin speaks.
+    Version,
+}
+
+impl Command {
+    /// The command's name as it appears in CNI_COMMAND.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Version => "VERSION",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Command> {
+        Some(match name {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "VERSION" => Command::Version,
+            _ => return None,
+        })
+    }
+
+    /// The variables a runtime must set for this command. DEL leaves out
+    /// CNI_NETNS: the namespace may be gone, and containerd sends it empty.
+    fn required(self) -> &'static [&'static str] {
+        match self {
+            Command::Add | Command::Check => &[CONTAINER_ID, NETNS, IFNAME, PATH],
+            Command::Del => &[CONTAINER_ID, IFNAME, PATH],
+            Command::Version => &[],
+        }
+    }
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+const COMMAND: &str = "CNI_COMMAND";
+const CONTAINER_ID: &str = "CNI_CONTAINERID";
+const NETNS: &str = "CNI_NETNS";
+const IFNAME: &str = "CNI_IFNAME";
+const PATH: &str = "CNI_PATH";
+
+/// Linux's IFNAMSIZ less the terminating NUL.
+const MAX_IFNAME_LEN: usize = 15;
+
+/// What the plugin reads from its environment. Delegates inherit the whole
+/// environment as it is, so only what the plugin itself uses is kept here.
+#[derive(Debug, Clone)]
+pub struct Environment {
+    /// The command to run.
+    pub command: Command,
+    /// CNI_CONTAINERID, when the command needs it.
+    pub container_id: Option<String>,
+    /// The CNI_PATH directories in order, empty entries dropped.
+    pub path: Vec<PathBuf>,
+}
+
+impl Environment {
+    /// Reads and checks the variables through `var`; `Ok(None)` when
+    /// CNI_COMMAND is unset or empty, which is not a CNI invocation at all.
+    pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Option<Self>, Error> {
+        let Some(name) = var(COMMAND).filter(|c| !c.is_empty()) else {
+            return Ok(None);
+        };
+        let name = name.to_string_lossy();
+        let command = Command::parse(&name).ok_or_else(|| Error::UnknownCommand(name.into()))?;
+
+        let mut container_id = None;
+        let mut path = Vec::new();
+        for &required in command.required() {
+            let value = var(required).filter(|v| !v.is_empty());
+            let value = value.ok_or(Error::MissingVariable(required))?;
+            let value = value
+                .into_string()
+                .map_err(|_| invalid(required, "not valid UTF-8"))?;
+            match required {
+                CONTAINER_ID => {
+                    check_container_id(&value)?;
+                    container_id = Some(value);
+                }
+                IFNAME => check_ifname(&value)?,
+                PATH => path = split_path(&value)?,
+                _ => {}
+            }
+        }
+        Ok(Some(Environment {
+            command,
+            container_id,
+            path,
+        }))
+    }
+}
+
+fn invalid(name: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidVariable {
+        name,
+        reason: reason.into(),
+    }
+}
+
+/// The specification's rule: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`.
+fn check_container_id(id: &str) -> Result<(), Error> {
+    let first_ok = id.starts_with(|c: char| c.is_ascii_alphanumeric());
+    let rest_ok = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if first_ok && rest_ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            CONTAINER_ID,
+            format!("{id:?} must start with a letter or digit and hold only letters, digits, '_', '.' and '-'"),
+        ))
+    }
+}
+
+/// The rules Linux puts on an interface name, as the specification restates them.
+fn check_ifname(name: &str) -> Result<(), Error> {
+    let reason = if name.len() > MAX_IFNAME_LEN {
+        "is longer than 15 bytes"
+    } else if name == "." || name == ".." {
+        "cannot be '.' or '..'"
+    } else if name.contains(|c: char| c == '/' || c == ':' || c.is_whitespace()) {
+        "cannot contain '/', ':' or whitespace"
+    } else {
+        return Ok(());
+    };
+    Err(invalid(IFNAME, format!("{name:?} {reason}")))
+}
+
+fn split_path(value: &str) -> Result<Vec<PathBuf>, Error> {
+    let dirs: Vec<PathBuf> = value
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if dirs.is_empty() {
+        return Err(invalid(PATH, format!("{value:?} names no directory")));
+    }
+    Ok(dirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::code;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> Result<Option<Environment>, Error> {
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        Environment::from_vars(|k| map.get(k).cloned())
+    }
+
+    fn full(command: &str) -> Vec<(&str, &str)> {
+        vec![
+            (COMMAND, command),
+            (CONTAINER_ID, "ctr-1"),
+            (NETNS, "/var/run/netns/x"),
+            (IFNAME, "eth0"),
+            (PATH, "/opt/cni/bin:/usr/lib/cni"),
+        ]
+    }
+
+    fn without<'a>(mut pairs: Vec<(&'a str, &'a str)>, name: &str) -> Vec<(&'a str, &'a str)> {
+        pairs.retain(|(k, _)| *k != name);
+        pairs
+    }
+
+    fn with<'a>(
+        mut pairs: Vec<(&'a str, &'a str)>,
+        name: &'a str,
+        value: &'a str,
+    ) -> Vec<(&'a str, &'a str)> {
+        pairs.retain(|(k, _)| *k != name);
+        pairs.push((name, value));
+        pairs
+    }
+
+    fn err(pairs: &[(&str, &str)]) -> Error {
+        env_of(pairs).expect_err("should be refused")
+    }
+
+    #[test]
+    fn no_command_is_not_an_invocation() {
+        assert!(env_of(&[]).unwrap().is_none());
+        assert!(env_of(&[(COMMAND, "")]).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_unknown_command_is_code_4() {
+        let e = err(&[(COMMAND, "FROB")]);
+        assert_eq!(e.code(), code::INVALID_ENVIRONMENT);
+        assert!(e.to_string().contains("FROB"));
+    }
+
+    #[test]
+    fn add_reads_everything_it_needs() {
+        let env = env_of(&full("ADD")).unwrap().unwrap();
+        assert_eq!(env.command, Command::Add);
+        assert_eq!(env.container_id.as_deref(), Some("ctr-1"));
+        assert_eq!(
+            env.path,
+            [PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
+        );
+    }
+
+    #[test]
+    fn each_required_variable_missing_or_empty_is_named() {
+        for command in ["ADD", "CHECK", "DEL"] {
+            for &name in Command::parse(command).unwrap().required() {
+                for pairs in [without(full(command), name), with(full(command), name, "")] {
+                    let e = err(&pairs);
+                    assert_eq!(e.code(), code::INVALID_ENVIRONMENT, "{command} {name}");
+                    assert_eq!(e.to_string(), format!("{name} is not set"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn del_needs_no_netns() {
+        assert!(env_of(&without(full("DEL"), NETNS)).unwrap().is_some());
+        assert!(env_of(&with(full("DEL"), NETNS, "")).unwrap().is_some());
+        assert_eq!(
+            err(&without(full("ADD"), NETNS)).to_string(),
+            "CNI_NETNS is not set"
+        );
+    }
+
+    #[test]
+    fn version_needs_nothing_else() {
+        let env = env_of(&[(COMMAND, "VERSION")]).unwrap().unwrap();
+        assert_eq!(env.command, Command::Version);
+        assert!(env.path.is_empty());
+    }
+
+    #[test]
+    fn container_ids_follow_the_spec_pattern() {
+        for good in ["a", "0", "abc-DEF_1.2", "x..y"] {
+            assert!(check_container_id(good).is_ok(), "{good}");
+        }
+        for bad in ["-a", "_a", ".a", "a b", "a/b", "a:b", "é", "a\n"] {
+            let e = check_container_id(bad).unwrap_err();
+            assert_eq!(e.code(), code::INVALID_ENVIRONMENT, "{bad}");
+            assert!(
+                e.to_string().starts_with("CNI_CONTAINERID is invalid"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn interface_names_follow_the_kernel_rules() {
+        for good in ["eth0", "a", "123456789012345", "net1.100", "veth-x_y"] {
+            assert!(check_ifname(good).is_ok(), "{good}");
+        }
+        for bad in ["1234567890123456", ".", "..", "a/b", "a:b", "a b", "a\tb"] {
+            let e = check_ifname(bad).unwrap_err();
+            assert!(e.to_string().starts_with("CNI_IFNAME is invalid"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn malformed_variables_are_refused_through_from_vars() {
+        let e = err(&with(full("DEL"), CONTAINER_ID, "../x"));
+        assert!(e.to_string().contains("CNI_CONTAINERID"));
+        let e = err(&with(full("CHECK"), IFNAME, "way-too-long-ifname"));
+        assert!(e.to_string().contains("CNI_IFNAME"));
+    }
+
+    #[test]
+    fn empty_path_entries_are_dropped_and_a_path_of_none_is_refused() {
+        let env = env_of(&with(full("ADD"), PATH, ":/a::b:"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(env.path, [PathBuf::from("/a"), PathBuf::from("b")]);
+        let e = err(&with(full("ADD"), PATH, ":::"));
+        assert!(e.to_string().starts_with("CNI_PATH is invalid"));
+    }
+
+    #[test]
+    fn non_utf8_values_are_refused() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = OsString::from_vec(vec![0x66, 0xff]);
+        let e = Environment::from_vars(|k| match k {
+            COMMAND => Some("DEL".into()),
+            CONTAINER_ID => Some(bad.clone()),
+            _ => Some("x".into()),
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "CNI_CONTAINERID is invalid: not valid UTF-8");
+    }
+}

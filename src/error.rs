@@ -1,0 +1,375 @@
+//! The plugin's one error type: every way an invocation can fail, and the CNI
+//! error object each one is reported as.
+
+use std::fmt;
+use std::io;
+
+use serde_json::json;
+
+use crate::environment::Command;
+
+/// CNI error codes: the specification's where one fits, ours from 100 up.
+/// The README's error-code table lists each one.
+pub mod code {
+    /// The configuration's cniVersion, or the command at that version, is not supported.
+    pub const INCOMPATIBLE_VERSION: u32 = 1;
+    /// A CNI_* environment variable is missing or malformed.
+    pub const INVALID_ENVIRONMENT: u32 = 4;
+    /// Reading stdin or talking to a delegate failed at the I/O level.
+    pub const IO_FAILURE: u32 = 5;
+    /// Something that should be JSON (stdin, a delegate's stdout) could not be decoded.
+    pub const DECODING_FAILURE: u32 = 6;
+    /// The network configuration is invalid.
+    pub const INVALID_CONFIG: u32 = 7;
+    /// A delegate is not in any CNI_PATH directory as an executable file.
+    pub const DELEGATE_NOT_FOUND: u32 = 100;
+    /// A delegate was found but could not be started.
+    pub const DELEGATE_NOT_STARTED: u32 = 101;
+    /// A delegate exited non-zero without printing a CNI error object.
+    pub const DELEGATE_EXITED: u32 = 102;
+    /// A delegate was killed by a signal.
+    pub const DELEGATE_KILLED: u32 = 103;
+    /// A delegate printed more than the output cap and was stopped.
+    pub const DELEGATE_OUTPUT_TOO_LARGE: u32 = 104;
+}
+
+/// Everything that can make an invocation fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration has no cniVersion, or one this plugin does not speak.
+    #[error("cniVersion {} is not supported; supported: {}", .0.as_deref().map_or("(missing)".into(), |v| format!("{v:?}")), crate::version::SUPPORTED.join(", "))]
+    UnsupportedVersion(Option<String>),
+
+    /// The command exists only from a later spec version than the configuration's.
+    #[error("{command} needs cniVersion {minimum} or later, the configuration has {version}")]
+    CommandNeedsVersion {
+        /// The command asked for.
+        command: Command,
+        /// The first spec version that has it.
+        minimum: &'static str,
+        /// The configuration's version.
+        version: String,
+    },
+
+    /// CNI_COMMAND names no command this plugin knows.
+    #[error("CNI_COMMAND {0:?} is not a CNI command this plugin knows (ADD, DEL, CHECK, VERSION)")]
+    UnknownCommand(String),
+
+    /// A variable the command needs is not set, or is empty.
+    #[error("{0} is not set")]
+    MissingVariable(&'static str),
+
+    /// A variable is set but its value breaks the specification's rules.
+    #[error("{name} is invalid: {reason}")]
+    InvalidVariable {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+
+    /// Stdin could not be read.
+    #[error("cannot read the network configuration from stdin: {0}")]
+    ReadStdin(#[source] io::Error),
+
+    /// Stdin is not JSON.
+    #[error("the network configuration is not valid JSON: {0}")]
+    ConfigNotJson(#[source] serde_json::Error),
+
+    /// Stdin is JSON but not an object.
+    #[error("the network configuration is not a JSON object")]
+    ConfigNotObject,
+
+    /// The configuration breaks one of the plugin's rules.
+    #[error("invalid network configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A delegate is in none of the CNI_PATH directories.
+    #[error("delegate {name:?} is not an executable file in any CNI_PATH directory (searched {searched})")]
+    DelegateNotFound {
+        /// The delegate's name.
+        name: String,
+        /// The directories searched, as a list for the message.
+        searched: String,
+    },
+
+    /// A delegate was run and failed.
+    #[error("{delegate} ({command}): {failure}")]
+    Delegate {
+        /// The delegate's name, as configured.
+        delegate: String,
+        /// The command it was running.
+        command: Command,
+        /// How it failed.
+        failure: Failure,
+    },
+
+    /// An ADD failed and undoing it failed too; `error` is what is reported.
+    #[error("{error}")]
+    RollbackFailed {
+        /// The failure that made the ADD roll back.
+        error: Box<Error>,
+        /// The rollback DELs that failed.
+        rollback: Vec<Error>,
+    },
+
+    /// Several delegates failed in a best-effort command; the first one is reported.
+    #[error("{} (and {} more failures)", .0[0], .0.len() - 1)]
+    Several(Vec<Error>),
+}
+
+/// How one delegate call failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The delegate exited non-zero and printed a CNI error object, kept as printed.
+    Reported {
+        /// Its error code.
+        code: u32,
+        /// Its message.
+        msg: String,
+        /// Its details.
+        details: String,
+    },
+    /// The process could not be started.
+    NotStarted(io::Error),
+    /// The delegate exited non-zero without a CNI error object on stdout.
+    Exited {
+        /// Its exit status.
+        status: i32,
+        /// The start of whatever it printed.
+        stdout: String,
+    },
+    /// The delegate was killed by a signal.
+    Killed(i32),
+    /// The delegate printed more than the cap (in bytes) and was stopped.
+    TooMuchOutput(usize),
+    /// The delegate succeeded but printed something that is not JSON.
+    NotJson {
+        /// The parser's complaint.
+        error: serde_json::Error,
+        /// The start of what it printed.
+        stdout: String,
+    },
+    /// The delegate succeeded but printed JSON that is not an object.
+    NotObject,
+    /// An ADD succeeded but printed no result.
+    NoResult,
+    /// Writing its stdin or reading its stdout failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Reported { msg, .. } => f.write_str(msg),
+            Failure::NotStarted(e) => write!(f, "could not be started: {e}"),
+            Failure::Exited { status, .. } => {
+                write!(f, "exited with status {status} and no CNI error object")
+            }
+            Failure::Killed(signal) => write!(f, "was killed by signal {signal}"),
+            Failure::TooMuchOutput(cap) => {
+                write!(f, "printed more than {cap} bytes on stdout and was stopped")
+            }
+            Failure::NotJson { error, .. } => write!(f, "printed output that is not JSON: {error}"),
+            Failure::NotObject => f.write_str("printed JSON that is not an object"),
+            Failure::NoResult => f.write_str("succeeded but printed no result"),
+            Failure::Io(e) => write!(f, "I/O error on its stdin or stdout: {e}"),
+        }
+    }
+}
+
+impl Error {
+    /// The CNI error code this error is reported with.
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::UnsupportedVersion(_) | Error::CommandNeedsVersion { .. } => {
+                code::INCOMPATIBLE_VERSION
+            }
+            Error::UnknownCommand(_)
+            | Error::MissingVariable(_)
+            | Error::InvalidVariable { .. } => code::INVALID_ENVIRONMENT,
+            Error::ReadStdin(_) => code::IO_FAILURE,
+            Error::ConfigNotJson(_) | Error::ConfigNotObject => code::DECODING_FAILURE,
+            Error::InvalidConfig(_) => code::INVALID_CONFIG,
+            Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
+            Error::Delegate { failure, .. } => match failure {
+                Failure::Reported { code, .. } => *code,
+                Failure::NotStarted(_) => code::DELEGATE_NOT_STARTED,
+                Failure::Exited { .. } => code::DELEGATE_EXITED,
+                Failure::Killed(_) => code::DELEGATE_KILLED,
+                Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
+                Failure::NotJson { .. } | Failure::NotObject | Failure::NoResult => {
+                    code::DECODING_FAILURE
+                }
+                Failure::Io(_) => code::IO_FAILURE,
+            },
+            Error::RollbackFailed { error, .. } => error.code(),
+            Error::Several(all) => all[0].code(),
+        }
+    }
+
+    /// The CNI error object's `details`: what a delegate said beyond its
+    /// message, and every other failure that came with this one.
+    pub fn details(&self) -> String {
+        match self {
+            Error::Delegate { failure, .. } => match failure {
+                Failure::Reported { details, .. } => details.clone(),
+                Failure::Exited { stdout, .. } | Failure::NotJson { stdout, .. }
+                    if !stdout.is_empty() =>
+                {
+                    format!("stdout began: {stdout}")
+                }
+                _ => String::new(),
+            },
+            Error::RollbackFailed { error, rollback } => {
+                join_details(error.details(), "rollback DEL also failed", rollback)
+            }
+            Error::Several(all) => join_details(String::new(), "failures", all),
+            _ => String::new(),
+        }
+    }
+
+    /// The CNI error object for this error, as printed on stdout.
+    pub fn to_reply(&self, cni_version: &str) -> Vec<u8> {
+        let reply = json!({
+            "cniVersion": cni_version,
+            "code": self.code(),
+            "msg": self.to_string(),
+            "details": self.details(),
+        });
+        let mut bytes = reply.to_string().into_bytes();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// Folds the failures of a best-effort command into one error, or none.
+    pub fn from_failures(mut failures: Vec<Error>) -> Result<(), Error> {
+        match failures.len() {
+            0 => Ok(()),
+            1 => Err(failures.remove(0)),
+            _ => Err(Error::Several(failures)),
+        }
+    }
+
+    /// Adds the failures of an ADD's rollback to the error that caused it.
+    pub fn with_rollback(self, rollback: Vec<Error>) -> Error {
+        if rollback.is_empty() {
+            self
+        } else {
+            Error::RollbackFailed {
+                error: Box::new(self),
+                rollback,
+            }
+        }
+    }
+}
+
+/// `own` details, then each listed error as "msg (details)", one per line.
+fn join_details(own: String, heading: &str, listed: &[Error]) -> String {
+    let mut out = own;
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(heading);
+    out.push(':');
+    for error in listed {
+        out.push_str("\n- ");
+        out.push_str(&error.to_string());
+        let details = error.details();
+        if !details.is_empty() {
+            out.push_str(&format!(" ({details})"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delegate(name: &str, failure: Failure) -> Error {
+        Error::Delegate {
+            delegate: name.into(),
+            command: Command::Add,
+            failure,
+        }
+    }
+
+    fn reported(code: u32) -> Failure {
+        Failure::Reported {
+            code,
+            msg: "no addresses left".into(),
+            details: "pool p1 is full".into(),
+        }
+    }
+
+    #[test]
+    fn a_reported_error_keeps_its_code_message_and_details() {
+        let e = delegate("ipam-da-world", reported(11));
+        assert_eq!(e.code(), 11);
+        assert_eq!(e.to_string(), "ipam-da-world (ADD): no addresses left");
+        assert_eq!(e.details(), "pool p1 is full");
+    }
+
+    #[test]
+    fn rollback_failures_are_listed_but_never_replace_the_code() {
+        let e = delegate("b", reported(11)).with_rollback(vec![
+            delegate("a", Failure::Killed(9)),
+            delegate(
+                "b",
+                Failure::Exited {
+                    status: 3,
+                    stdout: String::new(),
+                },
+            ),
+        ]);
+        assert_eq!(e.code(), 11);
+        assert_eq!(e.to_string(), "b (ADD): no addresses left");
+        let details = e.details();
+        assert!(details.starts_with("pool p1 is full\nrollback DEL also failed:"));
+        assert!(details.contains("- a (ADD): was killed by signal 9"));
+        assert!(details.contains("- b (ADD): exited with status 3"));
+    }
+
+    #[test]
+    fn no_rollback_failures_leave_the_error_as_it_was() {
+        let e = delegate("b", Failure::NoResult).with_rollback(Vec::new());
+        assert!(matches!(e, Error::Delegate { .. }));
+    }
+
+    #[test]
+    fn several_failures_report_the_first_code_and_list_them_all() {
+        let e = Error::from_failures(vec![
+            delegate("a", Failure::Killed(15)),
+            delegate("b", reported(11)),
+        ])
+        .unwrap_err();
+        assert_eq!(e.code(), code::DELEGATE_KILLED);
+        assert_eq!(
+            e.to_string(),
+            "a (ADD): was killed by signal 15 (and 1 more failures)"
+        );
+        assert_eq!(
+            e.details(),
+            "failures:\n- a (ADD): was killed by signal 15\n- b (ADD): no addresses left (pool p1 is full)"
+        );
+    }
+
+    #[test]
+    fn one_failure_is_reported_as_itself_and_none_is_success() {
+        assert!(Error::from_failures(Vec::new()).is_ok());
+        let e = Error::from_failures(vec![delegate("a", Failure::NotObject)]).unwrap_err();
+        assert_eq!(e.code(), code::DECODING_FAILURE);
+    }
+
+    #[test]
+    fn the_reply_is_one_cni_error_object_on_one_line() {
+        let reply = Error::MissingVariable("CNI_PATH").to_reply("0.4.0");
+        assert_eq!(reply.last(), Some(&b'\n'));
+        let v: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+        assert_eq!(
+            v,
+            json!({"cniVersion": "0.4.0", "code": 4, "msg": "CNI_PATH is not set", "details": ""})
+        );
+    }
+}

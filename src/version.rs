@@ -1,0 +1,141 @@
+//! CNI specification versions: which ones the plugin speaks, which commands
+//! each one has, and the replies that describe the plugin (VERSION, about).
+
+use serde_json::json;
+
+use crate::environment::Command;
+use crate::error::Error;
+
+/// The spec versions a configuration may name, oldest first. 0.1.0 and
+/// 0.2.0 have no `prevResult`, so no stack can work there.
+pub const SUPPORTED: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// The newest supported version: what an error reply carries when the
+/// input's own version could not be read.
+pub const NEWEST: &str = SUPPORTED[SUPPORTED.len() - 1];
+
+/// Accepts a configuration's cniVersion if the plugin speaks it.
+pub fn check_supported(version: Option<&str>) -> Result<(), Error> {
+    match version {
+        Some(v) if SUPPORTED.contains(&v) => Ok(()),
+        _ => Err(Error::UnsupportedVersion(version.map(String::from))),
+    }
+}
+
+/// Refuses a command that the configuration's (supported) version does not have.
+pub fn check_command(command: Command, version: &str) -> Result<(), Error> {
+    let minimum = match command {
+        Command::Check => "0.4.0",
+        Command::Add | Command::Del | Command::Version => return Ok(()),
+    };
+    if position(version) >= position(minimum) {
+        Ok(())
+    } else {
+        Err(Error::CommandNeedsVersion {
+            command,
+            minimum,
+            version: version.into(),
+        })
+    }
+}
+
+/// Order within SUPPORTED; only ever asked of supported versions.
+fn position(version: &str) -> Option<usize> {
+    SUPPORTED.iter().position(|v| *v == version)
+}
+
+/// The VERSION reply, echoing the cniVersion asked with.
+pub fn reply(cni_version: &str) -> Vec<u8> {
+    let mut bytes = json!({"cniVersion": cni_version, "supportedVersions": SUPPORTED})
+        .to_string()
+        .into_bytes();
+    bytes.push(b'\n');
+    bytes
+}
+
+/// What the binary prints on stderr when run outside of CNI.
+pub fn about() -> String {
+    format!(
+        "ipam-delegated {}: a CNI IPAM plugin that runs a stack of IPAM delegates\n\
+         CNI protocol versions supported: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        SUPPORTED.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::code;
+
+    #[test]
+    fn every_listed_version_is_supported_and_nothing_else() {
+        for v in SUPPORTED {
+            assert!(check_supported(Some(v)).is_ok());
+        }
+        for v in [
+            None,
+            Some("0.1.0"),
+            Some("0.2.0"),
+            Some("1.2.0"),
+            Some(""),
+            Some("1.0"),
+        ] {
+            let e = check_supported(v).unwrap_err();
+            assert_eq!(e.code(), code::INCOMPATIBLE_VERSION, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn the_unsupported_version_is_named() {
+        let msg = check_supported(Some("0.2.0")).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("cniVersion \"0.2.0\" is not supported"),
+            "{msg}"
+        );
+        let msg = check_supported(None).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("cniVersion (missing) is not supported"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn check_needs_0_4_0() {
+        for v in ["0.3.0", "0.3.1"] {
+            let e = check_command(Command::Check, v).unwrap_err();
+            assert_eq!(e.code(), code::INCOMPATIBLE_VERSION);
+            assert_eq!(
+                e.to_string(),
+                format!("CHECK needs cniVersion 0.4.0 or later, the configuration has {v}")
+            );
+        }
+        for v in ["0.4.0", "1.0.0", "1.1.0"] {
+            assert!(check_command(Command::Check, v).is_ok());
+        }
+    }
+
+    #[test]
+    fn add_and_del_work_at_every_version() {
+        for v in SUPPORTED {
+            assert!(check_command(Command::Add, v).is_ok());
+            assert!(check_command(Command::Del, v).is_ok());
+        }
+    }
+
+    #[test]
+    fn version_reply_echoes_and_lists() {
+        let v: serde_json::Value = serde_json::from_slice(&reply("0.4.0")).unwrap();
+        assert_eq!(
+            v,
+            json!({"cniVersion": "0.4.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]})
+        );
+    }
+
+    #[test]
+    fn about_names_the_plugin_and_versions() {
+        let text = about();
+        assert!(text.starts_with("ipam-delegated "));
+        assert!(text.contains("0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"));
+    }
+}

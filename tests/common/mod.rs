@@ -1,0 +1,357 @@
+//! Test harness: a private CNI_PATH of scripted and real delegates, the
+//! built plugin run against it, and what each delegate recorded.
+
+// Each test file uses a different part of this module.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::Value;
+
+/// The plugin binary cargo built for these tests.
+pub const PLUGIN: &str = env!("CARGO_BIN_EXE_ipam-delegated");
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNT.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!(
+            "ipam-delegated-test-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What one plugin run produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// Stdout as one JSON value; fails the test if it is anything else.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one JSON value ({e}): {:?}",
+                String::from_utf8_lossy(&self.stdout)
+            )
+        })
+    }
+
+    /// Asserts success with nothing on stdout.
+    pub fn assert_silent_success(&self) {
+        assert!(self.status.success(), "expected success: {self:?}");
+        assert!(
+            self.stdout.is_empty(),
+            "expected no output: {:?}",
+            String::from_utf8_lossy(&self.stdout)
+        );
+    }
+
+    /// Asserts a failure reported as exactly one CNI error object with
+    /// `code`, and returns it.
+    pub fn assert_error(&self, code: u64) -> Value {
+        assert!(!self.status.success(), "expected failure: {self:?}");
+        let error = self.json();
+        let keys: Vec<&str> = error
+            .as_object()
+            .expect("error is an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["cniVersion", "code", "msg", "details"], "{error}");
+        assert_eq!(error["code"], code, "{error}");
+        assert!(
+            error["msg"].as_str().is_some_and(|m| !m.is_empty()),
+            "{error}"
+        );
+        error
+    }
+}
+
+/// The plugin's environment, built explicitly so tests control all of it.
+#[derive(Clone, Debug)]
+pub struct Env(pub Vec<(String, String)>);
+
+impl Env {
+    pub fn set(mut self, key: &str, value: &str) -> Env {
+        self.0.retain(|(k, _)| k != key);
+        self.0.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn unset(mut self, key: &str) -> Env {
+        self.0.retain(|(k, _)| k != key);
+        self
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Runs the plugin with exactly `env` and `stdin`.
+pub fn run_plugin(env: &Env, stdin: &[u8]) -> Outcome {
+    let mut child = Command::new(PLUGIN)
+        .env_clear()
+        .envs(env.0.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("plugin starts");
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    Outcome {
+        status: out.status,
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A private CNI_PATH directory of delegates, and the directory where
+/// scripted delegates record their calls and read their answers.
+pub struct Stack {
+    pub dir: TempDir,
+}
+
+/// How a scripted delegate answers one command.
+#[derive(Default, Clone)]
+pub struct Answer {
+    pub stdout: Option<Vec<u8>>,
+    pub stderr: Option<String>,
+    pub exit: Option<i32>,
+    pub signal: Option<&'static str>,
+}
+
+impl Answer {
+    pub fn prints(stdout: impl AsRef<[u8]>) -> Answer {
+        Answer {
+            stdout: Some(stdout.as_ref().to_vec()),
+            ..Answer::default()
+        }
+    }
+
+    pub fn fails(exit: i32, stdout: impl AsRef<[u8]>) -> Answer {
+        Answer {
+            stdout: Some(stdout.as_ref().to_vec()),
+            exit: Some(exit),
+            ..Answer::default()
+        }
+    }
+
+    pub fn killed(signal: &'static str) -> Answer {
+        Answer {
+            signal: Some(signal),
+            ..Answer::default()
+        }
+    }
+}
+
+/// A delegate's call as recorded: its position in the whole run, name and command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub n: usize,
+    pub name: String,
+    pub command: String,
+}
+
+impl Stack {
+    pub fn new() -> Stack {
+        let dir = TempDir::new("stack");
+        fs::create_dir(dir.path().join("bin")).unwrap();
+        fs::create_dir(dir.path().join("rec")).unwrap();
+        Stack { dir }
+    }
+
+    /// A stack of scripted delegates with these names.
+    pub fn of(names: &[&str]) -> Stack {
+        let stack = Stack::new();
+        for name in names {
+            stack.fake(name);
+        }
+        stack
+    }
+
+    pub fn bin(&self) -> PathBuf {
+        self.dir.path().join("bin")
+    }
+
+    pub fn rec(&self) -> PathBuf {
+        self.dir.path().join("rec")
+    }
+
+    /// Adds the scripted delegate under `name`.
+    pub fn fake(&self, name: &str) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-delegate");
+        symlink(script, self.bin().join(name)).unwrap();
+    }
+
+    /// Adds `target` (a real plugin) under `name`.
+    pub fn link(&self, name: &str, target: &Path) {
+        symlink(target, self.bin().join(name)).unwrap();
+    }
+
+    /// Adds an executable file with this content under `name`.
+    pub fn file(&self, name: &str, content: &str, mode: u32) {
+        let path = self.bin().join(name);
+        fs::write(&path, content).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Tells scripted delegate `name` how to answer `command`.
+    pub fn answer(&self, name: &str, command: &str, answer: Answer) {
+        let plan = |ext: &str| self.rec().join(format!("{name}.{command}.{ext}"));
+        if let Some(stdout) = answer.stdout {
+            fs::write(plan("stdout"), stdout).unwrap();
+        }
+        if let Some(stderr) = answer.stderr {
+            fs::write(plan("stderr"), stderr).unwrap();
+        }
+        if let Some(exit) = answer.exit {
+            fs::write(plan("exit"), exit.to_string()).unwrap();
+        }
+        if let Some(signal) = answer.signal {
+            fs::write(plan("signal"), signal).unwrap();
+        }
+    }
+
+    /// A full ADD environment pointing at this stack.
+    pub fn env(&self, command: &str) -> Env {
+        Env(vec![
+            ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+            ("CNI_COMMAND".into(), command.into()),
+            ("CNI_CONTAINERID".into(), "ctr-0123".into()),
+            ("CNI_NETNS".into(), "/var/run/netns/test".into()),
+            ("CNI_IFNAME".into(), "eth0".into()),
+            ("CNI_PATH".into(), self.bin().display().to_string()),
+            ("CNI_ARGS".into(), "IgnoreUnknown=1;K8S_POD_NAME=p".into()),
+            ("FAKE_DELEGATE_DIR".into(), self.rec().display().to_string()),
+        ])
+    }
+
+    pub fn run(&self, command: &str, stdin: &[u8]) -> Outcome {
+        run_plugin(&self.env(command), stdin)
+    }
+
+    /// Every call the scripted delegates recorded, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        let text = fs::read_to_string(self.rec().join("calls")).unwrap_or_default();
+        text.lines()
+            .enumerate()
+            .map(|(i, line)| {
+                let (name, command) = line.split_once(' ').unwrap();
+                Call {
+                    n: i + 1,
+                    name: name.into(),
+                    command: command.into(),
+                }
+            })
+            .collect()
+    }
+
+    /// The calls as "name COMMAND" strings, for compact assertions.
+    pub fn call_list(&self) -> Vec<String> {
+        self.calls()
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.command))
+            .collect()
+    }
+
+    /// What call `call` read on stdin.
+    pub fn stdin_of(&self, call: &Call) -> Vec<u8> {
+        fs::read(
+            self.rec()
+                .join(format!("{}.{}.{}.stdin", call.n, call.name, call.command)),
+        )
+        .unwrap()
+    }
+
+    /// The environment call `call` ran with.
+    pub fn env_of(&self, call: &Call) -> HashMap<String, String> {
+        let raw = fs::read(
+            self.rec()
+                .join(format!("{}.{}.{}.env", call.n, call.name, call.command)),
+        )
+        .unwrap();
+        raw.split(|b| *b == 0)
+            .filter(|kv| !kv.is_empty())
+            .filter_map(|kv| {
+                let kv = String::from_utf8_lossy(kv);
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect()
+    }
+}
+
+/// A configuration for a stack of these delegates, with extra ipam keys.
+pub fn config(version: &str, delegates: &[&str]) -> String {
+    serde_json::json!({
+        "cniVersion": version,
+        "name": "testnet",
+        "type": "bridge",
+        "ipam": {"type": "ipam-delegated", "delegates": delegates},
+    })
+    .to_string()
+}
+
+/// The input with `prevResult` set as the plugin must build it: compact,
+/// keys in order, `result` inserted as printed.
+pub fn with_prev(input: &str, result: &str) -> Vec<u8> {
+    let mut v: serde_json::Map<String, Value> = serde_json::from_str(input).unwrap();
+    v.insert("prevResult".into(), serde_json::from_str(result).unwrap());
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// Where Debian installs the real CNI plugins; `None`, after saying so, when
+/// they are missing outside CI. In CI (`CI=true`) a missing plugin fails.
+pub fn real_plugins() -> Option<PathBuf> {
+    let dir =
+        PathBuf::from(std::env::var("CNI_PLUGINS_DIR").unwrap_or_else(|_| "/usr/lib/cni".into()));
+    if dir.join("host-local").is_file() && dir.join("static").is_file() {
+        return Some(dir);
+    }
+    let why = format!(
+        "real CNI plugins not found in {} (apt-get install containernetworking-plugins)",
+        dir.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true and {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
