@@ -10,6 +10,8 @@ use ipam_delegated::{config, logging, version};
 
 fn main() -> ExitCode {
     logging::init();
+    // Concurrent invocations share the log file; the pid tells them apart.
+    let _invocation = tracing::debug_span!("ipam-delegated", pid = std::process::id()).entered();
     let env = match Environment::from_vars(|name| std::env::var_os(name)) {
         Ok(Some(env)) => Ok(env),
         Ok(None) => {

@@ -49,7 +49,7 @@ pub fn run(
         path = %delegate.path.display(),
         %command,
         %status,
-        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        duration = ?started.elapsed(),
         bytes_out = stdout.len(),
         "delegate called"
     );

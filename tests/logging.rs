@@ -1,0 +1,139 @@
+//! Logging through the built binary: stderr for warnings and errors in both
+//! flavours; the debug log file only in the `verbose` flavour (run the
+//! suite with `--features verbose` for those tests).
+
+mod common;
+
+use common::{config, Answer, Stack, TempDir};
+
+/// A stack whose second delegate fails with a message spanning lines.
+fn failing_stack() -> Stack {
+    let stack = Stack::of(&["ipam-ds-one", "ipam-da-two"]);
+    stack.answer(
+        "ipam-ds-one",
+        "ADD",
+        Answer::prints(r#"{"cniVersion":"1.0.0","ips":[]}"#),
+    );
+    stack.answer(
+        "ipam-da-two",
+        "ADD",
+        Answer::fails(1, r#"{"code":11,"msg":"line one\nline two"}"#),
+    );
+    stack.answer(
+        "ipam-ds-one",
+        "DEL",
+        Answer::fails(1, r#"{"code":5,"msg":"cannot release"}"#),
+    );
+    stack
+}
+
+#[test]
+fn warnings_and_errors_reach_stderr_one_line_each_without_colour() {
+    let stack = failing_stack();
+    let out = stack.run(
+        "ADD",
+        config("1.0.0", &["ipam-ds-one", "ipam-da-two"]).as_bytes(),
+    );
+    out.assert_error(11);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        !out.stderr.contains('\u{1b}'),
+        "colour codes on stderr: {:?}",
+        out.stderr
+    );
+    let find = |needle: &str| lines.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(find("WARN") + find("ERROR"), lines.len(), "{lines:#?}");
+    // The rollback failure is a warning, the answer an error, each one line
+    // even though the delegate's message has a newline in it.
+    assert_eq!(
+        find("rollback: ipam-ds-one (DEL): cannot release"),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(find("ERROR"), 1, "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("ERROR") && l.contains(r"line one\nline two")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_success_logs_nothing_on_stderr() {
+    let stack = Stack::of(&["a"]);
+    stack.answer(
+        "a",
+        "ADD",
+        Answer::prints(r#"{"cniVersion":"1.0.0","ips":[]}"#),
+    );
+    let out = stack.run("ADD", config("1.0.0", &["a"]).as_bytes());
+    assert!(out.status.success());
+    assert_eq!(out.stderr, "");
+}
+
+#[cfg(not(feature = "verbose"))]
+#[test]
+fn the_standard_flavour_writes_no_log_file() {
+    let stack = failing_stack();
+    let dir = TempDir::new("log");
+    let log = dir.path().join("sub/ipam-delegated.log");
+    let env = stack
+        .env("ADD")
+        .set("IPAM_DELEGATED_LOG_FILE", &log.display().to_string());
+    common::run_plugin(
+        &env,
+        config("1.0.0", &["ipam-ds-one", "ipam-da-two"]).as_bytes(),
+    )
+    .assert_error(11);
+    assert!(!log.exists());
+}
+
+#[cfg(feature = "verbose")]
+#[test]
+fn the_verbose_flavour_appends_a_complete_debug_log() {
+    let stack = failing_stack();
+    let dir = TempDir::new("log");
+    let log = dir.path().join("created/by/plugin/ipam-delegated.log");
+    let input = config("1.0.0", &["ipam-ds-one", "ipam-da-two"]);
+    for id in ["first-run", "second-run"] {
+        let env = stack
+            .env("ADD")
+            .set("IPAM_DELEGATED_LOG_FILE", &log.display().to_string())
+            .set("CNI_CONTAINERID", id);
+        common::run_plugin(&env, input.as_bytes()).assert_error(11);
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    // Appended: both runs are there, in order.
+    let first = text.find("first-run").expect("first run logged");
+    let second = text.find("second-run").expect("second run logged");
+    assert!(first < second, "{text}");
+
+    let run = &text[second..];
+    assert!(
+        text.contains(concat!("version=\"", env!("CARGO_PKG_VERSION"), "\"")),
+        "{text}"
+    );
+    assert!(run.contains("command=ADD"), "{run}");
+    let bin = stack.bin().display().to_string();
+    for (name, command, status) in [
+        ("ipam-ds-one", "ADD", "exit status: 0"),
+        ("ipam-da-two", "ADD", "exit status: 1"),
+        ("ipam-ds-one", "DEL", "exit status: 1"),
+        ("ipam-da-two", "DEL", "exit status: 0"),
+    ] {
+        let line = run
+            .lines()
+            .find(|l| {
+                l.contains(&format!("delegate={name}")) && l.contains(&format!("command={command}"))
+            })
+            .unwrap_or_else(|| panic!("no {name} {command} call in {run}"));
+        assert!(line.contains("DEBUG"), "{line}");
+        assert!(line.contains(&format!("path={bin}/{name}")), "{line}");
+        assert!(line.contains(&format!("status={status}")), "{line}");
+        assert!(line.contains("duration="), "{line}");
+        assert!(line.contains("bytes_out="), "{line}");
+    }
+    // The final error is in the file as well as on stderr.
+    assert!(run.contains("ERROR"), "{run}");
+}

@@ -1,0 +1,223 @@
+//! Debian's real IPAM plugins (host-local, static) as delegates: what users
+//! run. Skipped, saying so, where containernetworking-plugins is missing;
+//! with CI=true that is a failure instead.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+use common::{real_plugins, run_plugin, Answer, Stack, TempDir};
+use serde_json::{json, Value};
+
+/// A host-local-backed config: host-local reads `ranges` and `dataDir`
+/// from the same ipam object the plugin reads `delegates` from.
+fn host_local_config(delegates: &[&str], data_dir: &Path) -> String {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "realnet",
+        "type": "bridge",
+        "ipam": {
+            "type": "ipam-delegated",
+            "delegates": delegates,
+            "ranges": [[{"subnet": "10.250.7.0/24"}]],
+            "dataDir": data_dir,
+        },
+    })
+    .to_string()
+}
+
+/// The addresses host-local holds reserved in its store.
+fn reservations(data_dir: &Path) -> BTreeSet<String> {
+    let Ok(entries) = fs::read_dir(data_dir.join("realnet")) else {
+        return BTreeSet::new();
+    };
+    entries
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.parse::<std::net::IpAddr>().is_ok())
+        .collect()
+}
+
+/// A stack holding these real plugins; `None` (the test skips) where they
+/// are not installed.
+fn real_stack(names: &[&str]) -> Option<Stack> {
+    let plugins = real_plugins()?;
+    let stack = Stack::new();
+    for name in names {
+        stack.link(name, &plugins.join(name));
+    }
+    Some(stack)
+}
+
+fn address(result: &Value) -> String {
+    result["ips"][0]["address"]
+        .as_str()
+        .expect("an address")
+        .to_owned()
+}
+
+#[test]
+fn host_local_add_check_del_del() {
+    let Some(stack) = real_stack(&["host-local"]) else {
+        return;
+    };
+    let data = TempDir::new("hl-data");
+    let input = host_local_config(&["host-local"], data.path());
+
+    let out = stack.run("ADD", input.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    let result = out.json();
+    assert_eq!(address(&result), "10.250.7.2/24");
+    assert_eq!(result["cniVersion"], "1.0.0");
+    assert_eq!(
+        reservations(data.path()),
+        BTreeSet::from(["10.250.7.2".to_string()])
+    );
+
+    let with_result = common::with_prev(&input, &result.to_string());
+    stack.run("CHECK", &with_result).assert_silent_success();
+    stack.run("DEL", &with_result).assert_silent_success();
+    assert!(reservations(data.path()).is_empty());
+    stack.run("DEL", &with_result).assert_silent_success();
+
+    // CHECK after DEL: host-local finds nothing and says so; its error is kept.
+    let out = stack.run("CHECK", &with_result);
+    assert!(!out.status.success());
+    assert!(out.json()["msg"]
+        .as_str()
+        .unwrap()
+        .starts_with("host-local (CHECK): "));
+}
+
+#[test]
+fn a_failure_after_host_local_leaves_no_reservation() {
+    let Some(stack) = real_stack(&["host-local"]) else {
+        return;
+    };
+    stack.fake("ipam-da-fails");
+    stack.answer(
+        "ipam-da-fails",
+        "ADD",
+        Answer::fails(1, r#"{"code":11,"msg":"upstream down"}"#),
+    );
+    let data = TempDir::new("hl-data");
+    let input = host_local_config(&["host-local", "ipam-da-fails"], data.path());
+
+    let error = stack.run("ADD", input.as_bytes()).assert_error(11);
+    assert_eq!(error["msg"], "ipam-da-fails (ADD): upstream down");
+    assert!(
+        reservations(data.path()).is_empty(),
+        "{:?}",
+        reservations(data.path())
+    );
+    // The failed delegate got host-local's result, and so did the rollback DEL.
+    let calls = stack.calls();
+    assert_eq!(
+        stack.call_list(),
+        ["ipam-da-fails ADD", "ipam-da-fails DEL"]
+    );
+    let prev: Value = serde_json::from_slice(&stack.stdin_of(&calls[0])).unwrap();
+    assert_eq!(address(&prev["prevResult"]), "10.250.7.2/24");
+}
+
+#[test]
+fn a_fixture_selector_in_front_of_host_local() {
+    let Some(stack) = real_stack(&["host-local"]) else {
+        return;
+    };
+    stack.fake("ipam-ds-pool");
+    stack.answer(
+        "ipam-ds-pool",
+        "ADD",
+        Answer::prints(
+            r#"{"cniVersion":"1.0.0","ips":[],"pools":[{"name":"p","subnet":"10.250.7.0/24"}]}"#,
+        ),
+    );
+    let data = TempDir::new("hl-data");
+    let input = host_local_config(&["ipam-ds-pool", "host-local"], data.path());
+    let out = stack.run("ADD", input.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(address(&out.json()), "10.250.7.2/24");
+    stack.run("DEL", input.as_bytes()).assert_silent_success();
+    assert!(reservations(data.path()).is_empty());
+}
+
+#[test]
+fn thirty_two_parallel_adds_get_distinct_addresses_and_dels_free_them() {
+    let Some(stack) = real_stack(&["host-local"]) else {
+        return;
+    };
+    let data = TempDir::new("hl-data");
+    let input = host_local_config(&["host-local"], data.path());
+    let run_all = |command: &str| -> Vec<common::Outcome> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..32)
+                .map(|i| {
+                    let env = stack
+                        .env(command)
+                        .set("CNI_CONTAINERID", &format!("parallel-{i}"));
+                    let input = &input;
+                    scope.spawn(move || run_plugin(&env, input.as_bytes()))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+
+    let added: BTreeSet<String> = run_all("ADD")
+        .iter()
+        .map(|out| {
+            assert!(out.status.success(), "{out:?}");
+            address(&out.json())
+        })
+        .collect();
+    assert_eq!(added.len(), 32, "{added:?}");
+    assert_eq!(reservations(data.path()).len(), 32);
+
+    for out in run_all("DEL") {
+        out.assert_silent_success();
+    }
+    assert!(reservations(data.path()).is_empty());
+}
+
+#[test]
+fn static_returns_its_configured_address() {
+    let Some(stack) = real_stack(&["static"]) else {
+        return;
+    };
+    let input = json!({
+        "cniVersion": "1.0.0",
+        "name": "staticnet",
+        "ipam": {
+            "type": "ipam-delegated",
+            "delegates": ["static"],
+            "addresses": [{"address": "10.250.9.5/24", "gateway": "10.250.9.1"}],
+        },
+    })
+    .to_string();
+    let out = stack.run("ADD", input.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    let result = out.json();
+    assert_eq!(address(&result), "10.250.9.5/24");
+    assert_eq!(result["ips"][0]["gateway"], "10.250.9.1");
+    stack.run("DEL", input.as_bytes()).assert_silent_success();
+}
+
+#[test]
+fn a_real_plugins_own_error_keeps_its_code() {
+    let Some(stack) = real_stack(&["host-local"]) else {
+        return;
+    };
+    // Debian's host-local speaks up to 1.0.0: at 1.1.0 it answers code 1 itself.
+    let data = TempDir::new("hl-data");
+    let input = host_local_config(&["host-local"], data.path()).replace("\"1.0.0\"", "\"1.1.0\"");
+    let error = stack.run("ADD", input.as_bytes()).assert_error(1);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("host-local (ADD): "),
+        "{error}"
+    );
+}
