@@ -206,21 +206,46 @@ fn a_reported_error_keeps_code_message_and_details() {
 }
 
 #[test]
-fn a_delegate_that_cannot_start_is_named_and_rolled_back() {
-    let stack = Stack::of(&["a", "c"]);
-    stack.file("b", "#!/nonexistent/interpreter\n", 0o755);
-    stack.answer("a", "ADD", Answer::prints(result_of("a")));
-    let out = stack.run("ADD", config("1.0.0", &["a", "b", "c"]).as_bytes());
-    let error = out.assert_error(101);
-    let msg = error["msg"].as_str().unwrap();
-    assert!(msg.starts_with("b (ADD): could not be started"), "{msg}");
-    // b's rollback DEL cannot start either: listed, code unchanged.
-    let details = error["details"].as_str().unwrap();
-    assert!(
-        details.contains("rollback DEL also failed:\n- b (DEL): could not be started"),
-        "{details}"
-    );
-    assert_eq!(stack.call_list(), ["a ADD", "a DEL"]);
+fn a_delegate_that_cannot_start_is_named_and_rolled_back_at_first_middle_and_last() {
+    let names = ["a", "b", "c"];
+    let input = config("1.0.0", &names);
+    for k in 0..names.len() {
+        let stack = Stack::new();
+        for (i, name) in names.iter().enumerate() {
+            if i == k {
+                stack.file(name, "#!/nonexistent/interpreter\n", 0o755);
+            } else {
+                stack.fake(name);
+                stack.answer(name, "ADD", Answer::prints(result_of(name)));
+            }
+        }
+        let error = stack.run("ADD", input.as_bytes()).assert_error(101);
+        let msg = error["msg"].as_str().unwrap();
+        assert!(
+            msg.starts_with(&format!("{} (ADD): could not be started", names[k])),
+            "{msg}"
+        );
+        // Its own rollback DEL cannot start either: listed, code unchanged.
+        let details = error["details"].as_str().unwrap();
+        let listed = format!(
+            "rollback DEL also failed:\n- {} (DEL): could not be started",
+            names[k]
+        );
+        assert!(details.contains(&listed), "{details}");
+
+        // The scripted delegates before it were added, then deleted in order,
+        // the first DEL reading what the one that failed to start was given.
+        let mut expected: Vec<String> = names[..k].iter().map(|n| format!("{n} ADD")).collect();
+        expected.extend(names[..k].iter().map(|n| format!("{n} DEL")));
+        assert_eq!(stack.call_list(), expected, "at {k}");
+        if k > 0 {
+            let first_del = &stack.calls()[k];
+            assert_eq!(
+                stack.stdin_of(first_del),
+                with_prev(&input, &result_of(names[k - 1]))
+            );
+        }
+    }
 }
 
 #[test]
