@@ -1,10 +1,12 @@
 //! The network configuration from stdin: the few keys the plugin reads,
-//! checked, and the whole object kept to hand on to delegates with a
-//! `prevResult` set.
+//! checked, and every member kept exactly as written, to hand on to
+//! delegates with a `prevResult` set.
 
 use std::cell::OnceCell;
+use std::fmt;
 
-use serde_json::{Map, Value};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 use crate::error::Error;
 use crate::version;
@@ -18,54 +20,56 @@ pub struct Config<'a> {
     /// Exactly the bytes the runtime wrote; the first delegate gets these.
     pub raw: &'a [u8],
     /// The configuration's cniVersion, one of [`version::SUPPORTED`].
-    pub cni_version: String,
+    pub cni_version: &'static str,
     /// `ipam.delegates`: names to look up in CNI_PATH, in the order to run them.
     pub delegates: Vec<String>,
-    object: Map<String, Value>,
+    members: Members<'a>,
     frame: OnceCell<Frame>,
 }
 
 impl<'a> Config<'a> {
     /// Parses and checks stdin. Checks run in the order the codes matter to
-    /// a runtime: not JSON (6), then the version (1), then the rest (7).
+    /// a runtime: not a JSON object (6), then the version (1), then the rest (7).
     pub fn parse(raw: &'a [u8]) -> Result<Self, Error> {
-        let value: Value = serde_json::from_slice(raw).map_err(Error::ConfigNotJson)?;
-        let Value::Object(object) = value else {
-            return Err(Error::ConfigNotObject);
-        };
-        let cni_version = object.get("cniVersion").and_then(Value::as_str);
-        version::check_supported(cni_version)?;
-        let cni_version = cni_version.unwrap_or_default().to_owned();
-
-        match object.get("name") {
-            Some(Value::String(name)) if !name.is_empty() => {}
-            _ => return Err(invalid("\"name\" must be a non-empty string")),
+        let members: Members = serde_json::from_slice(raw).map_err(Error::ConfigNotObject)?;
+        let version_field = members.get("cniVersion");
+        let cni_version = version_field
+            .and_then(string)
+            .and_then(|v| version::supported(&v))
+            .ok_or_else(|| Error::UnsupportedVersion(version_field.map(|v| v.get().to_owned())))?;
+        if members
+            .get("name")
+            .and_then(string)
+            .is_none_or(|name| name.is_empty())
+        {
+            return Err(invalid("\"name\" must be a non-empty string"));
         }
-        let delegates = delegates(&object)?;
+        let delegates = delegates(&members)?;
         Ok(Config {
             raw,
             cni_version,
             delegates,
-            object,
+            members,
             frame: OnceCell::new(),
         })
     }
 
     /// The configuration with `prevResult` set to `result`, a delegate's
-    /// printed JSON object, inserted as printed. Every other key keeps its
-    /// value and place; a `prevResult` the runtime sent is replaced in place.
+    /// printed JSON object, inserted as printed. Every other member keeps
+    /// its place and is copied byte for byte; a `prevResult` the runtime sent
+    /// is replaced where it stood.
     pub fn with_prev_result(&self, result: &[u8]) -> Vec<u8> {
-        let frame = self.frame.get_or_init(|| Frame::new(&self.object));
+        let frame = self.frame.get_or_init(|| Frame::new(&self.members));
         [frame.head.as_slice(), result, frame.tail.as_slice()].concat()
     }
 }
 
-/// The cniVersion a reply should carry: the input's when it has a readable
+/// The cniVersion a reply should carry: the input's when it has a string
 /// one, whether supported or not, else the newest supported.
 pub fn reply_version(raw: &[u8]) -> String {
-    serde_json::from_slice::<Value>(raw)
+    serde_json::from_slice::<Members>(raw)
         .ok()
-        .and_then(|v| v.get("cniVersion")?.as_str().map(String::from))
+        .and_then(|members| string(members.get("cniVersion")?))
         .unwrap_or_else(|| version::NEWEST.to_owned())
 }
 
@@ -73,31 +77,38 @@ fn invalid(reason: &str) -> Error {
     Error::InvalidConfig(reason.to_owned())
 }
 
+/// A JSON string's value; `None` for any other JSON.
+fn string(value: &RawValue) -> Option<String> {
+    serde_json::from_str(value.get()).ok()
+}
+
 /// `ipam.delegates`: a non-empty array of names, each safe to look up as a
 /// file name in a CNI_PATH directory.
-fn delegates(object: &Map<String, Value>) -> Result<Vec<String>, Error> {
-    let ipam = match object.get("ipam") {
-        Some(Value::Object(ipam)) => ipam,
-        Some(_) => return Err(invalid("\"ipam\" must be an object")),
-        None => return Err(invalid("\"ipam\" is missing")),
-    };
-    let list = match ipam.get("delegates") {
-        Some(Value::Array(list)) if !list.is_empty() => list,
-        Some(Value::Array(_)) => return Err(invalid("\"ipam.delegates\" is empty")),
-        Some(_) => {
-            return Err(invalid(
-                "\"ipam.delegates\" must be an array of plugin names",
-            ))
-        }
-        None => return Err(invalid("\"ipam.delegates\" is missing")),
-    };
+fn delegates(members: &Members) -> Result<Vec<String>, Error> {
+    let ipam = members
+        .get("ipam")
+        .ok_or_else(|| invalid("\"ipam\" is missing"))?;
+    let ipam: Members =
+        serde_json::from_str(ipam.get()).map_err(|_| invalid("\"ipam\" must be an object"))?;
+    let list = ipam
+        .get("delegates")
+        .ok_or_else(|| invalid("\"ipam.delegates\" is missing"))?;
+    let list: Vec<&RawValue> = serde_json::from_str(list.get())
+        .map_err(|_| invalid("\"ipam.delegates\" must be an array of plugin names"))?;
+    if list.is_empty() {
+        return Err(invalid("\"ipam.delegates\" is empty"));
+    }
     list.iter()
         .enumerate()
-        .map(|(i, entry)| match entry {
-            Value::String(name) => check_name(name).map(|()| name.clone()),
-            other => Err(Error::InvalidConfig(format!(
-                "\"ipam.delegates\"[{i}] must be a plugin name, not {other}"
-            ))),
+        .map(|(i, entry)| {
+            let name = string(entry).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "\"ipam.delegates\"[{i}] must be a plugin name, not {}",
+                    entry.get()
+                ))
+            })?;
+            check_name(&name)?;
+            Ok(name)
         })
         .collect()
 }
@@ -114,8 +125,46 @@ fn check_name(name: &str) -> Result<(), Error> {
     }
 }
 
-/// The configuration serialised once, split where the `prevResult` value
-/// goes, so each delegate's stdin is a copy of both halves around a result.
+/// A JSON object's members in their order, duplicates included, each value
+/// as the text it was written as. Reading them parses no value.
+#[derive(Debug)]
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    /// The value of `key`; of a duplicated key, the last one, as Go's
+    /// encoding/json (runtimes, Go delegates) reads it.
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MembersVisitor;
+
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+
+        deserializer.deserialize_map(MembersVisitor)
+    }
+}
+
+/// The configuration written out once without its `prevResult`, split
+/// where that value goes, so each delegate's stdin is both halves copied
+/// around a result.
 #[derive(Debug)]
 struct Frame {
     /// Up to and including `"prevResult":`.
@@ -125,41 +174,50 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(object: &Map<String, Value>) -> Frame {
+    fn new(members: &Members) -> Frame {
         let mut head = b"{".to_vec();
         let mut tail = Vec::new();
         let mut placed = false;
-        for (key, value) in object {
+        for (key, value) in &members.0 {
             if key == PREV_RESULT {
-                if head.len() > 1 {
-                    head.push(b',');
+                // The first one's place takes the new value; duplicates go,
+                // or a reader taking the last would see a stale one.
+                if !placed {
+                    separate(&mut head);
+                    push_member(&mut head, key, "");
+                    placed = true;
                 }
-                push_key(&mut head, key);
-                placed = true;
                 continue;
             }
             let out = if placed { &mut tail } else { &mut head };
-            if out.len() > 1 || placed {
+            if placed {
                 out.push(b',');
+            } else {
+                separate(out);
             }
-            push_key(out, key);
-            // Display on a Value writes compact JSON and cannot fail.
-            out.extend_from_slice(value.to_string().as_bytes());
+            push_member(out, key, value.get());
         }
         if !placed {
-            if head.len() > 1 {
-                head.push(b',');
-            }
-            push_key(&mut head, PREV_RESULT);
+            separate(&mut head);
+            push_member(&mut head, PREV_RESULT, "");
         }
         tail.push(b'}');
         Frame { head, tail }
     }
 }
 
-fn push_key(out: &mut Vec<u8>, key: &str) {
-    out.extend_from_slice(Value::from(key).to_string().as_bytes());
+/// A comma, unless `head` holds only the opening brace so far.
+fn separate(head: &mut Vec<u8>) {
+    if head.len() > 1 {
+        head.push(b',');
+    }
+}
+
+/// Appends `"key":value`, the key escaped as JSON, the value as given.
+fn push_member(out: &mut Vec<u8>, key: &str, value: &str) {
+    out.extend_from_slice(serde_json::Value::from(key).to_string().as_bytes());
     out.push(b':');
+    out.extend_from_slice(value.as_bytes());
 }
 
 #[cfg(test)]
@@ -173,6 +231,11 @@ mod tests {
         Config::parse(text.as_bytes()).expect_err("should be refused")
     }
 
+    fn spliced(input: &str, result: &str) -> String {
+        let config = Config::parse(input.as_bytes()).unwrap();
+        String::from_utf8(config.with_prev_result(result.as_bytes())).unwrap()
+    }
+
     #[test]
     fn a_good_config_is_read() {
         let c = Config::parse(GOOD.as_bytes()).unwrap();
@@ -183,7 +246,17 @@ mod tests {
 
     #[test]
     fn not_json_or_not_an_object_is_code_6() {
-        for text in ["", "nope", "{", "[1]", "\"s\"", "3", "null", "{\"a\":1}x"] {
+        for text in [
+            "",
+            "nope",
+            "{",
+            "[1]",
+            "\"s\"",
+            "3",
+            "null",
+            "{\"a\":1}x",
+            "{\"a\":}",
+        ] {
             assert_eq!(parse_err(text).code(), code::DECODING_FAILURE, "{text:?}");
         }
         let e = Config::parse(b"{\"cniVersion\":\"1.0.0\xff\"}").unwrap_err();
@@ -191,15 +264,16 @@ mod tests {
     }
 
     #[test]
-    fn deep_nesting_is_an_error_not_a_crash() {
-        let deep = "[".repeat(100_000);
-        assert_eq!(parse_err(&deep).code(), code::DECODING_FAILURE);
-    }
-
-    #[test]
-    fn version_missing_or_unsupported_is_code_1_before_anything_else() {
-        for text in [r#"{}"#, r#"{"cniVersion":"0.2.0"}"#, r#"{"cniVersion":1}"#] {
-            assert_eq!(parse_err(text).code(), code::INCOMPATIBLE_VERSION, "{text}");
+    fn version_missing_unsupported_or_not_a_string_is_code_1_and_shown() {
+        let cases = [
+            (r#"{}"#, "cniVersion (missing)"),
+            (r#"{"cniVersion":"0.2.0"}"#, r#"cniVersion "0.2.0" is"#),
+            (r#"{"cniVersion":1}"#, "cniVersion 1 is"),
+        ];
+        for (text, shown) in cases {
+            let e = parse_err(text);
+            assert_eq!(e.code(), code::INCOMPATIBLE_VERSION, "{text}");
+            assert!(e.to_string().starts_with(shown), "{e}");
         }
     }
 
@@ -229,7 +303,7 @@ mod tests {
             ),
             (
                 r#""ipam":{"delegates":[null]}"#,
-                "[0] must be a plugin name",
+                "[0] must be a plugin name, not null",
             ),
         ];
         for (ipam, expect) in cases {
@@ -254,44 +328,52 @@ mod tests {
     }
 
     #[test]
-    fn prev_result_is_appended_with_everything_else_in_order() {
-        let text = r#"{"cniVersion":"1.0.0", "name":"n","zeta":1.50,"ipam":{"delegates":["a"],"big":123456789012345678901234567890},"alpha":"\u00e9"}"#;
+    fn duplicated_keys_read_as_the_last_one() {
+        let text = r#"{"cniVersion":"0.2.0","cniVersion":"1.0.0","name":"n","ipam":{"delegates":["x"],"delegates":["a"]}}"#;
         let c = Config::parse(text.as_bytes()).unwrap();
-        let out = c.with_prev_result(br#"{"ips":[], "x":1e3}"#);
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            r#"{"cniVersion":"1.0.0","name":"n","zeta":1.50,"ipam":{"delegates":["a"],"big":123456789012345678901234567890},"alpha":"é","prevResult":{"ips":[], "x":1e3}}"#
+            (c.cni_version, c.delegates.as_slice()),
+            ("1.0.0", &["a".to_string()][..])
         );
     }
 
     #[test]
-    fn a_runtime_prev_result_is_replaced_in_place() {
-        let text = r#"{"cniVersion":"1.0.0","prevResult":{"old":true},"name":"n","ipam":{"delegates":["a"]}}"#;
-        let c = Config::parse(text.as_bytes()).unwrap();
-        let out = c.with_prev_result(br#"{"new":true}"#);
+    fn other_members_are_copied_exactly_and_prev_result_appended() {
+        let input = r#"{"cniVersion":"1.0.0", "name":"n","zeta":1.50,"ipam":{ "delegates":["a"], "big":123456789012345678901234567890, "e":1e3 },"alpha":"\u00e9\ud800","$serde_json::private::Number":"x"}"#;
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            spliced(input, r#"{"ips":[], "x":1e3}"#),
+            r#"{"cniVersion":"1.0.0","name":"n","zeta":1.50,"ipam":{ "delegates":["a"], "big":123456789012345678901234567890, "e":1e3 },"alpha":"\u00e9\ud800","$serde_json::private::Number":"x","prevResult":{"ips":[], "x":1e3}}"#
+        );
+    }
+
+    #[test]
+    fn deep_values_pass_through_unparsed() {
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let input = format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"delegates":["a"]}},"deep":{deep}}}"#
+        );
+        assert!(spliced(&input, "{}").contains(&deep));
+    }
+
+    #[test]
+    fn a_runtime_prev_result_is_replaced_in_place_and_duplicates_dropped() {
+        let input = r#"{"cniVersion":"1.0.0","prevResult":{"old":1},"name":"n","prevResult":{"old":2},"ipam":{"delegates":["a"]}}"#;
+        assert_eq!(
+            spliced(input, r#"{"new":true}"#),
             r#"{"cniVersion":"1.0.0","prevResult":{"new":true},"name":"n","ipam":{"delegates":["a"]}}"#
         );
         let first =
             r#"{"prevResult":{},"cniVersion":"1.0.0","name":"n","ipam":{"delegates":["a"]}}"#;
-        let c = Config::parse(first.as_bytes()).unwrap();
-        assert!(c
-            .with_prev_result(b"{}")
-            .starts_with(br#"{"prevResult":{},"cniVersion""#));
+        assert!(spliced(first, "{}").starts_with(r#"{"prevResult":{},"cniVersion""#));
     }
 
     #[test]
-    fn the_spliced_config_is_valid_json_each_time() {
-        let c = Config::parse(GOOD.as_bytes()).unwrap();
-        for result in [&b"{}"[..], br#"{"a":[1,2]}"#] {
-            let v: Value = serde_json::from_slice(&c.with_prev_result(result)).unwrap();
-            assert_eq!(
-                v["prevResult"],
-                serde_json::from_slice::<Value>(result).unwrap()
-            );
-            assert_eq!(v["ipam"]["delegates"][1], "b");
-        }
+    fn keys_are_re_escaped_as_json() {
+        let input =
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"delegates":["a"]},"q\"k\u0041":0}"#;
+        let out = spliced(input, "{}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["q\"kA"], 0);
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The plugin's one error type: every way an invocation can fail, and the CNI
 //! error object each one is reported as.
 
-use std::fmt;
 use std::io;
 
 use serde_json::json;
@@ -17,7 +16,7 @@ pub mod code {
     pub const INVALID_ENVIRONMENT: u32 = 4;
     /// Reading stdin or talking to a delegate failed at the I/O level.
     pub const IO_FAILURE: u32 = 5;
-    /// Something that should be JSON (stdin, a delegate's stdout) could not be decoded.
+    /// Something that should be a JSON object (stdin, a delegate's stdout) is not.
     pub const DECODING_FAILURE: u32 = 6;
     /// The network configuration is invalid.
     pub const INVALID_CONFIG: u32 = 7;
@@ -36,8 +35,9 @@ pub mod code {
 /// Everything that can make an invocation fail.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The configuration has no cniVersion, or one this plugin does not speak.
-    #[error("cniVersion {} is not supported; supported: {}", .0.as_deref().map_or("(missing)".into(), |v| format!("{v:?}")), crate::version::SUPPORTED.join(", "))]
+    /// The configuration's cniVersion (as written, if present) is missing,
+    /// not a string, or not one this plugin speaks.
+    #[error("cniVersion {} is not supported; supported: {}", .0.as_deref().unwrap_or("(missing)"), crate::version::SUPPORTED.join(", "))]
     UnsupportedVersion(Option<String>),
 
     /// The command exists only from a later spec version than the configuration's.
@@ -48,7 +48,7 @@ pub enum Error {
         /// The first spec version that has it.
         minimum: &'static str,
         /// The configuration's version.
-        version: String,
+        version: &'static str,
     },
 
     /// CNI_COMMAND names no command this plugin knows.
@@ -72,13 +72,9 @@ pub enum Error {
     #[error("cannot read the network configuration from stdin: {0}")]
     ReadStdin(#[source] io::Error),
 
-    /// Stdin is not JSON.
-    #[error("the network configuration is not valid JSON: {0}")]
-    ConfigNotJson(#[source] serde_json::Error),
-
-    /// Stdin is JSON but not an object.
-    #[error("the network configuration is not a JSON object")]
-    ConfigNotObject,
+    /// Stdin is not a JSON object.
+    #[error("the network configuration is not a JSON object: {0}")]
+    ConfigNotObject(#[source] serde_json::Error),
 
     /// The configuration breaks one of the plugin's rules.
     #[error("invalid network configuration: {0}")]
@@ -93,8 +89,12 @@ pub enum Error {
         searched: String,
     },
 
-    /// A delegate was run and failed.
-    #[error("{delegate} ({command}): {failure}")]
+    /// A delegate was run and failed. A CNI error object it printed is
+    /// reported as it printed it; any other failure names the delegate.
+    #[error("{}", match failure {
+        Failure::Reported { msg, .. } if !msg.is_empty() => msg.clone(),
+        _ => format!("{delegate} ({command}): {failure}"),
+    })]
     Delegate {
         /// The delegate's name, as configured.
         delegate: String,
@@ -113,15 +113,21 @@ pub enum Error {
         rollback: Vec<Error>,
     },
 
-    /// Several delegates failed in a best-effort command; the first one is reported.
-    #[error("{} (and {} more failures)", .0[0], .0.len() - 1)]
-    Several(Vec<Error>),
+    /// Several delegates failed in a best-effort command; the first is reported.
+    #[error("{first} (and {} more {})", rest.len(), if rest.len() == 1 { "failure" } else { "failures" })]
+    Several {
+        /// The first failure: its code is the answer.
+        first: Box<Error>,
+        /// The failures after it, at least one.
+        rest: Vec<Error>,
+    },
 }
 
 /// How one delegate call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Failure {
     /// The delegate exited non-zero and printed a CNI error object, kept as printed.
+    #[error("failed with code {code}: {msg}")]
     Reported {
         /// Its error code.
         code: u32,
@@ -131,8 +137,10 @@ pub enum Failure {
         details: String,
     },
     /// The process could not be started.
-    NotStarted(io::Error),
+    #[error("could not be started: {0}")]
+    NotStarted(#[source] io::Error),
     /// The delegate exited non-zero without a CNI error object on stdout.
+    #[error("exited with status {status} and no CNI error object")]
     Exited {
         /// Its exit status.
         status: i32,
@@ -140,42 +148,25 @@ pub enum Failure {
         stdout: String,
     },
     /// The delegate was killed by a signal.
+    #[error("was killed by signal {0}")]
     Killed(i32),
     /// The delegate printed more than the cap (in bytes) and was stopped.
+    #[error("printed more than {0} bytes on stdout and was stopped")]
     TooMuchOutput(usize),
-    /// The delegate succeeded but printed something that is not JSON.
-    NotJson {
-        /// The parser's complaint.
-        error: serde_json::Error,
+    /// The delegate succeeded but printed something that is not a JSON object.
+    #[error("printed something that is not a JSON object: {reason}")]
+    NotObject {
+        /// What is wrong with it.
+        reason: String,
         /// The start of what it printed.
         stdout: String,
     },
-    /// The delegate succeeded but printed JSON that is not an object.
-    NotObject,
     /// An ADD succeeded but printed no result.
+    #[error("succeeded but printed no result")]
     NoResult,
     /// Writing its stdin or reading its stdout failed.
-    Io(io::Error),
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Failure::Reported { msg, .. } => f.write_str(msg),
-            Failure::NotStarted(e) => write!(f, "could not be started: {e}"),
-            Failure::Exited { status, .. } => {
-                write!(f, "exited with status {status} and no CNI error object")
-            }
-            Failure::Killed(signal) => write!(f, "was killed by signal {signal}"),
-            Failure::TooMuchOutput(cap) => {
-                write!(f, "printed more than {cap} bytes on stdout and was stopped")
-            }
-            Failure::NotJson { error, .. } => write!(f, "printed output that is not JSON: {error}"),
-            Failure::NotObject => f.write_str("printed JSON that is not an object"),
-            Failure::NoResult => f.write_str("succeeded but printed no result"),
-            Failure::Io(e) => write!(f, "I/O error on its stdin or stdout: {e}"),
-        }
-    }
+    #[error("I/O error on its stdin or stdout: {0}")]
+    Io(#[source] io::Error),
 }
 
 impl Error {
@@ -189,7 +180,7 @@ impl Error {
             | Error::MissingVariable(_)
             | Error::InvalidVariable { .. } => code::INVALID_ENVIRONMENT,
             Error::ReadStdin(_) => code::IO_FAILURE,
-            Error::ConfigNotJson(_) | Error::ConfigNotObject => code::DECODING_FAILURE,
+            Error::ConfigNotObject(_) => code::DECODING_FAILURE,
             Error::InvalidConfig(_) => code::INVALID_CONFIG,
             Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
             Error::Delegate { failure, .. } => match failure {
@@ -198,23 +189,22 @@ impl Error {
                 Failure::Exited { .. } => code::DELEGATE_EXITED,
                 Failure::Killed(_) => code::DELEGATE_KILLED,
                 Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
-                Failure::NotJson { .. } | Failure::NotObject | Failure::NoResult => {
-                    code::DECODING_FAILURE
-                }
+                Failure::NotObject { .. } | Failure::NoResult => code::DECODING_FAILURE,
                 Failure::Io(_) => code::IO_FAILURE,
             },
             Error::RollbackFailed { error, .. } => error.code(),
-            Error::Several(all) => all[0].code(),
+            Error::Several { first, .. } => first.code(),
         }
     }
 
-    /// The CNI error object's `details`: what a delegate said beyond its
-    /// message, and every other failure that came with this one.
+    /// The CNI error object's `details`: a delegate's own details, the
+    /// start of what a misbehaving delegate printed, and every other failure
+    /// that came with this one.
     pub fn details(&self) -> String {
         match self {
             Error::Delegate { failure, .. } => match failure {
                 Failure::Reported { details, .. } => details.clone(),
-                Failure::Exited { stdout, .. } | Failure::NotJson { stdout, .. }
+                Failure::Exited { stdout, .. } | Failure::NotObject { stdout, .. }
                     if !stdout.is_empty() =>
                 {
                     format!("stdout began: {stdout}")
@@ -222,10 +212,29 @@ impl Error {
                 _ => String::new(),
             },
             Error::RollbackFailed { error, rollback } => {
-                join_details(error.details(), "rollback DEL also failed", rollback)
+                list(error.details(), "rollback DEL also failed", rollback.iter())
             }
-            Error::Several(all) => join_details(String::new(), "failures", all),
+            Error::Several { first, rest } => list(
+                String::new(),
+                "failures",
+                std::iter::once(&**first).chain(rest),
+            ),
             _ => String::new(),
+        }
+    }
+
+    /// One line that always says which delegate failed and how, for logs
+    /// and for the lists in `details`.
+    pub fn summary(&self) -> String {
+        match self {
+            Error::Delegate {
+                delegate,
+                command,
+                failure,
+            } => format!("{delegate} ({command}): {failure}"),
+            Error::RollbackFailed { error, .. } => error.summary(),
+            Error::Several { first, .. } => first.summary(),
+            _ => self.to_string(),
         }
     }
 
@@ -243,11 +252,19 @@ impl Error {
     }
 
     /// Folds the failures of a best-effort command into one error, or none.
-    pub fn from_failures(mut failures: Vec<Error>) -> Result<(), Error> {
-        match failures.len() {
-            0 => Ok(()),
-            1 => Err(failures.remove(0)),
-            _ => Err(Error::Several(failures)),
+    pub fn from_failures(failures: Vec<Error>) -> Result<(), Error> {
+        let mut failures = failures.into_iter();
+        let Some(first) = failures.next() else {
+            return Ok(());
+        };
+        let rest: Vec<Error> = failures.collect();
+        if rest.is_empty() {
+            Err(first)
+        } else {
+            Err(Error::Several {
+                first: Box::new(first),
+                rest,
+            })
         }
     }
 
@@ -264,8 +281,9 @@ impl Error {
     }
 }
 
-/// `own` details, then each listed error as "msg (details)", one per line.
-fn join_details(own: String, heading: &str, listed: &[Error]) -> String {
+/// `own` details, then a heading and each listed error's summary (with its
+/// details in brackets), one per line.
+fn list<'a>(own: String, heading: &str, listed: impl Iterator<Item = &'a Error>) -> String {
     let mut out = own;
     if !out.is_empty() {
         out.push('\n');
@@ -274,7 +292,7 @@ fn join_details(own: String, heading: &str, listed: &[Error]) -> String {
     out.push(':');
     for error in listed {
         out.push_str("\n- ");
-        out.push_str(&error.to_string());
+        out.push_str(&error.summary());
         let details = error.details();
         if !details.is_empty() {
             out.push_str(&format!(" ({details})"));
@@ -307,8 +325,32 @@ mod tests {
     fn a_reported_error_keeps_its_code_message_and_details() {
         let e = delegate("ipam-da-world", reported(11));
         assert_eq!(e.code(), 11);
-        assert_eq!(e.to_string(), "ipam-da-world (ADD): no addresses left");
+        assert_eq!(e.to_string(), "no addresses left");
         assert_eq!(e.details(), "pool p1 is full");
+        assert_eq!(
+            e.summary(),
+            "ipam-da-world (ADD): failed with code 11: no addresses left"
+        );
+    }
+
+    #[test]
+    fn a_reported_error_without_a_message_names_the_delegate() {
+        let e = delegate(
+            "a",
+            Failure::Reported {
+                code: 11,
+                msg: String::new(),
+                details: String::new(),
+            },
+        );
+        assert_eq!(e.to_string(), "a (ADD): failed with code 11: ");
+    }
+
+    #[test]
+    fn other_failures_name_the_delegate() {
+        let e = delegate("a", Failure::Killed(9));
+        assert_eq!(e.to_string(), "a (ADD): was killed by signal 9");
+        assert_eq!(e.code(), code::DELEGATE_KILLED);
     }
 
     #[test]
@@ -324,11 +366,11 @@ mod tests {
             ),
         ]);
         assert_eq!(e.code(), 11);
-        assert_eq!(e.to_string(), "b (ADD): no addresses left");
-        let details = e.details();
-        assert!(details.starts_with("pool p1 is full\nrollback DEL also failed:"));
-        assert!(details.contains("- a (ADD): was killed by signal 9"));
-        assert!(details.contains("- b (ADD): exited with status 3"));
+        assert_eq!(e.to_string(), "no addresses left");
+        assert_eq!(
+            e.details(),
+            "pool p1 is full\nrollback DEL also failed:\n- a (ADD): was killed by signal 9\n- b (ADD): exited with status 3 and no CNI error object"
+        );
     }
 
     #[test]
@@ -347,18 +389,26 @@ mod tests {
         assert_eq!(e.code(), code::DELEGATE_KILLED);
         assert_eq!(
             e.to_string(),
-            "a (ADD): was killed by signal 15 (and 1 more failures)"
+            "a (ADD): was killed by signal 15 (and 1 more failure)"
         );
         assert_eq!(
             e.details(),
-            "failures:\n- a (ADD): was killed by signal 15\n- b (ADD): no addresses left (pool p1 is full)"
+            "failures:\n- a (ADD): was killed by signal 15\n- b (ADD): failed with code 11: no addresses left (pool p1 is full)"
         );
+        let three = Error::from_failures(vec![
+            delegate("a", Failure::NoResult),
+            delegate("b", Failure::NoResult),
+            delegate("c", Failure::NoResult),
+        ])
+        .unwrap_err();
+        assert!(three.to_string().ends_with("(and 2 more failures)"));
     }
 
     #[test]
     fn one_failure_is_reported_as_itself_and_none_is_success() {
         assert!(Error::from_failures(Vec::new()).is_ok());
-        let e = Error::from_failures(vec![delegate("a", Failure::NotObject)]).unwrap_err();
+        let e = Error::from_failures(vec![delegate("a", Failure::NoResult)]).unwrap_err();
+        assert!(matches!(e, Error::Delegate { .. }));
         assert_eq!(e.code(), code::DECODING_FAILURE);
     }
 
@@ -366,6 +416,7 @@ mod tests {
     fn the_reply_is_one_cni_error_object_on_one_line() {
         let reply = Error::MissingVariable("CNI_PATH").to_reply("0.4.0");
         assert_eq!(reply.last(), Some(&b'\n'));
+        assert_eq!(reply.iter().filter(|b| **b == b'\n').count(), 1);
         let v: serde_json::Value = serde_json::from_slice(&reply).unwrap();
         assert_eq!(
             v,

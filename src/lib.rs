@@ -22,29 +22,33 @@ use error::Error;
 /// `Ok(None)` a success that prints nothing.
 pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
     debug!(
-        version = env!("CARGO_PKG_VERSION"),
         command = %env.command,
         container_id = env.container_id.as_deref().unwrap_or(""),
-        "ipam-delegated invoked"
+        "invocation"
     );
-    if env.command == Command::Version {
-        return Ok(Some(version::reply(&config::reply_version(stdin))));
-    }
-    let config = Config::parse(stdin)?;
-    version::check_command(env.command, &config.cni_version)?;
     match env.command {
+        Command::Version => Ok(Some(version::reply(&config::reply_version(stdin)))),
         Command::Add => {
+            let config = checked(env.command, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
             delegate::add(&config, &delegates).map(Some)
         }
         Command::Check => {
+            let config = checked(env.command, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
             delegate::check(&config, &delegates).map(|()| None)
         }
         Command::Del => {
+            let config = checked(env.command, stdin)?;
             let delegates = delegate::resolve_each(&config.delegates, &env.path);
             delegate::del(&config, delegates).map(|()| None)
         }
-        Command::Version => Ok(Some(version::reply(&config.cni_version))),
     }
+}
+
+/// The configuration, parsed and checked for the command.
+fn checked(command: Command, stdin: &[u8]) -> Result<Config<'_>, Error> {
+    let config = Config::parse(stdin)?;
+    version::check_command(command, config.cni_version)?;
+    Ok(config)
 }

@@ -21,7 +21,10 @@ pub fn init() {
         match open_log_file() {
             Ok(file) => (BoxMakeWriter::new(stderr.and(file)), Level::DEBUG),
             Err(e) => {
-                eprintln!("ipam-delegated: cannot open the log file, logging to stderr only: {e}");
+                let _ = writeln!(
+                    io::stderr(),
+                    "ipam-delegated: cannot open the log file, logging to stderr only: {e}"
+                );
                 (BoxMakeWriter::new(stderr), Level::WARN)
             }
         }
@@ -29,6 +32,9 @@ pub fn init() {
         (BoxMakeWriter::new(stderr), Level::WARN)
     };
     tracing_subscriber::fmt()
+        // A log that cannot be written must never stop the reply; the
+        // default would report on stderr, panicking when that is closed too.
+        .log_internal_errors(false)
         .with_ansi(false)
         .with_max_level(level)
         .with_writer(writer)
@@ -70,7 +76,8 @@ impl<W: Write> Write for OneLine<W> {
             }
         }
         line.extend_from_slice(end);
-        self.0.write_all(&line)?;
+        // A closed stderr loses the line and nothing else.
+        let _ = self.0.write_all(&line);
         Ok(event.len())
     }
 

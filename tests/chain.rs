@@ -7,12 +7,10 @@ mod common;
 use common::{config, with_prev, Answer, Stack};
 use serde_json::json;
 
-/// Step 2 of the seed's example flow: what bridge hands the plugin.
-const SEED_INPUT: &str = r#"{
-  "cniVersion": "1.0.0",
-  "name": "example",
-  "type": "bridge",
-  "ipam": {
+/// The `ipam` value of step 2 of the seed's example flow, as written there.
+macro_rules! seed_ipam {
+    () => {
+        r#"{
     "type": "ipam-delegated",
     "delegates": [
       "ipam-ds-hello",
@@ -20,17 +18,30 @@ const SEED_INPUT: &str = r#"{
     ],
     "hello": "local-pool",
     "world": 23
-  }
+  }"#
+    };
 }
-"#;
+
+/// Step 2 of the seed's example flow: what bridge hands the plugin.
+const SEED_INPUT: &str = concat!(
+    "{\n  \"cniVersion\": \"1.0.0\",\n  \"name\": \"example\",\n  \"type\": \"bridge\",\n  \"ipam\": ",
+    seed_ipam!(),
+    "\n}\n"
+);
 
 /// What ipam-ds-hello prints: step 5's prevResult (the seed's step 4 shows
 /// the same pool without its gateway; the plugin passes on whatever the
 /// delegate printed, so the test uses the one step 5 expects).
 const SEED_HELLO: &str = r#"{"cniVersion":"1.0.0","ips":[],"routes":[],"dns":{},"pools":[{"name":"local-pool","subnet":"192.168.0.0/24","gateway":"192.168.0.1"}]}"#;
 
-/// Step 5: what ipam-da-world must read, compact, keys in the input's order.
-const SEED_WORLD_STDIN: &str = r#"{"cniVersion":"1.0.0","name":"example","type":"bridge","ipam":{"type":"ipam-delegated","delegates":["ipam-ds-hello","ipam-da-world"],"hello":"local-pool","world":23},"prevResult":{"cniVersion":"1.0.0","ips":[],"routes":[],"dns":{},"pools":[{"name":"local-pool","subnet":"192.168.0.0/24","gateway":"192.168.0.1"}]}}"#;
+/// Step 5: what ipam-da-world must read. Every member is copied as
+/// written (the ipam object keeps its layout), prevResult is appended as
+/// ipam-ds-hello printed it.
+const SEED_WORLD_STDIN: &str = concat!(
+    r#"{"cniVersion":"1.0.0","name":"example","type":"bridge","ipam":"#,
+    seed_ipam!(),
+    r#","prevResult":{"cniVersion":"1.0.0","ips":[],"routes":[],"dns":{},"pools":[{"name":"local-pool","subnet":"192.168.0.0/24","gateway":"192.168.0.1"}]}}"#
+);
 
 /// Step 6, as a delegate might print it: pretty, with a trailing newline.
 const SEED_WORLD_RESULT: &str = r#"{
@@ -65,10 +76,11 @@ fn seed_example_flow_byte_for_byte() {
     // Step 3: the exact same input.
     assert_eq!(stack.stdin_of(&calls[0]), SEED_INPUT.as_bytes());
     // Step 5: the input with prevResult set, nothing else changed.
-    assert_eq!(
-        String::from_utf8(stack.stdin_of(&calls[1])).unwrap(),
-        SEED_WORLD_STDIN
-    );
+    let world_stdin = String::from_utf8(stack.stdin_of(&calls[1])).unwrap();
+    assert_eq!(world_stdin, SEED_WORLD_STDIN);
+    let step_5: serde_json::Value = serde_json::from_str(&world_stdin).unwrap();
+    assert_eq!(step_5["prevResult"]["pools"][0]["gateway"], "192.168.0.1");
+    assert_eq!(step_5["ipam"]["world"], 23);
     // Step 7: the last result, exactly as printed (less surrounding whitespace).
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
@@ -122,7 +134,11 @@ fn seed_step_6_failure_rolls_back_both_threading_the_del_result() {
         SEED_WORLD_STDIN
     );
     // 2/ … and world gets the prevResult that DEL returned.
-    assert_eq!(stack.stdin_of(&calls[3]), with_prev(SEED_INPUT, hello_del));
+    let expected = SEED_WORLD_STDIN.replace(SEED_HELLO, hello_del);
+    assert_eq!(
+        String::from_utf8(stack.stdin_of(&calls[3])).unwrap(),
+        expected
+    );
 }
 
 /// Each way a delegate can fail on ADD, with the code the plugin must answer.
@@ -163,11 +179,16 @@ fn rollback_for_each_failure_at_first_middle_and_last() {
             stack.answer(names[k], "ADD", answer.clone());
             let out = stack.run("ADD", input.as_bytes());
             let error = out.assert_error(code);
+            // An error object's msg is kept as printed; any other failure
+            // names the delegate. Either way stderr says which one it was.
             let msg = error["msg"].as_str().unwrap();
-            assert!(
-                msg.starts_with(&format!("{} (ADD): ", names[k])),
-                "{mode} at {k}: {msg}"
-            );
+            let named = format!("{} (ADD): ", names[k]);
+            if code == 11 {
+                assert_eq!(msg, "try later", "{mode} at {k}");
+            } else {
+                assert!(msg.starts_with(&named), "{mode} at {k}: {msg}");
+            }
+            assert!(out.stderr.contains(&named), "{mode} at {k}: {}", out.stderr);
 
             let mut expected: Vec<String> =
                 names[..=k].iter().map(|n| format!("{n} ADD")).collect();
@@ -198,11 +219,17 @@ fn a_reported_error_keeps_code_message_and_details() {
             r#"{"cniVersion":"1.0.0","code":11,"msg":"try later","details":"lease store down"}"#,
         ),
     );
-    let error = stack
-        .run("ADD", config("1.0.0", &["a"]).as_bytes())
-        .assert_error(11);
-    assert_eq!(error["msg"], "a (ADD): try later");
+    let out = stack.run("ADD", config("1.0.0", &["a"]).as_bytes());
+    let error = out.assert_error(11);
+    assert_eq!(error["msg"], "try later");
     assert_eq!(error["details"], "lease store down");
+    // The runtime's log learns which delegate said so.
+    assert!(
+        out.stderr
+            .contains("a (ADD): failed with code 11: try later"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -284,12 +311,15 @@ fn rollback_threads_del_results_and_survives_rollback_failures() {
     assert_eq!(stack.stdin_of(&calls[6]), with_prev(&input, a_del));
     assert_eq!(stack.stdin_of(&calls[7]), with_prev(&input, a_del));
     let details = error["details"].as_str().unwrap();
-    assert!(details.contains("- b (DEL): b lost its store"), "{details}");
+    assert!(
+        details.contains("- b (DEL): failed with code 3: b lost its store"),
+        "{details}"
+    );
     assert!(
         details.contains("- c (DEL): was killed by signal 15"),
         "{details}"
     );
-    assert_eq!(error["msg"], "d (ADD): no lease");
+    assert_eq!(error["msg"], "no lease");
 }
 
 #[test]
@@ -342,11 +372,32 @@ fn a_delegate_flooding_stdout_is_stopped_and_rolled_back() {
     let error = stack
         .run("ADD", config("1.0.0", &["a", "b"]).as_bytes())
         .assert_error(104);
-    assert!(error["msg"]
-        .as_str()
-        .unwrap()
-        .starts_with("b (ADD): printed more than 4194304 bytes"));
+    let msg = error["msg"].as_str().unwrap();
+    let cap = ipam_delegated::delegate::STDOUT_CAP;
+    assert!(
+        msg.starts_with(&format!("b (ADD): printed more than {cap} bytes")),
+        "{msg}"
+    );
     assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
+}
+
+#[test]
+fn a_delegate_may_ignore_a_large_stdin_or_print_before_reading_it() {
+    // Both would deadlock a plugin that wrote all of stdin before reading
+    // stdout: the config is far larger than a pipe's buffer.
+    let stack = Stack::new();
+    stack.file("ignores-stdin", "#!/bin/sh\necho '{\"ips\":[]}'\n", 0o755);
+    let talks_first = "#!/bin/sh\nhead -c 300000 /dev/zero | tr '\\0' ' '\necho '{\"by\":\"talks-first\"}'\ncat >/dev/null\n";
+    stack.file("talks-first", talks_first, 0o755);
+    let input = json!({
+        "cniVersion": "1.0.0",
+        "name": "n",
+        "ipam": {"delegates": ["ignores-stdin", "talks-first"], "blob": "x".repeat(1 << 20)},
+    })
+    .to_string();
+    let out = stack.run("ADD", input.as_bytes());
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.json(), json!({"by": "talks-first"}));
 }
 
 #[test]
@@ -423,9 +474,12 @@ fn del_is_best_effort_and_reports_the_first_failure() {
         .run("DEL", config("1.0.0", &names).as_bytes())
         .assert_error(11);
     assert_eq!(stack.call_list(), ["a DEL", "b DEL", "c DEL"]);
-    assert_eq!(error["msg"], "a (DEL): store busy (and 1 more failures)");
+    assert_eq!(error["msg"], "store busy (and 1 more failure)");
     let details = error["details"].as_str().unwrap();
-    assert!(details.contains("- a (DEL): store busy"), "{details}");
+    assert!(
+        details.contains("- a (DEL): failed with code 11: store busy"),
+        "{details}"
+    );
     assert!(
         details.contains("- c (DEL): was killed by signal 9"),
         "{details}"
@@ -471,7 +525,7 @@ fn check_runs_all_silently_or_stops_at_the_first_failure() {
         Answer::fails(1, r#"{"code":3,"msg":"no such container"}"#),
     );
     let error = stack.run("CHECK", &input).assert_error(3);
-    assert_eq!(error["msg"], "b (CHECK): no such container");
+    assert_eq!(error["msg"], "no such container");
     assert_eq!(stack.call_list(), ["a CHECK", "b CHECK"]);
 }
 
@@ -502,6 +556,25 @@ fn add_and_check_run_nothing_when_a_delegate_is_missing() {
         );
         assert!(stack.calls().is_empty(), "{command}");
     }
+}
+
+#[test]
+fn relative_path_entries_resolve_in_the_working_directory_without_tilde_expansion() {
+    let stack = Stack::new();
+    let dir = stack.dir.path();
+    std::fs::create_dir_all(dir.join("home/bin")).unwrap();
+    std::fs::create_dir_all(dir.join("~/bin")).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/fake-delegate");
+    std::os::unix::fs::symlink(script, dir.join("~/bin/a")).unwrap();
+    std::os::unix::fs::symlink("/bin/false", dir.join("home/bin/a")).unwrap();
+    stack.answer("a", "ADD", Answer::prints(result_of("a")));
+    let env = stack
+        .env("ADD")
+        .set("CNI_PATH", "~/bin")
+        .set("HOME", &dir.join("home").display().to_string());
+    let out = common::run_plugin_in(dir, &env, config("1.0.0", &["a"]).as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stack.call_list(), ["a ADD"]);
 }
 
 #[test]

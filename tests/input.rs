@@ -222,10 +222,10 @@ fn unknown_keys_are_passed_on() {
     let input = r#"{"cniVersion":"1.0.0","name":"n","x-vendor":{"deep":[1,2.50,null]},"ipam":{"delegates":["a","b"],"subnet":"10.250.0.0/16","n":1e3},"runtimeConfig":{"ips":["10.250.0.9"]},"args":{"cni":{"k":"v"}}}"#;
     assert!(stack.run("ADD", input.as_bytes()).status.success());
     let second = String::from_utf8(stack.stdin_of(&stack.calls()[1])).unwrap();
-    // Digits are kept as written (2.50 stays 2.50); only an exponent gains its sign.
+    // Every value is copied as written: 2.50 stays 2.50, 1e3 stays 1e3.
     assert_eq!(
         second,
-        r#"{"cniVersion":"1.0.0","name":"n","x-vendor":{"deep":[1,2.50,null]},"ipam":{"delegates":["a","b"],"subnet":"10.250.0.0/16","n":1e+3},"runtimeConfig":{"ips":["10.250.0.9"]},"args":{"cni":{"k":"v"}},"prevResult":{"cniVersion":"1.0.0","ips":[]}}"#
+        r#"{"cniVersion":"1.0.0","name":"n","x-vendor":{"deep":[1,2.50,null]},"ipam":{"delegates":["a","b"],"subnet":"10.250.0.0/16","n":1e3},"runtimeConfig":{"ips":["10.250.0.9"]},"args":{"cni":{"k":"v"}},"prevResult":{"cniVersion":"1.0.0","ips":[]}}"#
     );
 }
 

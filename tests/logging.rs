@@ -46,7 +46,7 @@ fn warnings_and_errors_reach_stderr_one_line_each_without_colour() {
     // The rollback failure is a warning, the answer an error, each one line
     // even though the delegate's message has a newline in it.
     assert_eq!(
-        find("rollback: ipam-ds-one (DEL): cannot release"),
+        find("rollback: ipam-ds-one (DEL): failed with code 5: cannot release"),
         1,
         "{lines:#?}"
     );
@@ -57,6 +57,36 @@ fn warnings_and_errors_reach_stderr_one_line_each_without_colour() {
             .any(|l| l.contains("ERROR") && l.contains(r"line one\nline two")),
         "{lines:#?}"
     );
+}
+
+#[test]
+fn a_closed_stderr_does_not_stop_the_error_reply() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let stack = failing_stack();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Command::new(common::PLUGIN)
+        .env_clear()
+        .envs(stack.env("ADD").0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let input = config("1.0.0", &["ipam-ds-one", "ipam-da-two"]);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    // Exit status 1, as for any error, not a panic's 101 or an abort.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["code"], 11);
 }
 
 #[test]
@@ -136,4 +166,38 @@ fn the_verbose_flavour_appends_a_complete_debug_log() {
     }
     // The final error is in the file as well as on stderr.
     assert!(run.contains("ERROR"), "{run}");
+}
+
+#[cfg(feature = "verbose")]
+#[test]
+fn the_verbose_log_records_stopped_delegates_and_refused_invocations() {
+    let stack = Stack::of(&["ipam-da-flood"]);
+    stack.answer("ipam-da-flood", "ADD", Answer::prints(vec![b' '; 5 << 20]));
+    let dir = TempDir::new("log");
+    let log = dir.path().join("ipam-delegated.log");
+    let env = stack
+        .env("ADD")
+        .set("IPAM_DELEGATED_LOG_FILE", &log.display().to_string());
+    let input = config("1.0.0", &["ipam-da-flood"]);
+    common::run_plugin(&env, input.as_bytes()).assert_error(104);
+    common::run_plugin(&env.clone().unset("CNI_PATH"), input.as_bytes()).assert_error(4);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let cap = ipam_delegated::delegate::STDOUT_CAP;
+    let flood = text
+        .lines()
+        .find(|l| l.contains("delegate=ipam-da-flood") && l.contains("command=ADD"))
+        .unwrap_or_else(|| panic!("no flooding call in {text}"));
+    assert!(
+        flood.contains(&format!("status=stopped after more than {cap} bytes")),
+        "{flood}"
+    );
+    // Both runs logged their start with the version, the refused one too.
+    let version = concat!("version=\"", env!("CARGO_PKG_VERSION"), "\"");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(version)).count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("CNI_PATH is not set"), "{text}");
 }

@@ -81,13 +81,20 @@ fn host_local_add_check_del_del() {
     assert!(reservations(data.path()).is_empty());
     stack.run("DEL", &with_result).assert_silent_success();
 
-    // CHECK after DEL: host-local finds nothing and says so; its error is kept.
+    // CHECK after DEL: host-local finds nothing and says so; its error
+    // object is kept and the log names it.
     let out = stack.run("CHECK", &with_result);
-    assert!(!out.status.success());
-    assert!(out.json()["msg"]
-        .as_str()
-        .unwrap()
-        .starts_with("host-local (CHECK): "));
+    let code = out.json()["code"].as_u64().unwrap();
+    let error = out.assert_error(code);
+    assert!(
+        error["msg"].as_str().unwrap().contains("ctr-0123"),
+        "{error}"
+    );
+    assert!(
+        out.stderr.contains("host-local (CHECK): failed with code"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -105,7 +112,7 @@ fn a_failure_after_host_local_leaves_no_reservation() {
     let input = host_local_config(&["host-local", "ipam-da-fails"], data.path());
 
     let error = stack.run("ADD", input.as_bytes()).assert_error(11);
-    assert_eq!(error["msg"], "ipam-da-fails (ADD): upstream down");
+    assert_eq!(error["msg"], "upstream down");
     assert!(
         reservations(data.path()).is_empty(),
         "{:?}",
@@ -212,12 +219,11 @@ fn a_real_plugins_own_error_keeps_its_code() {
     // Debian's host-local speaks up to 1.0.0: at 1.1.0 it answers code 1 itself.
     let data = TempDir::new("hl-data");
     let input = host_local_config(&["host-local"], data.path()).replace("\"1.0.0\"", "\"1.1.0\"");
-    let error = stack.run("ADD", input.as_bytes()).assert_error(1);
+    let out = stack.run("ADD", input.as_bytes());
+    out.assert_error(1);
     assert!(
-        error["msg"]
-            .as_str()
-            .unwrap()
-            .starts_with("host-local (ADD): "),
-        "{error}"
+        out.stderr.contains("host-local (ADD): failed with code 1"),
+        "{}",
+        out.stderr
     );
 }

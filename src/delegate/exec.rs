@@ -7,6 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::Instant;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tracing::debug;
 
@@ -30,39 +31,52 @@ pub fn run(
     stdin: &[u8],
 ) -> Result<Option<Vec<u8>>, Failure> {
     let started = Instant::now();
-    let child = std::process::Command::new(&delegate.path)
+    let finished = std::process::Command::new(&delegate.path)
         .env("CNI_COMMAND", command.as_str())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .spawn();
-    let mut child = match child {
-        Ok(child) => child,
-        Err(e) => {
-            debug!(delegate = %delegate.name, path = %delegate.path.display(), %command, error = %e, "delegate could not be started");
-            return Err(Failure::NotStarted(e));
-        }
+        .spawn()
+        .map_err(Failure::NotStarted)
+        .and_then(|mut child| communicate(&mut child, stdin));
+    let (status, bytes_out) = match &finished {
+        Ok(f) if f.over_cap => (
+            format!("stopped after more than {STDOUT_CAP} bytes"),
+            f.stdout.len(),
+        ),
+        Ok(f) => (f.status.to_string(), f.stdout.len()),
+        Err(failure) => (failure.to_string(), 0),
     };
-    let (stdout, status) = communicate(&mut child, stdin)?;
     debug!(
         delegate = %delegate.name,
         path = %delegate.path.display(),
         %command,
         %status,
         duration = ?started.elapsed(),
-        bytes_out = stdout.len(),
+        bytes_out,
         "delegate called"
     );
-    judge(status, stdout)
+    let finished = finished?;
+    if finished.over_cap {
+        return Err(Failure::TooMuchOutput(STDOUT_CAP));
+    }
+    judge(finished.status, finished.stdout)
+}
+
+/// A delegate process that has ended.
+struct Finished {
+    status: ExitStatus,
+    stdout: Vec<u8>,
+    /// It printed more than [`STDOUT_CAP`] and was killed; `stdout` holds the first bytes.
+    over_cap: bool,
 }
 
 /// Feeds stdin from a second thread while this one reads stdout, so that a
 /// delegate that prints before it has read everything cannot deadlock us.
-fn communicate(child: &mut Child, input: &[u8]) -> Result<(Vec<u8>, ExitStatus), Failure> {
+fn communicate(child: &mut Child, input: &[u8]) -> Result<Finished, Failure> {
+    // Both are Some: the caller asked for piped stdin and stdout.
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(Failure::Io(io::Error::other(
-            "delegate pipes were not set up",
-        )));
+        return Err(Failure::Io(io::Error::other("delegate pipes missing")));
     };
     let (wrote, read) = std::thread::scope(|scope| {
         // A delegate may exit without reading its input; that is its
@@ -71,29 +85,27 @@ fn communicate(child: &mut Child, input: &[u8]) -> Result<(Vec<u8>, ExitStatus),
             Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
             _ => Ok(()),
         });
-        let read = read_capped(stdout);
-        if matches!(read, Ok(None)) {
-            // Over the cap: stop it, which also unblocks the writer.
+        let mut read = Vec::new();
+        let result = stdout.take(STDOUT_CAP as u64 + 1).read_to_end(&mut read);
+        if read.len() > STDOUT_CAP {
+            // Stopping it also unblocks the writer.
             let _ = child.kill();
         }
-        (writer.join(), read)
+        (writer.join(), result.map(|_| read))
     });
     let status = child.wait().map_err(Failure::Io)?;
-    match (wrote, read) {
-        (_, Ok(None)) => Err(Failure::TooMuchOutput(STDOUT_CAP)),
-        (_, Err(e)) | (Ok(Err(e)), _) => Err(Failure::Io(e)),
-        (Err(_), _) => Err(Failure::Io(io::Error::other(
+    let stdout = read.map_err(Failure::Io)?;
+    match wrote {
+        Ok(Ok(())) => Ok(Finished {
+            status,
+            over_cap: stdout.len() > STDOUT_CAP,
+            stdout,
+        }),
+        Ok(Err(e)) => Err(Failure::Io(e)),
+        Err(_) => Err(Failure::Io(io::Error::other(
             "stdin writer thread panicked",
         ))),
-        (Ok(Ok(())), Ok(Some(stdout))) => Ok((stdout, status)),
     }
-}
-
-/// Reads to EOF; `None` if there is more than [`STDOUT_CAP`].
-fn read_capped(stdout: impl Read) -> io::Result<Option<Vec<u8>>> {
-    let mut buf = Vec::new();
-    stdout.take(STDOUT_CAP as u64 + 1).read_to_end(&mut buf)?;
-    Ok((buf.len() <= STDOUT_CAP).then_some(buf))
 }
 
 /// Decides what a finished delegate's exit status and stdout amount to.
@@ -103,14 +115,16 @@ fn judge(status: ExitStatus, stdout: Vec<u8>) -> Result<Option<Vec<u8>>, Failure
         if printed.is_empty() {
             return Ok(None);
         }
-        return match serde_json::from_slice::<Value>(&printed) {
-            Ok(Value::Object(_)) => Ok(Some(printed)),
-            Ok(_) => Err(Failure::NotObject),
-            Err(error) => Err(Failure::NotJson {
-                error,
-                stdout: excerpt(&printed),
-            }),
+        // Checked without building the value: it is passed on as printed.
+        let reason = match serde_json::from_slice::<&RawValue>(&printed) {
+            Ok(_) if printed.starts_with(b"{") => return Ok(Some(printed)),
+            Ok(_) => "JSON, but not an object".to_owned(),
+            Err(error) => error.to_string(),
         };
+        return Err(Failure::NotObject {
+            reason,
+            stdout: excerpt(&printed),
+        });
     }
     if let Some(signal) = status.signal() {
         return Err(Failure::Killed(signal));
@@ -201,8 +215,16 @@ mod tests {
 
     #[test]
     fn success_with_non_json_or_non_object_is_code_6() {
-        for bad in [&b"hello"[..], b"{", b"[1]", b"\"s\"", b"{} {}"] {
+        for bad in [
+            &b"hello"[..],
+            b"{",
+            b"[1]",
+            b"\"s\"",
+            b"{} {}",
+            b"{\"a\":1}x",
+        ] {
             let failure = judge(exited(0), bad.to_vec()).unwrap_err();
+            assert!(matches!(failure, Failure::NotObject { .. }), "{bad:?}");
             assert_eq!(code_of(failure), code::DECODING_FAILURE, "{bad:?}");
         }
     }
@@ -256,13 +278,5 @@ mod tests {
         let text = excerpt(&long);
         assert_eq!(text.chars().filter(|c| *c == 'x').count(), EXCERPT_LEN);
         assert!(text.ends_with('…'));
-    }
-
-    #[test]
-    fn reading_stops_past_the_cap() {
-        let big = vec![b' '; STDOUT_CAP + 10];
-        assert!(read_capped(&big[..]).unwrap().is_none());
-        let ok = vec![b' '; STDOUT_CAP];
-        assert_eq!(read_capped(&ok[..]).unwrap().unwrap().len(), STDOUT_CAP);
     }
 }

@@ -19,9 +19,11 @@ pub struct Delegate {
 /// best-effort command can run the delegates that were found.
 pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, Error>> {
     // Relative CNI_PATH entries resolve against the working directory, as
-    // they would for a runtime; if it is gone, against the root.
+    // they do for runtimes (if it is gone, against the root). Made absolute
+    // here, they also escape `which`'s shell-like expansion of a leading `~`.
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let joined = join(dirs);
+    let absolute: Vec<PathBuf> = dirs.iter().map(|d| cwd.join(d)).collect();
+    let joined = join(&absolute);
     names
         .iter()
         .map(|name| match which::which_in(name, Some(&joined), &cwd) {

@@ -36,23 +36,25 @@ impl Delegate {
 /// delegate k's error is the answer.
 pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
     let mut stdin = Cow::Borrowed(config.raw);
-    let mut result: Option<Vec<u8>> = None;
     for (k, delegate) in delegates.iter().enumerate() {
-        if let Some(previous) = &result {
-            stdin = Cow::Owned(config.with_prev_result(previous));
-        }
         let error = match delegate.call(Command::Add, &stdin) {
-            Ok(Some(printed)) => {
-                result = Some(printed);
+            Ok(Some(result)) if k + 1 == delegates.len() => return Ok(result),
+            Ok(Some(result)) => {
+                stdin = Cow::Owned(config.with_prev_result(&result));
                 continue;
             }
             Ok(None) => delegate.failed(Command::Add, Failure::NoResult),
             Err(error) => error,
         };
-        warn!("ADD failed, rolling back {} delegate(s): {error}", k + 1);
+        warn!(
+            "ADD failed, rolling back {} delegate(s): {}",
+            k + 1,
+            error.summary()
+        );
         return Err(error.with_rollback(rollback(config, &delegates[..=k], stdin)));
     }
-    result.ok_or_else(|| Error::InvalidConfig("\"ipam.delegates\" is empty".into()))
+    // Only reachable with no delegates, which Config::parse refuses.
+    Err(Error::InvalidConfig("\"ipam.delegates\" is empty".into()))
 }
 
 /// Undoes a failed ADD: DEL on each delegate that was run, failed one
@@ -64,7 +66,7 @@ fn rollback(config: &Config, delegates: &[Delegate], mut stdin: Cow<[u8]>) -> Ve
         .iter()
         .filter_map(|delegate| {
             let error = step(config, delegate, Command::Del, &mut stdin).err()?;
-            warn!("rollback: {error}");
+            warn!("rollback: {}", error.summary());
             Some(error)
         })
         .collect()

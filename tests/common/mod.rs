@@ -120,7 +120,13 @@ impl Env {
 
 /// Runs the plugin with exactly `env` and `stdin`.
 pub fn run_plugin(env: &Env, stdin: &[u8]) -> Outcome {
+    run_plugin_in(Path::new("/"), env, stdin)
+}
+
+/// Runs the plugin in working directory `cwd` with exactly `env` and `stdin`.
+pub fn run_plugin_in(cwd: &Path, env: &Env, stdin: &[u8]) -> Outcome {
     let mut child = Command::new(PLUGIN)
+        .current_dir(cwd)
         .env_clear()
         .envs(env.0.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
