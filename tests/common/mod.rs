@@ -240,19 +240,7 @@ impl Stack {
 
     /// Tells scripted delegate `name` how to answer `command`.
     pub fn answer(&self, name: &str, command: &str, answer: Answer) {
-        let plan = |ext: &str| self.rec().join(format!("{name}.{command}.{ext}"));
-        if let Some(stdout) = answer.stdout {
-            fs::write(plan("stdout"), stdout).unwrap();
-        }
-        if let Some(stderr) = answer.stderr {
-            fs::write(plan("stderr"), stderr).unwrap();
-        }
-        if let Some(exit) = answer.exit {
-            fs::write(plan("exit"), exit.to_string()).unwrap();
-        }
-        if let Some(signal) = answer.signal {
-            fs::write(plan("signal"), signal).unwrap();
-        }
+        write_answer(&self.rec(), name, command, answer);
     }
 
     /// A full ADD environment pointing at this stack.
@@ -266,6 +254,11 @@ impl Stack {
             ("CNI_PATH".into(), self.bin().display().to_string()),
             ("CNI_ARGS".into(), "IgnoreUnknown=1;K8S_POD_NAME=p".into()),
             ("FAKE_DELEGATE_DIR".into(), self.rec().display().to_string()),
+            // The verbose flavour logs here, not to the machine's /var/log.
+            (
+                "IPAM_DELEGATED_LOG_FILE".into(),
+                self.dir.path().join("plugin.log").display().to_string(),
+            ),
         ])
     }
 
@@ -343,21 +336,46 @@ pub fn with_prev(input: &str, result: &str) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap()
 }
 
+/// Tells scripted delegate `name`, recording in `rec`, how to answer `command`.
+pub fn write_answer(rec: &Path, name: &str, command: &str, answer: Answer) {
+    let plan = |ext: &str| rec.join(format!("{name}.{command}.{ext}"));
+    if let Some(stdout) = answer.stdout {
+        fs::write(plan("stdout"), stdout).unwrap();
+    }
+    if let Some(stderr) = answer.stderr {
+        fs::write(plan("stderr"), stderr).unwrap();
+    }
+    if let Some(exit) = answer.exit {
+        fs::write(plan("exit"), exit.to_string()).unwrap();
+    }
+    if let Some(signal) = answer.signal {
+        fs::write(plan("signal"), signal).unwrap();
+    }
+}
+
+/// Says why a test does not run and returns false; under CI=true, where
+/// everything must run, it fails the test instead.
+pub fn skip(why: &str) -> bool {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true, so this cannot be skipped: {why}");
+    }
+    // Straight to stderr: libtest captures eprintln! of passing tests, and
+    // a skip must be seen.
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+    false
+}
+
 /// Where Debian installs the real CNI plugins; `None`, after saying so, when
-/// they are missing outside CI. In CI (`CI=true`) a missing plugin fails.
+/// they are missing (a failure under CI=true).
 pub fn real_plugins() -> Option<PathBuf> {
     let dir =
         PathBuf::from(std::env::var("CNI_PLUGINS_DIR").unwrap_or_else(|_| "/usr/lib/cni".into()));
     if dir.join("host-local").is_file() && dir.join("static").is_file() {
         return Some(dir);
     }
-    let why = format!(
+    skip(&format!(
         "real CNI plugins not found in {} (apt-get install containernetworking-plugins)",
         dir.display()
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and {why}");
-    }
-    eprintln!("SKIPPED: {why}");
+    ));
     None
 }
