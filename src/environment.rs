@@ -16,6 +16,10 @@ pub enum Command {
     Del,
     /// Verify: run the stack, stop at the first failure.
     Check,
+    /// Release what the runtime no longer knows of (CNI 1.1): every delegate, best effort.
+    Gc,
+    /// Can the stack serve ADD now (CNI 1.1): the first delegate that says no is the answer.
+    Status,
     /// Report the spec versions this plugin speaks.
     Version,
 }
@@ -27,6 +31,8 @@ impl Command {
             Command::Add => "ADD",
             Command::Del => "DEL",
             Command::Check => "CHECK",
+            Command::Gc => "GC",
+            Command::Status => "STATUS",
             Command::Version => "VERSION",
         }
     }
@@ -36,6 +42,8 @@ impl Command {
             "ADD" => Command::Add,
             "DEL" => Command::Del,
             "CHECK" => Command::Check,
+            "GC" => Command::Gc,
+            "STATUS" => Command::Status,
             "VERSION" => Command::Version,
             _ => return None,
         })
@@ -43,10 +51,12 @@ impl Command {
 
     /// The variables a runtime must set for this command. DEL leaves out
     /// CNI_NETNS: the namespace may be gone, and containerd sends it empty.
+    /// GC and STATUS concern no one attachment, so need only CNI_PATH.
     fn required(self) -> &'static [&'static str] {
         match self {
             Command::Add | Command::Check => &[CONTAINER_ID, NETNS, IFNAME, PATH],
             Command::Del => &[CONTAINER_ID, IFNAME, PATH],
+            Command::Gc | Command::Status => &[PATH],
             Command::Version => &[],
         }
     }
@@ -233,7 +243,7 @@ mod tests {
 
     #[test]
     fn each_required_variable_missing_or_empty_is_named() {
-        for command in ["ADD", "CHECK", "DEL"] {
+        for command in ["ADD", "CHECK", "DEL", "GC", "STATUS"] {
             for &name in Command::parse(command).unwrap().required() {
                 for pairs in [without(full(command), name), with(full(command), name, "")] {
                     let e = err(&pairs);
@@ -252,6 +262,19 @@ mod tests {
             err(&without(full("ADD"), NETNS)).to_string(),
             "CNI_NETNS is not set"
         );
+    }
+
+    #[test]
+    fn gc_and_status_need_only_cni_path() {
+        for command in ["GC", "STATUS"] {
+            let env = env_of(&[(COMMAND, command), (PATH, "/opt/cni/bin")])
+                .unwrap()
+                .unwrap();
+            assert_eq!(env.command.as_str(), command);
+            assert_eq!(env.container_id, None);
+            let e = err(&[(COMMAND, command)]);
+            assert_eq!(e.to_string(), "CNI_PATH is not set");
+        }
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub enum Error {
     },
 
     /// CNI_COMMAND names no command this plugin knows.
-    #[error("CNI_COMMAND {0:?} is not a CNI command this plugin knows (ADD, DEL, CHECK, VERSION)")]
+    #[error("CNI_COMMAND {0:?} is not a CNI command this plugin knows (ADD, DEL, CHECK, GC, STATUS, VERSION)")]
     UnknownCommand(String),
 
     /// A variable the command needs is not set, or is empty.

@@ -43,6 +43,16 @@ pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
             let delegates = delegate::resolve_each(&config.delegates, &env.path);
             delegate::del(&config, delegates).map(|()| None)
         }
+        Command::Gc => {
+            let config = checked(env.command, stdin)?;
+            let delegates = delegate::resolve_each(&config.delegates, &env.path);
+            delegate::gc(&config, delegates).map(|()| None)
+        }
+        Command::Status => {
+            let config = checked(env.command, stdin)?;
+            let delegates = delegate::resolve(&config.delegates, &env.path)?;
+            delegate::status(&config, &delegates).map(|()| None)
+        }
     }
 }
 

@@ -23,6 +23,7 @@ pub fn supported(version: &str) -> Option<&'static str> {
 pub fn check_command(command: Command, version: &'static str) -> Result<(), Error> {
     let minimum = match command {
         Command::Check => "0.4.0",
+        Command::Gc | Command::Status => "1.1.0",
         Command::Add | Command::Del | Command::Version => return Ok(()),
     };
     if position(version) >= position(minimum) {
@@ -87,6 +88,21 @@ mod tests {
         }
         for v in ["0.4.0", "1.0.0", "1.1.0"] {
             assert!(check_command(Command::Check, v).is_ok());
+        }
+    }
+
+    #[test]
+    fn gc_and_status_need_1_1_0() {
+        for command in [Command::Gc, Command::Status] {
+            for v in ["0.3.0", "0.3.1", "0.4.0", "1.0.0"] {
+                let e = check_command(command, v).unwrap_err();
+                assert_eq!(e.code(), code::INCOMPATIBLE_VERSION);
+                assert_eq!(
+                    e.to_string(),
+                    format!("{command} needs cniVersion 1.1.0 or later, the configuration has {v}")
+                );
+            }
+            assert!(check_command(command, "1.1.0").is_ok());
         }
     }
 

@@ -96,6 +96,31 @@ pub fn check(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
     Ok(())
 }
 
+/// GC (CNI 1.1), best effort: every delegate that was found gets the input
+/// as it came, `cni.dev/valid-attachments` and all, whatever the others did.
+/// Nothing is threaded: each delegate cleans up its own store against the
+/// runtime's list. The first failure's code is the answer; all are listed.
+pub fn gc(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<(), Error> {
+    let failures = delegates
+        .into_iter()
+        .filter_map(|found| {
+            found
+                .and_then(|delegate| delegate.call(Command::Gc, config.raw))
+                .err()
+        })
+        .collect();
+    Error::from_failures(failures)
+}
+
+/// STATUS (CNI 1.1): each delegate in order gets the input as it came; the
+/// first one not ready (50, 51 or any failure) is the answer, code kept.
+pub fn status(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
+    for delegate in delegates {
+        delegate.call(Command::Status, config.raw)?;
+    }
+    Ok(())
+}
+
 /// One call of a threaded DEL or CHECK: a delegate that printed a result
 /// makes it the next one's `prevResult`; one that printed nothing leaves the
 /// next one's input as it was.
