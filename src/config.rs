@@ -4,6 +4,7 @@
 
 use std::cell::OnceCell;
 use std::fmt;
+use std::time::Duration;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -23,6 +24,8 @@ pub struct Config<'a> {
     pub cni_version: &'static str,
     /// `ipam.delegates`: names to look up in CNI_PATH, in the order to run them.
     pub delegates: Vec<String>,
+    /// `ipam.timeout`: how long one delegate call may take.
+    pub timeout: Option<Duration>,
     members: Members<'a>,
     frame: OnceCell<Frame>,
 }
@@ -44,11 +47,18 @@ impl<'a> Config<'a> {
         {
             return Err(invalid("\"name\" must be a non-empty string"));
         }
-        let delegates = delegates(&members)?;
+        let ipam = members
+            .get("ipam")
+            .ok_or_else(|| invalid("\"ipam\" is missing"))?;
+        let ipam: Members =
+            serde_json::from_str(ipam.get()).map_err(|_| invalid("\"ipam\" must be an object"))?;
+        let delegates = delegates(&ipam)?;
+        let timeout = ipam.get("timeout").map(timeout).transpose()?;
         Ok(Config {
             raw,
             cni_version,
             delegates,
+            timeout,
             members,
             frame: OnceCell::new(),
         })
@@ -84,12 +94,7 @@ fn string(value: &RawValue) -> Option<String> {
 
 /// `ipam.delegates`: a non-empty array of names, each safe to look up as a
 /// file name in a CNI_PATH directory.
-fn delegates(members: &Members) -> Result<Vec<String>, Error> {
-    let ipam = members
-        .get("ipam")
-        .ok_or_else(|| invalid("\"ipam\" is missing"))?;
-    let ipam: Members =
-        serde_json::from_str(ipam.get()).map_err(|_| invalid("\"ipam\" must be an object"))?;
+fn delegates(ipam: &Members) -> Result<Vec<String>, Error> {
     let list = ipam
         .get("delegates")
         .ok_or_else(|| invalid("\"ipam.delegates\" is missing"))?;
@@ -111,6 +116,20 @@ fn delegates(members: &Members) -> Result<Vec<String>, Error> {
             Ok(name)
         })
         .collect()
+}
+
+/// `ipam.timeout`: a positive, finite number of seconds.
+fn timeout(value: &RawValue) -> Result<Duration, Error> {
+    serde_json::from_str::<f64>(value.get())
+        .ok()
+        .filter(|seconds| *seconds > 0.0)
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "\"ipam.timeout\" must be a positive number of seconds, not {}",
+                value.get()
+            ))
+        })
 }
 
 /// Names select files inside CNI_PATH directories and must not leave them.
@@ -314,6 +333,30 @@ mod tests {
         }
         let e = parse_err(r#"{"cniVersion":"0.3.1","name":"n"}"#);
         assert!(e.to_string().contains("\"ipam\" is missing"));
+    }
+
+    #[test]
+    fn timeout_is_a_positive_number_of_seconds() {
+        let with = |t: &str| {
+            format!(
+                r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"delegates":["a"],"timeout":{t}}}}}"#
+            )
+        };
+        let input = with("2.5");
+        let c = Config::parse(input.as_bytes()).unwrap();
+        assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(Config::parse(GOOD.as_bytes()).unwrap().timeout, None);
+        for bad in [
+            "0", "-1", "\"5\"", "null", "true", "[1]", "{}", "1e400", "1e300", "-0.0",
+        ] {
+            let e = parse_err(&with(bad));
+            assert_eq!(e.code(), code::INVALID_CONFIG, "{bad}");
+            assert!(
+                e.to_string()
+                    .contains("\"ipam.timeout\" must be a positive number of seconds"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -74,6 +74,11 @@ const NETNS: &str = "CNI_NETNS";
 const IFNAME: &str = "CNI_IFNAME";
 const PATH: &str = "CNI_PATH";
 
+/// Set by the plugin in every delegate's environment, to its pid. An
+/// ipam-delegated that finds it set was started by itself: its stack names
+/// it (under another name, or as a copy), and would start itself forever.
+pub const PARENT_VARIABLE: &str = "IPAM_DELEGATED_PARENT";
+
 /// Linux's IFNAMSIZ less the terminating NUL.
 const MAX_IFNAME_LEN: usize = 15;
 
@@ -87,6 +92,8 @@ pub struct Environment {
     pub container_id: Option<String>,
     /// The CNI_PATH directories in order, empty entries dropped.
     pub path: Vec<PathBuf>,
+    /// The pid in [`PARENT_VARIABLE`]: the ipam-delegated this one runs under.
+    pub parent: Option<String>,
 }
 
 impl Environment {
@@ -117,10 +124,12 @@ impl Environment {
                 _ => {}
             }
         }
+        let parent = var(PARENT_VARIABLE).map(|p| p.to_string_lossy().into_owned());
         Ok(Some(Environment {
             command,
             container_id,
             path,
+            parent,
         }))
     }
 }

@@ -30,6 +30,10 @@ pub mod code {
     pub const DELEGATE_KILLED: u32 = 103;
     /// A delegate printed more than the output cap and was stopped.
     pub const DELEGATE_OUTPUT_TOO_LARGE: u32 = 104;
+    /// SIGTERM or SIGINT stopped the plugin before its stack was done.
+    pub const INTERRUPTED: u32 = 105;
+    /// A delegate took longer than `ipam.timeout` and was killed.
+    pub const TRY_AGAIN_LATER: u32 = 11;
 }
 
 /// Everything that can make an invocation fail.
@@ -79,6 +83,22 @@ pub enum Error {
     /// The configuration breaks one of the plugin's rules.
     #[error("invalid network configuration: {0}")]
     InvalidConfig(String),
+
+    /// A delegate is this plugin itself, which would run itself forever.
+    #[error("delegate {name:?} is ipam-delegated itself ({how}): a stack cannot hold the plugin that runs it")]
+    SelfReference {
+        /// The delegate's name.
+        name: String,
+        /// How it was found out.
+        how: String,
+    },
+
+    /// This plugin was started as a delegate by itself.
+    #[error("ipam-delegated was started as a delegate of ipam-delegated (pid {parent}): a stack cannot hold the plugin that runs it")]
+    Recursion {
+        /// The pid of the ipam-delegated that started this one.
+        parent: String,
+    },
 
     /// A delegate is in none of the CNI_PATH directories.
     #[error("delegate {name:?} is not an executable file in any CNI_PATH directory (searched {searched})")]
@@ -164,6 +184,12 @@ pub enum Failure {
     /// An ADD succeeded but printed no result.
     #[error("succeeded but printed no result")]
     NoResult,
+    /// It ran past `ipam.timeout` and was killed with everything it started.
+    #[error("did not finish within {0:?} and was killed")]
+    TimedOut(std::time::Duration),
+    /// A termination request stopped it (or stopped the plugin before it ran).
+    #[error("was stopped: the plugin received signal {0}")]
+    Interrupted(i32),
     /// Writing its stdin or reading its stdout failed.
     #[error("I/O error on its stdin or stdout: {0}")]
     Io(#[source] io::Error),
@@ -181,7 +207,9 @@ impl Error {
             | Error::InvalidVariable { .. } => code::INVALID_ENVIRONMENT,
             Error::ReadStdin(_) => code::IO_FAILURE,
             Error::ConfigNotObject(_) => code::DECODING_FAILURE,
-            Error::InvalidConfig(_) => code::INVALID_CONFIG,
+            Error::InvalidConfig(_) | Error::SelfReference { .. } | Error::Recursion { .. } => {
+                code::INVALID_CONFIG
+            }
             Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
             Error::Delegate { failure, .. } => match failure {
                 Failure::Reported { code, .. } => *code,
@@ -190,6 +218,8 @@ impl Error {
                 Failure::Killed(_) => code::DELEGATE_KILLED,
                 Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
                 Failure::NotObject { .. } | Failure::NoResult => code::DECODING_FAILURE,
+                Failure::TimedOut(_) => code::TRY_AGAIN_LATER,
+                Failure::Interrupted(_) => code::INTERRUPTED,
                 Failure::Io(_) => code::IO_FAILURE,
             },
             Error::RollbackFailed { error, .. } => error.code(),

@@ -10,6 +10,7 @@ pub mod delegate;
 pub mod environment;
 pub mod error;
 pub mod logging;
+pub mod signals;
 pub mod version;
 
 use tracing::debug;
@@ -29,36 +30,48 @@ pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
     match env.command {
         Command::Version => Ok(Some(version::reply(&config::reply_version(stdin)))),
         Command::Add => {
-            let config = checked(env.command, stdin)?;
+            let config = prepare(env, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
             delegate::add(&config, &delegates).map(Some)
         }
         Command::Check => {
-            let config = checked(env.command, stdin)?;
+            let config = prepare(env, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
             delegate::check(&config, &delegates).map(|()| None)
         }
         Command::Del => {
-            let config = checked(env.command, stdin)?;
+            let config = prepare(env, stdin)?;
             let delegates = delegate::resolve_each(&config.delegates, &env.path);
             delegate::del(&config, delegates).map(|()| None)
         }
         Command::Gc => {
-            let config = checked(env.command, stdin)?;
+            let config = prepare(env, stdin)?;
             let delegates = delegate::resolve_each(&config.delegates, &env.path);
             delegate::gc(&config, delegates).map(|()| None)
         }
         Command::Status => {
-            let config = checked(env.command, stdin)?;
+            let config = prepare(env, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
             delegate::status(&config, &delegates).map(|()| None)
         }
     }
 }
 
-/// The configuration, parsed and checked for the command.
-fn checked(command: Command, stdin: &[u8]) -> Result<Config<'_>, Error> {
+/// What every command that runs the stack does first: refuse to run under
+/// itself, take over termination signals, and read the configuration and
+/// check it for the command.
+fn prepare<'a>(env: &Environment, stdin: &'a [u8]) -> Result<Config<'a>, Error> {
+    if let Some(parent) = &env.parent {
+        return Err(Error::Recursion {
+            parent: parent.clone(),
+        });
+    }
+    // Before any delegate (or thread) starts; on failure, the signals keep
+    // their default and end the plugin where it stands.
+    if let Err(e) = signals::watch() {
+        tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
+    }
     let config = Config::parse(stdin)?;
-    version::check_command(command, config.cni_version)?;
+    version::check_command(env.command, config.cni_version)?;
     Ok(config)
 }

@@ -1,26 +1,44 @@
-//! Calling one delegate: one process with the plugin's environment, the
-//! configuration on its stdin, its stderr passed through and its stdout
-//! captured up to a cap, then judged as a result or a failure.
+//! Calling one delegate: one process in a process group of its own, with the
+//! plugin's environment, the configuration on its stdin, its stderr passed
+//! through and its stdout captured up to a cap, bounded in time and stopped
+//! on a termination request, then judged as a result or a failure.
 
 use std::io::{self, Read, Write};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ExitStatus, Stdio};
-use std::time::Instant;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tracing::debug;
 
 use super::Delegate;
-use crate::environment::Command;
+use crate::environment::{Command, PARENT_VARIABLE};
 use crate::error::Failure;
+use crate::signals;
 
 /// The most a delegate may print on stdout. Results are a few KiB; more
 /// than this is a broken delegate, stopped before it costs us memory.
 pub const STDOUT_CAP: usize = 4 << 20;
 
+/// How long to wait for a killed delegate's process and pipes to close.
+/// Past it, whatever still holds them (a process that left the group) is
+/// abandoned rather than waited for.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
 /// How much of a failed delegate's stdout an error quotes.
 const EXCERPT_LEN: usize = 512;
+
+/// What bounds one call.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Kill the delegate (and everything it started) after this long.
+    pub timeout: Option<Duration>,
+    /// Stop it on SIGTERM or SIGINT. Rollback DELs are not interruptible:
+    /// stopping them would leak what the ADD allocated.
+    pub interruptible: bool,
+}
 
 /// Runs `command` on `delegate` with `stdin`. On success, returns what it
 /// printed (a JSON object, surrounding whitespace trimmed), or `None` if it
@@ -29,16 +47,20 @@ pub fn run(
     delegate: &Delegate,
     command: Command,
     stdin: &[u8],
+    limits: Limits,
 ) -> Result<Option<Vec<u8>>, Failure> {
     let started = Instant::now();
     let finished = std::process::Command::new(&delegate.path)
         .env("CNI_COMMAND", command.as_str())
+        .env(PARENT_VARIABLE, std::process::id().to_string())
+        // Its own group, so that killing it reaches whatever it started.
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(Failure::NotStarted)
-        .and_then(|mut child| communicate(&mut child, stdin));
+        .and_then(|child| supervise(child, stdin, limits));
     let (status, bytes_out) = match &finished {
         Ok(f) if f.over_cap => (
             format!("stopped after more than {STDOUT_CAP} bytes"),
@@ -71,41 +93,127 @@ struct Finished {
     over_cap: bool,
 }
 
-/// Feeds stdin from a second thread while this one reads stdout, so that a
-/// delegate that prints before it has read everything cannot deadlock us.
-fn communicate(child: &mut Child, input: &[u8]) -> Result<Finished, Failure> {
+/// What the helper threads of one call report.
+enum Event {
+    Stdout(io::Result<Vec<u8>>),
+    Exited(io::Result<ExitStatus>),
+    Signal(i32),
+}
+
+/// Why the plugin killed a delegate.
+#[derive(Clone, Copy)]
+enum Stop {
+    Timeout(Duration),
+    Signal(i32),
+}
+
+/// Feeds stdin, reads stdout and waits for the exit in threads of their
+/// own, so that no pipe can deadlock us, while this one waits for all of it
+/// within the limits; on expiry or a termination request it kills the
+/// delegate's process group.
+fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished, Failure> {
+    let group = Group(child.id());
     // Both are Some: the caller asked for piped stdin and stdout.
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        group.kill();
         return Err(Failure::Io(io::Error::other("delegate pipes missing")));
     };
-    let (wrote, read) = std::thread::scope(|scope| {
-        // A delegate may exit without reading its input; that is its
-        // business, and its exit status says how it went.
-        let writer = scope.spawn(move || match stdin.write_all(input) {
-            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
-            _ => Ok(()),
-        });
-        let mut read = Vec::new();
-        let result = stdout.take(STDOUT_CAP as u64 + 1).read_to_end(&mut read);
-        if read.len() > STDOUT_CAP {
-            // Stopping it also unblocks the writer.
-            let _ = child.kill();
-        }
-        (writer.join(), result.map(|_| read))
+    let (tx, events) = mpsc::channel();
+
+    let _listening = limits.interruptible.then(|| {
+        let tx = tx.clone();
+        signals::listen(move |signal| {
+            let _ = tx.send(Event::Signal(signal));
+        })
     });
-    let status = child.wait().map_err(Failure::Io)?;
-    let stdout = read.map_err(Failure::Io)?;
-    match wrote {
-        Ok(Ok(())) => Ok(Finished {
-            status,
-            over_cap: stdout.len() > STDOUT_CAP,
-            stdout,
-        }),
-        Ok(Err(e)) => Err(Failure::Io(e)),
-        Err(_) => Err(Failure::Io(io::Error::other(
-            "stdin writer thread panicked",
-        ))),
+    let mut stopped = None;
+    if let Some(signal) = signals::received().filter(|_| limits.interruptible) {
+        group.kill();
+        stopped = Some(Stop::Signal(signal));
     }
+
+    // A delegate may exit without reading its input; that is its business,
+    // and its exit status says how it went.
+    let input = input.to_vec();
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let reader = tx.clone();
+    std::thread::spawn(move || {
+        let _ = reader.send(Event::Stdout(read_capped(stdout, group)));
+    });
+    let waiter = tx;
+    std::thread::spawn(move || {
+        let _ = waiter.send(Event::Exited(child.wait()));
+    });
+
+    let deadline = limits.timeout.map(|t| Instant::now() + t);
+    let (mut stdout, mut status) = (None, None);
+    while stdout.is_none() || status.is_none() {
+        let wait = match (stopped, deadline) {
+            (Some(_), _) => Some(KILL_GRACE),
+            (None, Some(deadline)) => Some(deadline.saturating_duration_since(Instant::now())),
+            (None, None) => None,
+        };
+        let event = match wait {
+            Some(wait) => events.recv_timeout(wait),
+            None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match event {
+            Ok(Event::Stdout(read)) => stdout = Some(read),
+            Ok(Event::Exited(exit)) => status = Some(exit),
+            Ok(Event::Signal(signal)) if stopped.is_none() => {
+                group.kill();
+                stopped = Some(Stop::Signal(signal));
+            }
+            Ok(Event::Signal(_)) => {}
+            Err(RecvTimeoutError::Timeout) if stopped.is_none() => {
+                group.kill();
+                stopped = limits.timeout.map(Stop::Timeout);
+            }
+            // The grace after a kill is over, or every sender is gone.
+            Err(_) => break,
+        }
+    }
+    match stopped {
+        Some(Stop::Timeout(limit)) => return Err(Failure::TimedOut(limit)),
+        Some(Stop::Signal(signal)) => return Err(Failure::Interrupted(signal)),
+        None => {}
+    }
+    // Without a stop, the loop ends only with both present.
+    let (Some(stdout), Some(status)) = (stdout, status) else {
+        return Err(Failure::Io(io::Error::other("delegate vanished")));
+    };
+    let stdout = stdout.map_err(Failure::Io)?;
+    Ok(Finished {
+        status: status.map_err(Failure::Io)?,
+        over_cap: stdout.len() > STDOUT_CAP,
+        stdout,
+    })
+}
+
+/// A delegate's process group, named by its leader's pid.
+#[derive(Clone, Copy)]
+struct Group(u32);
+
+impl Group {
+    /// Kills every process in the group. A group already gone is no error.
+    fn kill(self) {
+        if let Ok(pgid) = libc::pid_t::try_from(self.0) {
+            // SAFETY: kill has no memory effects; a negative pid names the group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Reads to EOF or one byte past [`STDOUT_CAP`], killing the group then.
+fn read_capped(stdout: impl Read, group: Group) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    stdout.take(STDOUT_CAP as u64 + 1).read_to_end(&mut buf)?;
+    if buf.len() > STDOUT_CAP {
+        group.kill();
+    }
+    Ok(buf)
 }
 
 /// Decides what a finished delegate's exit status and stdout amount to.

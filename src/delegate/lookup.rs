@@ -2,6 +2,7 @@
 //! regular file of the delegate's name.
 
 use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::Error;
@@ -24,9 +25,16 @@ pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let absolute: Vec<PathBuf> = dirs.iter().map(|d| cwd.join(d)).collect();
     let joined = join(&absolute);
+    let this_plugin = identity(Path::new("/proc/self/exe"));
     names
         .iter()
         .map(|name| match which::which_in(name, Some(&joined), &cwd) {
+            Ok(path) if this_plugin.is_some() && identity(&path) == this_plugin => {
+                Err(Error::SelfReference {
+                    name: name.clone(),
+                    how: format!("{} is the same file", path.display()),
+                })
+            }
             Ok(path) => Ok(Delegate {
                 name: name.clone(),
                 path,
@@ -42,6 +50,11 @@ pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, 
 /// Looks up every name; the first one missing is the error and nothing runs.
 pub fn resolve(names: &[String], dirs: &[PathBuf]) -> Result<Vec<Delegate>, Error> {
     resolve_each(names, dirs).into_iter().collect()
+}
+
+/// The file `path` leads to, through any links: what makes two names one file.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// CNI_PATH's directories hold no ':' (it was split on them), so joining

@@ -8,17 +8,40 @@ use std::borrow::Cow;
 
 use tracing::warn;
 
-pub use exec::STDOUT_CAP;
+pub use exec::{Limits, STDOUT_CAP};
 pub use lookup::{resolve, resolve_each, Delegate};
 
 use crate::config::Config;
 use crate::environment::Command;
 use crate::error::{Error, Failure};
 
+/// The limits of every call the runtime asked for: stopped by a termination
+/// request, and bounded by `ipam.timeout` when the configuration sets one.
+fn asked(config: &Config) -> Limits {
+    Limits {
+        timeout: config.timeout,
+        interruptible: true,
+    }
+}
+
+/// The limits of a rollback DEL: bounded alike, but not stopped by a
+/// termination request, which would leave allocated what it is undoing.
+fn undoing(config: &Config) -> Limits {
+    Limits {
+        interruptible: false,
+        ..asked(config)
+    }
+}
+
 impl Delegate {
     /// Runs `command` with `stdin`; a failure comes back naming this delegate.
-    fn call(&self, command: Command, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        exec::run(self, command, stdin).map_err(|failure| self.failed(command, failure))
+    fn call(
+        &self,
+        command: Command,
+        stdin: &[u8],
+        limits: Limits,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        exec::run(self, command, stdin, limits).map_err(|failure| self.failed(command, failure))
     }
 
     fn failed(&self, command: Command, failure: Failure) -> Error {
@@ -37,7 +60,7 @@ impl Delegate {
 pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
     let mut stdin = Cow::Borrowed(config.raw);
     for (k, delegate) in delegates.iter().enumerate() {
-        let error = match delegate.call(Command::Add, &stdin) {
+        let error = match delegate.call(Command::Add, &stdin, asked(config)) {
             Ok(Some(result)) if k + 1 == delegates.len() => return Ok(result),
             Ok(Some(result)) => {
                 stdin = Cow::Owned(config.with_prev_result(&result));
@@ -65,7 +88,7 @@ fn rollback(config: &Config, delegates: &[Delegate], mut stdin: Cow<[u8]>) -> Ve
     delegates
         .iter()
         .filter_map(|delegate| {
-            let error = step(config, delegate, Command::Del, &mut stdin).err()?;
+            let error = step(config, delegate, Command::Del, &mut stdin, undoing(config)).err()?;
             warn!("rollback: {}", error.summary());
             Some(error)
         })
@@ -80,7 +103,9 @@ pub fn del(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<(
         .into_iter()
         .filter_map(|found| {
             found
-                .and_then(|delegate| step(config, &delegate, Command::Del, &mut stdin))
+                .and_then(|delegate| {
+                    step(config, &delegate, Command::Del, &mut stdin, asked(config))
+                })
                 .err()
         })
         .collect();
@@ -91,7 +116,7 @@ pub fn del(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<(
 pub fn check(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
     let mut stdin = Cow::Borrowed(config.raw);
     for delegate in delegates {
-        step(config, delegate, Command::Check, &mut stdin)?;
+        step(config, delegate, Command::Check, &mut stdin, asked(config))?;
     }
     Ok(())
 }
@@ -105,7 +130,7 @@ pub fn gc(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<()
         .into_iter()
         .filter_map(|found| {
             found
-                .and_then(|delegate| delegate.call(Command::Gc, config.raw))
+                .and_then(|delegate| delegate.call(Command::Gc, config.raw, asked(config)))
                 .err()
         })
         .collect();
@@ -116,7 +141,7 @@ pub fn gc(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<()
 /// first one not ready (50, 51 or any failure) is the answer, code kept.
 pub fn status(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
     for delegate in delegates {
-        delegate.call(Command::Status, config.raw)?;
+        delegate.call(Command::Status, config.raw, asked(config))?;
     }
     Ok(())
 }
@@ -129,8 +154,9 @@ fn step(
     delegate: &Delegate,
     command: Command,
     stdin: &mut Cow<[u8]>,
+    limits: Limits,
 ) -> Result<(), Error> {
-    if let Some(printed) = delegate.call(command, stdin)? {
+    if let Some(printed) = delegate.call(command, stdin, limits)? {
         *stdin = Cow::Owned(config.with_prev_result(&printed));
     }
     Ok(())

@@ -157,6 +157,8 @@ pub struct Stack {
 /// How a scripted delegate answers one command.
 #[derive(Default, Clone)]
 pub struct Answer {
+    /// A shell snippet the delegate runs before it answers.
+    pub run: Option<String>,
     pub stdout: Option<Vec<u8>>,
     pub stderr: Option<String>,
     pub exit: Option<i32>,
@@ -176,6 +178,14 @@ impl Answer {
             stdout: Some(stdout.as_ref().to_vec()),
             exit: Some(exit),
             ..Answer::default()
+        }
+    }
+
+    /// Runs `snippet` (sh), then answers as `self` says.
+    pub fn after(self, snippet: &str) -> Answer {
+        Answer {
+            run: Some(snippet.into()),
+            ..self
         }
     }
 
@@ -339,6 +349,9 @@ pub fn with_prev(input: &str, result: &str) -> Vec<u8> {
 /// Tells scripted delegate `name`, recording in `rec`, how to answer `command`.
 pub fn write_answer(rec: &Path, name: &str, command: &str, answer: Answer) {
     let plan = |ext: &str| rec.join(format!("{name}.{command}.{ext}"));
+    if let Some(run) = answer.run {
+        fs::write(plan("run"), run).unwrap();
+    }
     if let Some(stdout) = answer.stdout {
         fs::write(plan("stdout"), stdout).unwrap();
     }

@@ -1,0 +1,296 @@
+//! Whatever a delegate does, the plugin answers with one CNI error object,
+//! in bounded time, with everything it started undone: delegates that hang
+//! (leaving children behind), that are the plugin itself, that die, and a
+//! runtime that asks the plugin to stop. Time bounds are generous: seconds
+//! where the work takes milliseconds.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{config, run_plugin, Answer, Outcome, Stack, PLUGIN};
+use serde_json::json;
+
+/// A result the scripted delegates print.
+fn result(name: &str) -> String {
+    json!({"cniVersion": "1.0.0", "ips": [], "by": name}).to_string()
+}
+
+/// A config for `delegates` with `ipam.timeout` set to `seconds`.
+fn with_timeout(delegates: &[&str], seconds: f64) -> String {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "testnet",
+        "ipam": {"type": "ipam-delegated", "delegates": delegates, "timeout": seconds},
+    })
+    .to_string()
+}
+
+/// Hangs, with a child of its own that holds the inherited stderr: what
+/// keeps a Go runtime waiting after the plugin has exited, unless the
+/// whole process group is killed.
+const HANG_WITH_CHILD: &str = "sleep 300 &\nsleep 300\n";
+
+/// Runs the plugin and returns its outcome and how long it took.
+fn timed(stack: &Stack, command: &str, input: &str) -> (Outcome, Duration) {
+    let started = Instant::now();
+    let out = stack.run(command, input.as_bytes());
+    (out, started.elapsed())
+}
+
+#[test]
+fn a_hanging_delegate_is_killed_with_its_children_and_the_add_rolled_back() {
+    let stack = Stack::of(&["a", "hangs"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    stack.answer("hangs", "ADD", Answer::default().after(HANG_WITH_CHILD));
+    // The run returns only once the plugin's stderr closes: a surviving
+    // grandchild would hold it for 300 s.
+    let (out, took) = timed(&stack, "ADD", &with_timeout(&["a", "hangs"], 1.0));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let error = out.assert_error(11);
+    assert_eq!(
+        error["msg"],
+        "hangs (ADD): did not finish within 1s and was killed"
+    );
+    assert_eq!(
+        stack.call_list(),
+        ["a ADD", "hangs ADD", "a DEL", "hangs DEL"]
+    );
+}
+
+#[test]
+fn rollback_dels_are_bounded_too() {
+    let stack = Stack::of(&["a", "b"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    stack.answer("a", "DEL", Answer::default().after(HANG_WITH_CHILD));
+    stack.answer(
+        "b",
+        "ADD",
+        Answer::fails(1, r#"{"code":11,"msg":"no lease"}"#),
+    );
+    let (out, took) = timed(&stack, "ADD", &with_timeout(&["a", "b"], 0.5));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let error = out.assert_error(11);
+    assert_eq!(error["msg"], "no lease");
+    let details = error["details"].as_str().unwrap();
+    assert!(
+        details.contains("- a (DEL): did not finish within 500ms and was killed"),
+        "{details}"
+    );
+    assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
+}
+
+#[test]
+fn del_check_gc_and_status_are_bounded() {
+    for command in ["DEL", "CHECK", "GC", "STATUS"] {
+        let stack = Stack::of(&["hangs", "b"]);
+        stack.answer("hangs", command, Answer::default().after(HANG_WITH_CHILD));
+        let input = with_timeout(&["hangs", "b"], 0.5).replace("1.0.0", "1.1.0");
+        let env = stack.env(command);
+        let started = Instant::now();
+        let out = run_plugin(&env, input.as_bytes());
+        assert!(started.elapsed() < Duration::from_secs(20), "{command}");
+        let error = out.assert_error(11);
+        assert!(error["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("hangs ({command}): did not finish")));
+        // DEL and GC go on to the next delegate; CHECK and STATUS stop.
+        let expected_b = matches!(command, "DEL" | "GC");
+        assert_eq!(
+            stack.call_list().len(),
+            if expected_b { 2 } else { 1 },
+            "{command}"
+        );
+    }
+}
+
+#[test]
+fn a_delegate_that_never_reads_a_large_stdin_is_bounded() {
+    let stack = Stack::new();
+    stack.file("deaf", "#!/bin/sh\nexec sleep 300\n", 0o755);
+    let input = json!({
+        "cniVersion": "1.0.0",
+        "name": "n",
+        "ipam": {"delegates": ["deaf"], "timeout": 1, "blob": "x".repeat(4 << 20)},
+    })
+    .to_string();
+    let (out, took) = timed(&stack, "ADD", &input);
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    out.assert_error(11);
+}
+
+#[test]
+fn a_bad_timeout_is_code_7_and_runs_nothing() {
+    for bad in [json!(0), json!(-2), json!("5"), json!(null), json!([1])] {
+        let stack = Stack::of(&["a"]);
+        let input = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"delegates": ["a"], "timeout": bad}});
+        let error = stack
+            .run("ADD", input.to_string().as_bytes())
+            .assert_error(7);
+        assert!(
+            error["msg"].as_str().unwrap().contains("\"ipam.timeout\""),
+            "{error}"
+        );
+        assert!(stack.calls().is_empty());
+    }
+}
+
+/// Starts the plugin without waiting for it.
+fn spawn(stack: &Stack, command: &str, input: &str) -> Child {
+    let mut child = Command::new(PLUGIN)
+        .env_clear()
+        .envs(stack.env(command).0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child
+}
+
+/// Waits until the scripted delegates have recorded `n` calls.
+fn wait_for_calls(stack: &Stack, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stack.calls().len() < n {
+        assert!(Instant::now() < deadline, "only {:?}", stack.call_list());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_or_sigint_during_add_stops_the_delegate_and_rolls_back() {
+    for signal in ["TERM", "INT"] {
+        let stack = Stack::of(&["a", "hangs", "c"]);
+        stack.answer("a", "ADD", Answer::prints(result("a")));
+        stack.answer("hangs", "ADD", Answer::default().after(HANG_WITH_CHILD));
+        let child = spawn(&stack, "ADD", &config("1.0.0", &["a", "hangs", "c"]));
+        wait_for_calls(&stack, 2);
+        let started = Instant::now();
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status();
+        assert!(killed.unwrap().success());
+        let out = child.wait_with_output().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(20), "{signal}");
+        let outcome = Outcome {
+            status: out.status,
+            stdout: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        let error = outcome.assert_error(105);
+        let msg = error["msg"].as_str().unwrap();
+        assert!(
+            msg.starts_with("hangs (ADD): was stopped: the plugin received signal"),
+            "{msg}"
+        );
+        // c never ran; a and the stopped delegate were deleted, in order.
+        assert_eq!(
+            stack.call_list(),
+            ["a ADD", "hangs ADD", "a DEL", "hangs DEL"],
+            "{signal}"
+        );
+    }
+}
+
+#[test]
+fn a_stack_naming_the_plugin_by_a_link_fails_before_running_anything() {
+    let stack = Stack::of(&["a"]);
+    stack.link("ipam-ds-loop", Path::new(PLUGIN));
+    for command in ["ADD", "CHECK"] {
+        let error = stack
+            .run(command, config("1.0.0", &["a", "ipam-ds-loop"]).as_bytes())
+            .assert_error(7);
+        let msg = error["msg"].as_str().unwrap();
+        assert!(
+            msg.starts_with("delegate \"ipam-ds-loop\" is ipam-delegated itself"),
+            "{msg}"
+        );
+        assert!(stack.calls().is_empty(), "{command}");
+    }
+    // DEL still runs the others.
+    stack
+        .run("DEL", config("1.0.0", &["a", "ipam-ds-loop"]).as_bytes())
+        .assert_error(7);
+    assert_eq!(stack.call_list(), ["a DEL"]);
+}
+
+#[test]
+fn a_stack_naming_a_copy_of_the_plugin_fails_fast_and_rolls_back() {
+    let stack = Stack::of(&["a"]);
+    std::fs::copy(PLUGIN, stack.bin().join("ipam-da-copy")).unwrap();
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    let (out, took) = timed(&stack, "ADD", &config("1.0.0", &["a", "ipam-da-copy"]));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let error = out.assert_error(7);
+    let msg = error["msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with("ipam-delegated was started as a delegate of ipam-delegated"),
+        "{msg}"
+    );
+    // The copy refused at once, on ADD and on its rollback DEL: two
+    // processes at most, never a chain of them.
+    assert_eq!(stack.call_list(), ["a ADD", "a DEL"]);
+    let details = error["details"].as_str().unwrap();
+    assert!(
+        details.contains("- ipam-da-copy (DEL): failed with code 7"),
+        "{details}"
+    );
+}
+
+#[test]
+fn delegates_are_told_who_started_them() {
+    let stack = Stack::of(&["a"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    let child = spawn(&stack, "ADD", &config("1.0.0", &["a"]));
+    let pid = child.id().to_string();
+    assert!(child.wait_with_output().unwrap().status.success());
+    let env = stack.env_of(&stack.calls()[0]);
+    assert_eq!(env.get("IPAM_DELEGATED_PARENT"), Some(&pid));
+}
+
+#[test]
+fn a_file_that_is_not_a_program_is_named() {
+    let stack = Stack::new();
+    stack.file("garbage", "\u{7f}ELF not really\n", 0o755);
+    let error = stack
+        .run("ADD", config("1.0.0", &["garbage"]).as_bytes())
+        .assert_error(101);
+    assert!(error["msg"]
+        .as_str()
+        .unwrap()
+        .starts_with("garbage (ADD): could not be started"));
+}
+
+#[test]
+fn deep_and_huge_values_pass_through_and_deep_garbage_is_code_6() {
+    let stack = Stack::of(&["a", "b"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    stack.answer("b", "ADD", Answer::prints(result("b")));
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let input = format!(
+        r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"delegates":["a","b"],"deep":{deep}}},"huge":1e99999,"big":123456789012345678901234567890}}"#
+    );
+    let out = stack.run("ADD", input.as_bytes());
+    assert!(out.status.success(), "{}", out.stderr);
+    let second = String::from_utf8(stack.stdin_of(&stack.calls()[1])).unwrap();
+    assert!(
+        second.contains(&deep)
+            && second.contains(r#""huge":1e99999,"big":123456789012345678901234567890"#)
+    );
+
+    let garbage = "[".repeat(1_000_000);
+    stack.run("ADD", garbage.as_bytes()).assert_error(6);
+    stack
+        .run("ADD", b"{\"cniVersion\":1e99999}")
+        .assert_error(1);
+}
