@@ -232,7 +232,11 @@ fn unknown_keys_are_passed_on() {
 #[test]
 fn version_needs_no_path_and_runs_nothing() {
     let stack = stack();
-    let env = Env(vec![("CNI_COMMAND".into(), "VERSION".into())]);
+    let log = stack.dir.path().join("plugin.log").display().to_string();
+    let env = Env(vec![
+        ("CNI_COMMAND".into(), "VERSION".into()),
+        ("IPAM_DELEGATED_LOG_FILE".into(), log),
+    ]);
     let out = run_plugin(&env, br#"{"cniVersion":"0.4.0"}"#);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(

@@ -1,11 +1,15 @@
-//! The plugin under the runtimes users run: libcni (what containerd's CRI,
-//! CRI-O and cnitool call plugins through), podman and containerd's `ctr`,
-//! each running Debian's `bridge` with ipam-delegated as its IPAM, into
-//! network namespaces these tests create. Each runs the example conflists
-//! of fixtures/conflists/ (shown in the README), made private to the test.
+//! The plugin under the runtimes users run, each with Debian's `bridge` as
+//! the main plugin and ipam-delegated as its IPAM, into network namespaces
+//! these tests create: libcni itself (what containerd's CRI plugin, CRI-O
+//! and cnitool call plugins through), podman with its CNI backend, and
+//! containerd through `ctr run --cni`. Each runs an example conflist of
+//! fixtures/conflists/ (shown in the README), made private to the test.
 //!
-//! The runtime, and so the bridge, runs inside a network namespace standing
-//! in for the host: nothing is added to this machine's own network.
+//! Nothing touches this machine's own network or state: the runtimes, and
+//! so the bridges, run inside a network namespace standing in for the host,
+//! and podman and containerd in mount namespaces of their own with private
+//! tmpfs over the directories they would leave things in. Every command is
+//! bounded with timeout(1).
 //!
 //! Needs root and the runtime packages (./.ci/test installs them); skipped
 //! with a message elsewhere, a failure instead of a skip when CI=true.
@@ -17,10 +21,12 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{skip, write_answer, Answer, TempDir, PLUGIN};
+use common::{
+    recorded_calls, recorded_env, recorded_stdin, skip, write_answer, Answer, TempDir, PLUGIN,
+};
 use serde_json::{json, Value};
 
 /// What the failing delegate answers; the runtime must pass it on.
@@ -53,15 +59,26 @@ impl Case {
     }
 }
 
+/// `program` bounded by timeout(1), so nothing a test runs can hang CI.
+fn bounded(program: &str) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", "120", program]);
+    cmd
+}
+
 /// A network namespace, deleted when dropped.
 struct Netns(String);
 
 impl Netns {
     fn new(name: String) -> Netns {
-        let _ = run(Command::new("ip").args(["netns", "del", &name]));
-        ok(Command::new("ip").args(["netns", "add", &name]));
+        // The first `ip netns add` on a machine mounts /run/netns; several
+        // at once could stack those mounts.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = run(bounded("ip").args(["netns", "del", &name]));
+        ok(bounded("ip").args(["netns", "add", &name]));
         let ns = Netns(name);
-        ok(Command::new("ip").args(["-n", &ns.0, "link", "set", "lo", "up"]));
+        ok(bounded("ip").args(["-n", &ns.0, "link", "set", "lo", "up"]));
         ns
     }
 
@@ -69,18 +86,44 @@ impl Netns {
         format!("/run/netns/{}", self.0)
     }
 
-    /// `program` run inside this namespace, with the rest of the system
-    /// (mounts, /sys, cgroups) as it is.
-    fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new("timeout");
-        cmd.args(["120", "nsenter", &format!("--net={}", self.path()), program]);
+    /// `program` inside this network namespace, bounded by timeout(1), with
+    /// the rest of the system (mounts, /sys, cgroups) as it is.
+    fn bounded(&self, program: &str) -> Command {
+        let mut cmd = bounded("nsenter");
+        cmd.arg(format!("--net={}", self.path())).arg(program);
+        cmd
+    }
+
+    /// `args` inside this network namespace and a mount namespace of their
+    /// own, where each of `tmpfs` is an empty tmpfs and each (from, to) of
+    /// `binds` is bind-mounted; all of it goes with the last process in it.
+    fn isolated(&self, tmpfs: &[&str], binds: &[(&Path, &str)], args: &[&str]) -> Command {
+        let mut script = String::from("set -e\n");
+        for dir in tmpfs {
+            script.push_str(&format!("mount -t tmpfs tmpfs {dir}\n"));
+        }
+        for (from, to) in binds {
+            script.push_str(&format!("mount --bind {} {to}\n", from.display()));
+        }
+        script.push_str("exec \"$@\"\n");
+        let mut cmd = self.bounded("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ])
+        .args(args);
         cmd
     }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = run(Command::new("ip").args(["netns", "del", &self.0]));
+        let _ = run(bounded("ip").args(["netns", "del", &self.0]));
     }
 }
 
@@ -95,12 +138,20 @@ struct Lab {
 
 /// A network as one case runs it.
 struct Network {
+    case: Case,
     name: String,
     /// The first three octets of its subnet, with the dot.
     prefix: String,
     conflist: String,
-    /// Where the scripted delegates of this case record their calls.
+    /// Where the scripted delegates of this case record their calls, and
+    /// the plugin (verbose flavour) its log.
     rec: PathBuf,
+}
+
+impl Network {
+    fn log(&self) -> PathBuf {
+        self.rec.join("plugin.log")
+    }
 }
 
 impl Lab {
@@ -128,9 +179,10 @@ impl Lab {
         self.dir.path().join(rel)
     }
 
-    /// The example conflist `fixture` made private for case `i`: its own
-    /// name, bridge, subnet 10.250.`octet`.0/24, host-local store and
-    /// delegates; every other setting as in the example.
+    /// The example conflist `fixture` made private for one case: its own
+    /// name, bridge, subnet 10.250.`octet`.0/24 (and gateway, if the
+    /// example sets one), host-local store and delegates; every other
+    /// setting as in the example.
     fn network(&self, fixture: &str, case: Case, octet: u8) -> Network {
         let file = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures/conflists")
@@ -139,24 +191,29 @@ impl Lab {
         let name = format!("ipamd-{}-{octet}", self.tag);
         let prefix = format!("10.250.{octet}.");
         list["name"] = json!(name);
+        let version = list["cniVersion"].clone();
         let bridge = &mut list["plugins"][0];
         bridge["bridge"] = json!(format!("ipd{}{octet}", self.tag));
         let ipam = &mut bridge["ipam"];
         assert_eq!(ipam["type"], "ipam-delegated", "{fixture}");
         ipam["delegates"] = json!(case.delegates());
-        ipam["ranges"] = json!([[{"subnet": format!("{prefix}0/24")}]]);
         ipam["dataDir"] = json!(self.path("data"));
+        let range = &mut ipam["ranges"][0][0];
+        range["subnet"] = json!(format!("{prefix}0/24"));
+        if range.get("gateway").is_some() {
+            range["gateway"] = json!(format!("{prefix}1"));
+        }
 
         let rec = self.path(&format!("rec-{octet}"));
         fs::create_dir_all(&rec).unwrap();
-        let pool = json!({"cniVersion": "1.0.0", "ips": [], "pools": [{"name": "e2e", "subnet": format!("{prefix}0/24")}]});
+        let pool = json!({"cniVersion": version, "ips": [], "pools": [{"name": "e2e", "subnet": format!("{prefix}0/24")}]});
         write_answer(
             &rec,
             "ipam-ds-pool",
             "ADD",
             Answer::prints(pool.to_string()),
         );
-        let failure = json!({"cniVersion": "1.0.0", "code": 11, "msg": FAILURE_MSG});
+        let failure = json!({"cniVersion": version, "code": 11, "msg": FAILURE_MSG});
         write_answer(
             &rec,
             "ipam-da-fail",
@@ -164,6 +221,7 @@ impl Lab {
             Answer::fails(1, failure.to_string()),
         );
         Network {
+            case,
             name,
             prefix,
             conflist: serde_json::to_string_pretty(&list).unwrap(),
@@ -181,39 +239,80 @@ impl Lab {
             .filter(|name| name.parse::<std::net::IpAddr>().is_ok())
             .collect()
     }
+
+    /// The last address host-local handed out for `network`: proof that it
+    /// allocated in the test's store and nowhere else.
+    fn last_reserved(&self, network: &Network) -> Option<String> {
+        fs::read_to_string(
+            self.path("data")
+                .join(&network.name)
+                .join("last_reserved_ip.0"),
+        )
+        .ok()
+    }
 }
 
 /// What a runtime did with one case.
 struct Attachment {
     succeeded: bool,
-    /// The address the container saw on eth0, when it ran.
+    /// The address the container saw on eth0 (with its prefix length).
     address: Option<String>,
-    /// What the runtime said, for failures and assertions.
+    /// What the runtime printed.
     output: String,
 }
 
-/// Runs every case through `attach` and checks the rules of the issue:
-/// the container gets an address from the stack, DEL reaches the stack
-/// when it ends, a failing stack is reported and nothing stays reserved.
+/// Runs every case through `attach` and checks the issue's rules: the
+/// container gets an address from the stack (host-local's, in the test's
+/// store); when it ends, DEL reaches the stack and nothing stays reserved;
+/// a failing stack is reported by the runtime and rolled back by the
+/// plugin itself.
 fn run_cases(
     lab: &Lab,
     fixture: &str,
     first_octet: u8,
     mut attach: impl FnMut(&Network) -> Attachment,
-) {
+) -> Vec<Network> {
+    let mut networks = Vec::new();
     for (i, case) in CASES.into_iter().enumerate() {
         let net = lab.network(fixture, case, first_octet + i as u8);
         let outcome = attach(&net);
         let context = format!("{fixture} {case:?}: {}", outcome.output);
-        if case == Case::LastFails {
-            assert!(!outcome.succeeded, "{context}");
-            assert!(outcome.output.contains(FAILURE_MSG), "{context}");
-        } else {
-            assert!(outcome.succeeded, "{context}");
-            let address = outcome.address.unwrap_or_default();
+        let calls: Vec<String> = recorded_calls(&net.rec)
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.command))
+            .collect();
+        match case {
+            Case::OneDelegate | Case::SelectorThenAllocator => {
+                assert!(outcome.succeeded, "{context}");
+                let address = outcome.address.unwrap_or_default();
+                assert!(
+                    address.starts_with(&net.prefix),
+                    "address {address:?}: {context}"
+                );
+                let host = address.split('/').next().unwrap_or_default();
+                assert_eq!(lab.last_reserved(&net).as_deref(), Some(host), "{context}");
+            }
+            Case::LastFails => {
+                assert!(!outcome.succeeded, "{context}");
+                // libcni's own wording: the runtime got the error object.
+                assert!(outcome.output.contains("failed (add)"), "{context}");
+                assert!(outcome.output.contains(FAILURE_MSG), "{context}");
+                assert!(
+                    lab.last_reserved(&net).is_some(),
+                    "host-local never ran: {context}"
+                );
+                assert_rolled_back_by_the_plugin(&net, &context);
+            }
+        }
+        if case == Case::SelectorThenAllocator {
+            assert_eq!(
+                calls.first().map(String::as_str),
+                Some("ipam-ds-pool ADD"),
+                "{context}"
+            );
             assert!(
-                address.starts_with(&net.prefix),
-                "address {address:?}: {context}"
+                calls.iter().any(|c| c == "ipam-ds-pool DEL"),
+                "{calls:?}: {context}"
             );
         }
         assert!(
@@ -221,32 +320,52 @@ fn run_cases(
             "{:?} left: {context}",
             lab.reservations(&net)
         );
-        let calls = fs::read_to_string(net.rec.join("calls")).unwrap_or_default();
-        match case {
-            Case::OneDelegate => assert_eq!(calls, "", "{context}"),
-            Case::SelectorThenAllocator => {
+        if cfg!(feature = "verbose") {
+            let log = fs::read_to_string(net.log()).unwrap_or_default();
+            for command in ["command=ADD", "command=DEL"] {
                 assert!(
-                    calls.starts_with("ipam-ds-pool ADD\n"),
-                    "{calls}: {context}"
+                    log.contains(command),
+                    "no {command} in the plugin's log: {context}"
                 );
-                assert!(calls.contains("ipam-ds-pool DEL\n"), "{calls}: {context}");
-            }
-            Case::LastFails => {
-                assert!(
-                    calls.starts_with("ipam-da-fail ADD\nipam-da-fail DEL\n"),
-                    "{calls}: {context}"
-                )
             }
         }
+        networks.push(net);
     }
+    networks
+}
+
+/// The failing delegate's first DEL came from the plugin that ran its ADD
+/// (same parent pid), with what the ADD got (host-local's result as
+/// prevResult): the plugin's rollback, not a DEL the runtime sent later.
+fn assert_rolled_back_by_the_plugin(net: &Network, context: &str) {
+    let calls = recorded_calls(&net.rec);
+    let (Some(add), Some(del)) = (calls.first(), calls.get(1)) else {
+        panic!("{calls:?}: {context}");
+    };
+    assert_eq!(
+        (add.command.as_str(), del.command.as_str()),
+        ("ADD", "DEL"),
+        "{context}"
+    );
+    let parent = |call| {
+        recorded_env(&net.rec, call)
+            .get("IPAM_DELEGATED_PARENT")
+            .cloned()
+    };
+    assert_eq!(parent(add), parent(del), "{context}");
+    let rolled_back = recorded_stdin(&net.rec, del);
+    assert_eq!(rolled_back, recorded_stdin(&net.rec, add), "{context}");
+    let prev: Value = serde_json::from_slice(&rolled_back).unwrap();
+    let address = prev["prevResult"]["ips"][0]["address"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(address.starts_with(&net.prefix), "{context}");
 }
 
 #[test]
 fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
-    if !prerequisites(
-        &["go", "nsenter"],
-        &["/usr/share/gocode/src/github.com/containernetworking/cni/libcni"],
-    ) {
+    let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
+    if !prerequisites(&["go", "nsenter"], &[libcni]) {
         return;
     }
     let driver = libcni_driver();
@@ -255,26 +374,28 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
         run_cases(&lab, fixture, first_octet, |net| {
             let file = lab.path(&format!("{}.conflist", net.name));
             fs::write(&file, &net.conflist).unwrap();
-            let container = Netns::new(format!("{}-ctr", net.name));
+            let container = Netns::new(format!("{}-ctr-{}", net.name, std::process::id()));
             let call = |command: &str| {
-                let mut cmd = lab.host.command(driver.to_str().unwrap());
-                cmd.args([
-                    command,
-                    file.to_str().unwrap(),
-                    "ctr-e2e",
-                    &container.path(),
-                    "eth0",
-                ])
-                .env("CNI_PATH", lab.path("bin"))
-                .env("CNI_CACHE_DIR", lab.path("libcni-cache"))
-                .env("FAKE_DELEGATE_DIR", &net.rec)
-                .env("IPAM_DELEGATED_LOG_FILE", lab.path("plugin.log"));
-                run(&mut cmd)
+                run(lab
+                    .host
+                    .bounded(driver.to_str().unwrap())
+                    .args([
+                        command,
+                        file.to_str().unwrap(),
+                        "ctr-e2e",
+                        &container.path(),
+                        "eth0",
+                    ])
+                    .env("CNI_PATH", lab.path("bin"))
+                    .env("CNI_CACHE_DIR", lab.path("libcni-cache"))
+                    .env("FAKE_DELEGATE_DIR", &net.rec)
+                    .env("IPAM_DELEGATED_LOG_FILE", net.log()))
             };
             let add = call("add");
             let mut output = text(&add);
-            let address = add.status.success().then(|| {
-                let shown = ok(Command::new("ip").args([
+            let mut address = None;
+            if add.status.success() {
+                let shown = ok(bounded("ip").args([
                     "-n",
                     &container.0,
                     "-4",
@@ -283,17 +404,28 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
                     "show",
                     "eth0",
                 ]));
+                address = inet(&shown);
+                assert_eq!(lab.reservations(net).len(), 1, "{output}");
                 let check = call("check");
                 assert!(check.status.success(), "CHECK: {}", text(&check));
-                inet(&shown)
-            });
+            } else {
+                // The error object itself reached libcni, code and all, and
+                // the plugin rolled back before any DEL from the runtime.
+                assert!(
+                    output.contains(&format!("cni-error code=11 msg={FAILURE_MSG}")),
+                    "{output}"
+                );
+                assert!(lab.reservations(net).is_empty(), "{output}");
+                let calls = fs::read_to_string(net.rec.join("calls")).unwrap_or_default();
+                assert_eq!(calls, "ipam-da-fail ADD\nipam-da-fail DEL\n", "{output}");
+            }
             // A runtime deletes after a failed ADD too.
             let del = call("del");
             assert!(del.status.success(), "DEL: {}", text(&del));
             output.push_str(&text(&del));
             Attachment {
                 succeeded: add.status.success(),
-                address: address.flatten(),
+                address,
                 output,
             }
         });
@@ -302,7 +434,7 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
 
 #[test]
 fn podman_with_its_cni_backend() {
-    if !prerequisites(&["podman", "runc", "conmon", "nsenter"], &[]) {
+    if !prerequisites(&["podman", "runc", "conmon", "nsenter", "unshare"], &[]) {
         return;
     }
     let lab = Lab::new("pod");
@@ -315,6 +447,14 @@ fn podman_with_its_cni_backend() {
         lab.path("podman-storage").display()
     );
     fs::write(lab.path("storage.conf"), storage_conf).unwrap();
+    // Where podman keeps libcni's cache, network namespaces and runc's
+    // state: private tmpfs, gone with the test's mount namespace.
+    let private = ["/var/lib/cni", "/run/netns", "/run/runc"];
+    let _mount_points = MountPoints::ensure(&private);
+    // Cgroups cannot be made private; podman's go under a parent of the
+    // test's own, removed afterwards.
+    let cgroups = Cgroups(format!("ipamd-e2e-{}", std::process::id()));
+    let cgroup_parent = format!("/{}", cgroups.0);
 
     run_cases(&lab, "podman.conflist", 51, |net| {
         fs::write(
@@ -324,7 +464,7 @@ fn podman_with_its_cni_backend() {
         .unwrap();
         // podman's DEL comes from a cleanup process that conmon starts with
         // an environment of its own: delegates' settings reach it through
-        // [engine] env, as they would in production.
+        // [engine] env, as they must in production.
         let containers_conf = format!(
             r#"[containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -341,19 +481,35 @@ network_config_dir = "{netd}"
 "#,
             tmp = lab.path("podman-tmp").display(),
             rec = net.rec.display(),
-            log = lab.path("plugin.log").display(),
+            log = net.log().display(),
             bin = lab.path("bin").display(),
             netd = lab.path("net.d").display(),
         );
         fs::write(lab.path("containers.conf"), containers_conf).unwrap();
+        let rootfs = lab.path("rootfs");
+        let args = [
+            "podman",
+            "run",
+            "--rm",
+            "--cgroup-parent",
+            &cgroup_parent,
+            "--network",
+            &net.name,
+            "--rootfs",
+            rootfs.to_str().unwrap(),
+            "/bin/busybox",
+            "ip",
+            "-4",
+            "-o",
+            "addr",
+            "show",
+            "eth0",
+        ];
         let out = run(lab
             .host
-            .command("podman")
+            .isolated(&private, &[], &args)
             .env("CONTAINERS_CONF", lab.path("containers.conf"))
-            .env("CONTAINERS_STORAGE_CONF", lab.path("storage.conf"))
-            .args(["run", "--rm", "--network", &net.name, "--rootfs"])
-            .arg(lab.path("rootfs"))
-            .args(["/bin/busybox", "ip", "-4", "-o", "addr", "show", "eth0"]));
+            .env("CONTAINERS_STORAGE_CONF", lab.path("storage.conf")));
         Attachment {
             succeeded: out.status.success(),
             address: inet(&String::from_utf8_lossy(&out.stdout)),
@@ -371,34 +527,64 @@ fn containerd_with_ctr_run_cni() {
         return;
     }
     let lab = Lab::new("ctd");
+    // ctr reads only the first two; the test mounts its own over them. The
+    // others (libcni's cache, containerd's shim sockets) become private tmpfs.
+    let _mount_points = MountPoints::ensure(&[
+        "/etc/cni/net.d",
+        "/opt/cni/bin",
+        "/var/lib/cni",
+        "/run/containerd",
+    ]);
     let daemon = Containerd::start(&lab);
-    // ctr reads only these two; the test mounts its own over them, in a
-    // mount namespace of its own, so the mount points must exist.
-    let _mount_points = MountPoints::ensure(&["/etc/cni/net.d", "/opt/cni/bin"]);
     fs::create_dir_all(lab.path("net.d")).unwrap();
 
     let mut n = 0;
-    run_cases(&lab, "containerd.conflist", 61, |net| {
+    let networks = run_cases(&lab, "containerd.conflist", 61, |net| {
         // The only conflist there, so the one ctr uses.
         fs::write(lab.path("net.d/10-e2e.conflist"), &net.conflist).unwrap();
         n += 1;
         let id = format!("ipamd-e2e-{}-{n}", std::process::id());
-        let script = format!(
-            "mount --bind {netd} /etc/cni/net.d && mount --bind {bin} /opt/cni/bin && \
-             exec ctr --address {socket} run --rm --cni --runc-root {runc} --rootfs {rootfs} {id} \
-             /bin/busybox ip -4 -o addr show eth0",
-            netd = lab.path("net.d").display(),
-            bin = lab.path("bin").display(),
-            socket = daemon.socket.display(),
-            runc = lab.path("runc").display(),
-            rootfs = lab.path("rootfs").display(),
+        let (socket, runc, fifo, rootfs) = (
+            daemon.socket.display().to_string(),
+            lab.path("runc").display().to_string(),
+            lab.path("fifo").display().to_string(),
+            lab.path("rootfs").display().to_string(),
         );
+        let args = [
+            "ctr",
+            "--address",
+            &socket,
+            "run",
+            "--rm",
+            "--cni",
+            "--runc-root",
+            &runc,
+            "--fifo-dir",
+            &fifo,
+            "--rootfs",
+            &rootfs,
+            &id,
+            "/bin/busybox",
+            "ip",
+            "-4",
+            "-o",
+            "addr",
+            "show",
+            "eth0",
+        ];
+        let binds = [
+            (lab.path("net.d"), "/etc/cni/net.d"),
+            (lab.path("bin"), "/opt/cni/bin"),
+        ];
+        let binds: Vec<(&Path, &str)> = binds
+            .iter()
+            .map(|(from, to)| (from.as_path(), *to))
+            .collect();
         let out = run(lab
             .host
-            .command("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .isolated(&["/var/lib/cni"], &binds, &args)
             .env("FAKE_DELEGATE_DIR", &net.rec)
-            .env("IPAM_DELEGATED_LOG_FILE", lab.path("plugin.log")));
+            .env("IPAM_DELEGATED_LOG_FILE", net.log()));
         // When CNI set-up fails, ctr leaves the created task behind.
         daemon.remove(&id);
         Attachment {
@@ -408,36 +594,27 @@ fn containerd_with_ctr_run_cni() {
         }
     });
 
-    // containerd deletes with an empty CNI_NETNS: the selector saw one.
-    let rec = lab.path("rec-62");
-    let del = fs::read_dir(&rec)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".ipam-ds-pool.DEL.env"))
+    // ctr deletes with an empty CNI_NETNS, which the selector saw.
+    let selector = networks
+        .iter()
+        .find(|n| n.case == Case::SelectorThenAllocator)
+        .unwrap();
+    let calls = recorded_calls(&selector.rec);
+    let del = calls
+        .iter()
+        .find(|c| c.command == "DEL")
         .expect("the selector got a DEL");
-    let env = fs::read(del).unwrap();
-    assert!(
-        env.split(|b| *b == 0).any(|kv| kv == b"CNI_NETNS="),
-        "DEL had a CNI_NETNS"
+    assert_eq!(
+        recorded_env(&selector.rec, del)
+            .get("CNI_NETNS")
+            .map(String::as_str),
+        Some("")
     );
 }
 
-#[test]
-fn the_readme_shows_the_conflists_these_tests_run() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = fs::read_to_string(root.join("README.md")).unwrap();
-    for fixture in ["containerd", "crio", "podman", "cnitool"] {
-        let text = fs::read_to_string(root.join(format!("fixtures/conflists/{fixture}.conflist")))
-            .unwrap();
-        let block = format!("```json\n{}\n```", text.trim_end());
-        assert!(
-            readme.contains(&block),
-            "README lacks fixtures/conflists/{fixture}.conflist as it is"
-        );
-    }
-}
-
-/// A containerd of the test's own: private root, state and sockets, CRI off.
+/// A containerd of the test's own: private root, state and sockets, CRI
+/// off, its shims' sockets on a private tmpfs. timeout(1) ends it if the
+/// test process dies before its Drop runs.
 struct Containerd {
     child: Child,
     socket: PathBuf,
@@ -456,16 +633,29 @@ impl Containerd {
         );
         fs::write(lab.path("containerd.toml"), config).unwrap();
         let log = fs::File::create(lab.path("containerd.log")).unwrap();
-        let child = Command::new("containerd")
-            .arg("--config")
+        let child = Command::new("timeout")
+            .args([
+                "-k",
+                "5",
+                "900",
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+            ])
+            .arg("mount -t tmpfs tmpfs /run/containerd && exec containerd --config \"$1\"")
+            .arg("sh")
             .arg(lab.path("containerd.toml"))
+            .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
         let daemon = Containerd { child, socket };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !run(Command::new("ctr")
+        while !run(bounded("ctr")
             .arg("--address")
             .arg(&daemon.socket)
             .arg("version"))
@@ -481,19 +671,14 @@ impl Containerd {
         }
         daemon
     }
-}
 
-impl Containerd {
     /// Deletes container `id` and its task, whatever state they are in.
     fn remove(&self, id: &str) {
         for args in [
             &["task", "delete", "--force", id][..],
             &["container", "delete", id],
         ] {
-            let _ = run(Command::new("ctr")
-                .arg("--address")
-                .arg(&self.socket)
-                .args(args));
+            let _ = run(bounded("ctr").arg("--address").arg(&self.socket).args(args));
         }
     }
 }
@@ -501,10 +686,9 @@ impl Containerd {
 impl Drop for Containerd {
     fn drop(&mut self) {
         // Shims outlive their daemon; those of this one name its socket.
-        let _ = run(Command::new("pkill")
-            .args(["-KILL", "-f"])
-            .arg(&self.socket));
-        let _ = run(Command::new("kill").arg(self.child.id().to_string()));
+        let _ = run(bounded("pkill").args(["-KILL", "-f"]).arg(&self.socket));
+        // timeout(1) passes the TERM on to containerd.
+        let _ = run(bounded("kill").arg(self.child.id().to_string()));
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -517,12 +701,39 @@ impl Drop for Containerd {
     }
 }
 
-/// Directories created for bind mounts, removed again (innermost first) if
-/// they did not exist before.
+/// A cgroup name under every hierarchy, its whole tree removed when dropped.
+struct Cgroups(String);
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        fn remove_tree(dir: &Path) {
+            for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove_tree(&entry.path());
+                }
+            }
+            let _ = fs::remove_dir(dir);
+        }
+        remove_tree(&Path::new("/sys/fs/cgroup").join(&self.0));
+        for hierarchy in fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            remove_tree(&hierarchy.path().join(&self.0));
+        }
+    }
+}
+
+/// Directories created as mount points, removed again (innermost first)
+/// if they did not exist before.
 struct MountPoints(Vec<PathBuf>);
 
 impl MountPoints {
     fn ensure(paths: &[&str]) -> MountPoints {
+        // Tests run in parallel and may want the same ones.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let mut created = Vec::new();
         for path in paths {
             let mut missing: Vec<PathBuf> = Path::new(path)
@@ -545,6 +756,21 @@ impl Drop for MountPoints {
     }
 }
 
+#[test]
+fn the_readme_shows_the_conflists_these_tests_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    for fixture in ["containerd", "crio", "podman", "cnitool"] {
+        let text = fs::read_to_string(root.join(format!("fixtures/conflists/{fixture}.conflist")))
+            .unwrap();
+        let block = format!("```json\n{}\n```", text.trim_end());
+        assert!(
+            readme.contains(&block),
+            "README lacks fixtures/conflists/{fixture}.conflist as it is"
+        );
+    }
+}
+
 /// The cnitool-like driver in tests/libcni-driver, built once with
 /// Debian's golang-go and golang-github-appc-cni-dev in GOPATH mode.
 fn libcni_driver() -> PathBuf {
@@ -553,7 +779,7 @@ fn libcni_driver() -> PathBuf {
         .get_or_init(|| {
             let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
             let out = tmp.join("libcni-driver");
-            ok(Command::new("go")
+            ok(bounded("go")
                 .args(["build", "-o"])
                 .arg(&out)
                 .arg("./tests/libcni-driver")
@@ -571,14 +797,14 @@ fn libcni_driver() -> PathBuf {
         .clone()
 }
 
-/// Root, every tool and file named, and the plugins every test uses; or a
-/// skip (a failure under CI=true).
+/// Root, every tool and file named, a static busybox and the plugins every
+/// test uses; or a skip (a failure under CI=true).
 fn prerequisites(tools: &[&str], files: &[&str]) -> bool {
     if fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 {
         return skip("runtime tests need root (network namespaces, bridges, containers)");
     }
     let mut needed: Vec<&str> = tools.to_vec();
-    needed.extend(["ip", "timeout"]);
+    needed.extend(["ip", "timeout", "ldd"]);
     for tool in needed {
         if !run(Command::new("sh").args(["-c", &format!("command -v {tool}")]))
             .status
@@ -593,7 +819,6 @@ fn prerequisites(tools: &[&str], files: &[&str]) -> bool {
         "/usr/lib/cni/bridge",
         "/usr/lib/cni/host-local",
         "/usr/lib/cni/loopback",
-        "/bin/busybox",
     ];
     needed_files.extend(files);
     for file in needed_files {
@@ -602,6 +827,13 @@ fn prerequisites(tools: &[&str], files: &[&str]) -> bool {
                 "runtime tests need {file} (./.ci/test installs it)"
             ));
         }
+    }
+    // Copied alone into a container's root, only a static busybox runs.
+    let ldd = run(Command::new("ldd").arg("/bin/busybox"));
+    if !text(&ldd).contains("not a dynamic executable") {
+        return skip(
+            "runtime tests need a static /bin/busybox (busybox-static; ./.ci/test installs it)",
+        );
     }
     true
 }

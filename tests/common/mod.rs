@@ -278,18 +278,7 @@ impl Stack {
 
     /// Every call the scripted delegates recorded, in order.
     pub fn calls(&self) -> Vec<Call> {
-        let text = fs::read_to_string(self.rec().join("calls")).unwrap_or_default();
-        text.lines()
-            .enumerate()
-            .map(|(i, line)| {
-                let (name, command) = line.split_once(' ').unwrap();
-                Call {
-                    n: i + 1,
-                    name: name.into(),
-                    command: command.into(),
-                }
-            })
-            .collect()
+        recorded_calls(&self.rec())
     }
 
     /// The calls as "name COMMAND" strings, for compact assertions.
@@ -302,29 +291,47 @@ impl Stack {
 
     /// What call `call` read on stdin.
     pub fn stdin_of(&self, call: &Call) -> Vec<u8> {
-        fs::read(
-            self.rec()
-                .join(format!("{}.{}.{}.stdin", call.n, call.name, call.command)),
-        )
-        .unwrap()
+        recorded_stdin(&self.rec(), call)
     }
 
     /// The environment call `call` ran with.
     pub fn env_of(&self, call: &Call) -> HashMap<String, String> {
-        let raw = fs::read(
-            self.rec()
-                .join(format!("{}.{}.{}.env", call.n, call.name, call.command)),
-        )
-        .unwrap();
-        raw.split(|b| *b == 0)
-            .filter(|kv| !kv.is_empty())
-            .filter_map(|kv| {
-                let kv = String::from_utf8_lossy(kv);
-                let (k, v) = kv.split_once('=')?;
-                Some((k.to_string(), v.to_string()))
-            })
-            .collect()
+        recorded_env(&self.rec(), call)
     }
+}
+
+/// The calls scripted delegates recorded in `rec`, in order.
+pub fn recorded_calls(rec: &Path) -> Vec<Call> {
+    let text = fs::read_to_string(rec.join("calls")).unwrap_or_default();
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let (name, command) = line.split_once(' ').unwrap();
+            Call {
+                n: i + 1,
+                name: name.into(),
+                command: command.into(),
+            }
+        })
+        .collect()
+}
+
+/// What call `call`, recorded in `rec`, read on stdin.
+pub fn recorded_stdin(rec: &Path, call: &Call) -> Vec<u8> {
+    fs::read(rec.join(format!("{}.{}.{}.stdin", call.n, call.name, call.command))).unwrap()
+}
+
+/// The environment call `call`, recorded in `rec`, ran with.
+pub fn recorded_env(rec: &Path, call: &Call) -> HashMap<String, String> {
+    let raw = fs::read(rec.join(format!("{}.{}.{}.env", call.n, call.name, call.command))).unwrap();
+    raw.split(|b| *b == 0)
+        .filter(|kv| !kv.is_empty())
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.to_string()))
+        })
+        .collect()
 }
 
 /// A configuration for a stack of these delegates, with extra ipam keys.
