@@ -390,6 +390,19 @@ mod tests {
     }
 
     #[test]
+    fn numbers_beyond_f64_pass_through_as_written() {
+        // Found by fuzzing (fuzz/artifacts/config/crash-802178ff…): valid
+        // JSON, out of f64's range, and no business of the plugin's.
+        let input = "   {\"cniVersion\":\"1.0.0\",\"name\":\"::::::(:n\",\"ipam\":{\"delegates\":[\"a\",\"b\"],\n\"4imiiii]]]]]]]iciii.iiiexut\":1E44222222}}";
+        let out = spliced(input, "{}");
+        assert!(
+            out.contains(r#""4imiiii]]]]]]]iciii.iiiexut":1E44222222}"#),
+            "{out}"
+        );
+        serde_json::from_str::<&RawValue>(&out).unwrap();
+    }
+
+    #[test]
     fn deep_values_pass_through_unparsed() {
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         let input = format!(

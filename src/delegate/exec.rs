@@ -216,8 +216,10 @@ fn read_capped(stdout: impl Read, group: Group) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Decides what a finished delegate's exit status and stdout amount to.
-fn judge(status: ExitStatus, stdout: Vec<u8>) -> Result<Option<Vec<u8>>, Failure> {
+/// Decides what a finished delegate's exit status and stdout amount to:
+/// on success, the JSON object it printed (trimmed) or `None` for nothing;
+/// on failure, its CNI error object or what else went wrong.
+pub fn judge(status: ExitStatus, stdout: Vec<u8>) -> Result<Option<Vec<u8>>, Failure> {
     let printed = trim(stdout);
     if status.success() {
         if printed.is_empty() {

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use tracing::warn;
 
-pub use exec::{Limits, STDOUT_CAP};
+pub use exec::{judge, Limits, STDOUT_CAP};
 pub use lookup::{resolve, resolve_each, Delegate};
 
 use crate::config::Config;
