@@ -1,0 +1,37 @@
+//! Any exit status and stdout from a delegate: judging them never panics, a
+//! result passed on is a JSON object, and a failure's reply is one CNI
+//! error object.
+#![no_main]
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+use ipam_delegated::delegate::judge;
+use ipam_delegated::environment::Command;
+use ipam_delegated::error::Error;
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((status, stdout)) = data.split_first_chunk::<4>() else {
+        return;
+    };
+    let status = ExitStatus::from_raw(i32::from_le_bytes(*status));
+    match judge(status, stdout.to_vec()) {
+        Ok(Some(result)) => {
+            let value: Value = serde_json::from_slice(&result).expect("a result is JSON");
+            assert!(value.is_object());
+        }
+        Ok(None) => {}
+        Err(failure) => {
+            let error = Error::Delegate {
+                delegate: "fuzzed".into(),
+                command: Command::Add,
+                failure,
+            };
+            let reply: Value =
+                serde_json::from_slice(&error.to_reply("1.1.0")).expect("reply is JSON");
+            assert!(reply["code"].as_u64().is_some_and(|c| c > 0));
+        }
+    }
+});
