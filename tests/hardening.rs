@@ -203,6 +203,27 @@ fn sigterm_or_sigint_during_add_stops_the_delegate_and_rolls_back() {
 }
 
 #[test]
+fn sigterm_during_del_stops_it_and_starts_no_further_delegate() {
+    let stack = Stack::of(&["hangs", "b"]);
+    stack.answer("hangs", "DEL", Answer::default().after(HANG_WITH_CHILD));
+    let child = spawn(&stack, "DEL", &config("1.0.0", &["hangs", "b"]));
+    wait_for_calls(&stack, 1);
+    let started = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["code"], 105, "{error}");
+    let details = error["details"].as_str().unwrap();
+    assert!(details.contains("- b (DEL): was stopped"), "{details}");
+    assert_eq!(stack.call_list(), ["hangs DEL"]);
+}
+
+#[test]
 fn a_stack_naming_the_plugin_by_a_link_fails_before_running_anything() {
     let stack = Stack::of(&["a"]);
     stack.link("ipam-ds-loop", Path::new(PLUGIN));

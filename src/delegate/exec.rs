@@ -50,17 +50,11 @@ pub fn run(
     limits: Limits,
 ) -> Result<Option<Vec<u8>>, Failure> {
     let started = Instant::now();
-    let finished = std::process::Command::new(&delegate.path)
-        .env("CNI_COMMAND", command.as_str())
-        .env(PARENT_VARIABLE, std::process::id().to_string())
-        // Its own group, so that killing it reaches whatever it started.
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(Failure::NotStarted)
-        .and_then(|child| supervise(child, stdin, limits));
+    let finished = match signals::received().filter(|_| limits.interruptible) {
+        // Asked to stop before it started: no process at all.
+        Some(signal) => Err(Failure::Interrupted(signal)),
+        None => spawn(delegate, command, stdin, limits),
+    };
     let (status, bytes_out) = match &finished {
         Ok(f) if f.over_cap => (
             format!("stopped after more than {STDOUT_CAP} bytes"),
@@ -83,6 +77,26 @@ pub fn run(
         return Err(Failure::TooMuchOutput(STDOUT_CAP));
     }
     judge(finished.status, finished.stdout)
+}
+
+/// Starts the delegate in a process group of its own and supervises it.
+fn spawn(
+    delegate: &Delegate,
+    command: Command,
+    stdin: &[u8],
+    limits: Limits,
+) -> Result<Finished, Failure> {
+    std::process::Command::new(&delegate.path)
+        .env("CNI_COMMAND", command.as_str())
+        .env(PARENT_VARIABLE, std::process::id().to_string())
+        // Its own group, so that killing it reaches whatever it started.
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(Failure::NotStarted)
+        .and_then(|child| supervise(child, stdin, limits))
 }
 
 /// A delegate process that has ended.
