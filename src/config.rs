@@ -118,15 +118,18 @@ fn delegates(ipam: &Members) -> Result<Vec<String>, Error> {
         .collect()
 }
 
-/// `ipam.timeout`: a positive, finite number of seconds.
+/// `ipam.timeout`: seconds, from a millisecond (less rounds to nothing) to
+/// a day (more is no bound a runtime waits for, and far more would overflow
+/// a deadline).
 fn timeout(value: &RawValue) -> Result<Duration, Error> {
+    const RANGE: std::ops::RangeInclusive<f64> = 0.001..=86_400.0;
     serde_json::from_str::<f64>(value.get())
         .ok()
-        .filter(|seconds| *seconds > 0.0)
-        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .filter(|seconds| RANGE.contains(seconds))
+        .map(Duration::from_secs_f64)
         .ok_or_else(|| {
             Error::InvalidConfig(format!(
-                "\"ipam.timeout\" must be a positive number of seconds, not {}",
+                "\"ipam.timeout\" must be a number of seconds from 0.001 to 86400, not {}",
                 value.get()
             ))
         })
@@ -336,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn timeout_is_a_positive_number_of_seconds() {
+    fn timeout_is_seconds_from_a_millisecond_to_a_day() {
         let with = |t: &str| {
             format!(
                 r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"delegates":["a"],"timeout":{t}}}}}"#
@@ -346,16 +349,18 @@ mod tests {
         let c = Config::parse(input.as_bytes()).unwrap();
         assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(Config::parse(GOOD.as_bytes()).unwrap().timeout, None);
-        for bad in [
-            "0", "-1", "\"5\"", "null", "true", "[1]", "{}", "1e400", "1e300", "-0.0",
-        ] {
+        let input = with("86400");
+        let c = Config::parse(input.as_bytes()).unwrap();
+        assert_eq!(c.timeout, Some(Duration::from_secs(86_400)));
+        let bad = [
+            "0", "-1", "\"5\"", "null", "true", "[1]", "{}", "1e400", "1e300", "-0.0", "1e19",
+            "9.3e18", "1e-300", "0.0009", "86400.5",
+        ];
+        for bad in bad {
             let e = parse_err(&with(bad));
             assert_eq!(e.code(), code::INVALID_CONFIG, "{bad}");
-            assert!(
-                e.to_string()
-                    .contains("\"ipam.timeout\" must be a positive number of seconds"),
-                "{e}"
-            );
+            let expected = "\"ipam.timeout\" must be a number of seconds from 0.001 to 86400";
+            assert!(e.to_string().contains(expected), "{e}");
         }
     }
 

@@ -20,6 +20,8 @@ pub mod code {
     pub const DECODING_FAILURE: u32 = 6;
     /// The network configuration is invalid.
     pub const INVALID_CONFIG: u32 = 7;
+    /// Try again later: a delegate took longer than `ipam.timeout` and was killed.
+    pub const TRY_AGAIN_LATER: u32 = 11;
     /// A delegate is not in any CNI_PATH directory as an executable file.
     pub const DELEGATE_NOT_FOUND: u32 = 100;
     /// A delegate was found but could not be started.
@@ -32,8 +34,6 @@ pub mod code {
     pub const DELEGATE_OUTPUT_TOO_LARGE: u32 = 104;
     /// SIGTERM or SIGINT stopped the plugin before its stack was done.
     pub const INTERRUPTED: u32 = 105;
-    /// A delegate took longer than `ipam.timeout` and was killed.
-    pub const TRY_AGAIN_LATER: u32 = 11;
 }
 
 /// Everything that can make an invocation fail.
@@ -187,9 +187,12 @@ pub enum Failure {
     /// It ran past `ipam.timeout` and was killed with everything it started.
     #[error("did not finish within {0:?} and was killed")]
     TimedOut(std::time::Duration),
-    /// A termination request stopped it (or stopped the plugin before it ran).
+    /// A termination request stopped it.
     #[error("was stopped: the plugin received signal {0}")]
     Interrupted(i32),
+    /// A termination request came before it was started, so it was not.
+    #[error("was not run: the plugin had received signal {0}")]
+    NotRun(i32),
     /// Writing its stdin or reading its stdout failed.
     #[error("I/O error on its stdin or stdout: {0}")]
     Io(#[source] io::Error),
@@ -219,12 +222,24 @@ impl Error {
                 Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
                 Failure::NotObject { .. } | Failure::NoResult => code::DECODING_FAILURE,
                 Failure::TimedOut(_) => code::TRY_AGAIN_LATER,
-                Failure::Interrupted(_) => code::INTERRUPTED,
+                Failure::Interrupted(_) | Failure::NotRun(_) => code::INTERRUPTED,
                 Failure::Io(_) => code::IO_FAILURE,
             },
             Error::RollbackFailed { error, .. } => error.code(),
             Error::Several { first, .. } => first.code(),
         }
+    }
+
+    /// Whether this is a delegate that was never started, so had nothing
+    /// to undo.
+    pub fn never_ran(&self) -> bool {
+        matches!(
+            self,
+            Error::Delegate {
+                failure: Failure::NotRun(_),
+                ..
+            }
+        )
     }
 
     /// The CNI error object's `details`: a delegate's own details, the

@@ -58,18 +58,12 @@ pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
 }
 
 /// What every command that runs the stack does first: refuse to run under
-/// itself, take over termination signals, and read the configuration and
-/// check it for the command.
+/// itself, then read the configuration and check it for the command.
 fn prepare<'a>(env: &Environment, stdin: &'a [u8]) -> Result<Config<'a>, Error> {
     if let Some(parent) = &env.parent {
         return Err(Error::Recursion {
             parent: parent.clone(),
         });
-    }
-    // Before any delegate (or thread) starts; on failure, the signals keep
-    // their default and end the plugin where it stands.
-    if let Err(e) = signals::watch() {
-        tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
     }
     let config = Config::parse(stdin)?;
     version::check_command(env.command, config.cni_version)?;

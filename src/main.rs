@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
-use ipam_delegated::environment::Environment;
+use ipam_delegated::environment::{Command, Environment};
 use ipam_delegated::error::Error;
-use ipam_delegated::{config, logging, version};
+use ipam_delegated::{config, logging, signals, version};
 
 fn main() -> ExitCode {
     logging::init();
@@ -24,6 +24,17 @@ fn main() -> ExitCode {
         }
         Err(e) => Err(e),
     };
+    // From here a termination request is honoured, not fatal: it stops the
+    // stack cleanly. First, before any other thread exists; on failure the
+    // signals keep their default and end the plugin where it stands.
+    if env
+        .as_ref()
+        .is_ok_and(|env| env.command != Command::Version)
+    {
+        if let Err(e) = signals::watch() {
+            tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
+        }
+    }
     // Stdin is read even when the environment is wrong: the error reply
     // carries the configuration's cniVersion.
     let mut stdin = Vec::new();

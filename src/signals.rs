@@ -1,60 +1,71 @@
 //! Termination requests: SIGTERM and SIGINT are taken by a watcher thread
 //! instead of killing the plugin mid-stack, so that the running delegate is
-//! stopped and an ADD rolled back before the plugin answers.
+//! stopped and an ADD rolled back before the plugin answers. Requests are
+//! counted: a first one stops what the runtime asked for, a second one also
+//! cuts the rollback short.
 
 use std::io;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-/// Told of a termination request while a delegate runs.
-type Listener = Box<dyn Fn(i32) + Send>;
+/// Told of each termination request while a delegate runs.
+type Listener = Box<dyn Fn() + Send>;
 
-/// The first termination signal received, 0 while none has been.
-static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// How many termination requests have come.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
 
-/// Who to tell, while a delegate that may be interrupted runs.
+/// The last one's signal number.
+static LAST: AtomicI32 = AtomicI32::new(0);
+
+/// Who to tell, while a delegate runs.
 static LISTENER: Mutex<Option<Listener>> = Mutex::new(None);
 
 /// Takes SIGTERM and SIGINT away from their default (ending the process)
-/// for the rest of the process. Call it before starting any other thread,
-/// so that every thread inherits the block; delegates do not, since
-/// std::process clears the signal mask of the processes it starts.
+/// for the rest of the process; later calls do nothing. Call it before
+/// starting any other thread, so that every thread inherits the block;
+/// delegates do not, since std::process clears the signal mask of the
+/// processes it starts.
 pub fn watch() -> io::Result<()> {
+    static WATCHING: OnceLock<Result<(), i32>> = OnceLock::new();
+    (*WATCHING.get_or_init(start_watching)).map_err(io::Error::from_raw_os_error)
+}
+
+fn start_watching() -> Result<(), i32> {
     let set = termination_signals();
     // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
     let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     if blocked != 0 {
-        return Err(io::Error::from_raw_os_error(blocked));
+        return Err(blocked);
     }
-    std::thread::Builder::new()
+    let watcher = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
             let mut signal = 0;
             // SAFETY: both pointers are valid for the call.
             if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
-                let _ = RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+                LAST.store(signal, Ordering::SeqCst);
+                COUNT.fetch_add(1, Ordering::SeqCst);
                 if let Ok(listener) = LISTENER.lock() {
                     if let Some(tell) = listener.as_ref() {
-                        tell(signal);
+                        tell();
                     }
                 }
             }
-        })?;
-    Ok(())
+        });
+    watcher
+        .map(drop)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))
 }
 
-/// The termination signal the plugin has received, if any.
-pub fn received() -> Option<i32> {
-    match RECEIVED.load(Ordering::SeqCst) {
-        0 => None,
-        signal => Some(signal),
-    }
+/// The signal of the latest request, if at least `count` have come.
+pub fn received(count: usize) -> Option<i32> {
+    (COUNT.load(Ordering::SeqCst) >= count).then(|| LAST.load(Ordering::SeqCst))
 }
 
-/// Tells `listener` of termination requests until the guard is dropped.
-/// Check [`received`] after this: a request that came just before is not
-/// repeated, and one that comes after reaches the listener.
-pub fn listen(listener: impl Fn(i32) + Send + 'static) -> Listening {
+/// Tells `listener` of each termination request until the guard is
+/// dropped. Check [`received`] after this: a request that came just before
+/// is not repeated, and one that comes after reaches the listener.
+pub fn listen(listener: impl Fn() + Send + 'static) -> Listening {
     if let Ok(mut slot) = LISTENER.lock() {
         *slot = Some(Box::new(listener));
     }

@@ -125,7 +125,15 @@ fn a_delegate_that_never_reads_a_large_stdin_is_bounded() {
 
 #[test]
 fn a_bad_timeout_is_code_7_and_runs_nothing() {
-    for bad in [json!(0), json!(-2), json!("5"), json!(null), json!([1])] {
+    for bad in [
+        json!(0),
+        json!(-2),
+        json!("5"),
+        json!(null),
+        json!([1]),
+        json!(1e19),
+        json!(1e-300),
+    ] {
         let stack = Stack::of(&["a"]);
         let input = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"delegates": ["a"], "timeout": bad}});
         let error = stack
@@ -175,19 +183,8 @@ fn sigterm_or_sigint_during_add_stops_the_delegate_and_rolls_back() {
         stack.answer("hangs", "ADD", Answer::default().after(HANG_WITH_CHILD));
         let child = spawn(&stack, "ADD", &config("1.0.0", &["a", "hangs", "c"]));
         wait_for_calls(&stack, 2);
-        let started = Instant::now();
-        let killed = Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status();
-        assert!(killed.unwrap().success());
-        let out = child.wait_with_output().unwrap();
-        assert!(started.elapsed() < Duration::from_secs(20), "{signal}");
-        let outcome = Outcome {
-            status: out.status,
-            stdout: out.stdout,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        };
-        let error = outcome.assert_error(105);
+        terminate(&child, signal);
+        let error = finish(child).assert_error(105);
         let msg = error["msg"].as_str().unwrap();
         assert!(
             msg.starts_with("hangs (ADD): was stopped: the plugin received signal"),
@@ -204,23 +201,116 @@ fn sigterm_or_sigint_during_add_stops_the_delegate_and_rolls_back() {
 
 #[test]
 fn sigterm_during_del_stops_it_and_starts_no_further_delegate() {
-    let stack = Stack::of(&["hangs", "b"]);
+    let stack = Stack::of(&["hangs"]);
+    // b cannot even start: had the plugin tried, the error would say so.
+    stack.file("b", "\u{7f}ELF not really\n", 0o755);
     stack.answer("hangs", "DEL", Answer::default().after(HANG_WITH_CHILD));
     let child = spawn(&stack, "DEL", &config("1.0.0", &["hangs", "b"]));
     wait_for_calls(&stack, 1);
+    terminate(&child, "TERM");
+    let error = finish(child).assert_error(105);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("hangs (DEL): was stopped"),
+        "{error}"
+    );
+    let details = error["details"].as_str().unwrap();
+    assert!(
+        details.contains("- b (DEL): was not run: the plugin had received signal 15"),
+        "{details}"
+    );
+    assert_eq!(stack.call_list(), ["hangs DEL"]);
+}
+
+#[test]
+fn a_second_signal_cuts_a_hanging_rollback_short() {
+    let stack = Stack::of(&["a", "hangs"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    stack.answer("a", "DEL", Answer::default().after(HANG_WITH_CHILD));
+    stack.answer("hangs", "ADD", Answer::default().after(HANG_WITH_CHILD));
+    let child = spawn(&stack, "ADD", &config("1.0.0", &["a", "hangs"]));
+    wait_for_calls(&stack, 2);
+    // The first request stops the ADD; the rollback's DEL on a hangs …
+    terminate(&child, "TERM");
+    wait_for_calls(&stack, 3);
+    // … and a second request stops that too, and the DEL still to come.
+    terminate(&child, "INT");
+    let error = finish(child).assert_error(105);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("hangs (ADD): was stopped"),
+        "{error}"
+    );
+    let details = error["details"].as_str().unwrap();
+    assert!(
+        details.contains("- a (DEL): was stopped: the plugin received signal 2"),
+        "{details}"
+    );
+    assert!(details.contains("- hangs (DEL): was not run"), "{details}");
+    assert_eq!(stack.call_list(), ["a ADD", "hangs ADD", "a DEL"]);
+}
+
+#[test]
+fn a_signal_before_the_first_delegate_runs_nothing() {
+    let stack = Stack::of(&["a"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    let mut child = Command::new(PLUGIN)
+        .env_clear()
+        .envs(stack.env("ADD").0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The plugin takes the signals over before it reads stdin, and is now
+    // waiting for it.
+    std::thread::sleep(Duration::from_millis(500));
+    terminate(&child, "TERM");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(config("1.0.0", &["a"]).as_bytes()).unwrap();
+    drop(stdin);
+    let error = finish(child).assert_error(105);
+    assert_eq!(
+        error["msg"],
+        "a (ADD): was not run: the plugin had received signal 15"
+    );
+    assert!(stack.calls().is_empty(), "{:?}", stack.call_list());
+}
+
+#[test]
+fn a_delegate_flooding_stdout_and_staying_alive_is_killed() {
+    let stack = Stack::of(&["floods"]);
+    // 5 MiB, then it would linger for 5 minutes: only a kill ends it soon.
+    let flood = "head -c 5242880 /dev/zero | tr '\\0' ' '\nexec sleep 300\n";
+    stack.answer("floods", "ADD", Answer::default().after(flood));
+    let (out, took) = timed(&stack, "ADD", &config("1.0.0", &["floods"]));
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    out.assert_error(104);
+    assert_eq!(stack.call_list(), ["floods ADD", "floods DEL"]);
+}
+
+/// Sends `signal` to the plugin.
+fn terminate(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status();
+    assert!(sent.unwrap().success());
+}
+
+/// Waits for the plugin, within a generous bound.
+fn finish(child: Child) -> Outcome {
     let started = Instant::now();
-    assert!(Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
     let out = child.wait_with_output().unwrap();
     assert!(started.elapsed() < Duration::from_secs(20));
-    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(error["code"], 105, "{error}");
-    let details = error["details"].as_str().unwrap();
-    assert!(details.contains("- b (DEL): was stopped"), "{details}");
-    assert_eq!(stack.call_list(), ["hangs DEL"]);
+    Outcome {
+        status: out.status,
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
 
 #[test]

@@ -22,9 +22,9 @@ use crate::signals;
 /// than this is a broken delegate, stopped before it costs us memory.
 pub const STDOUT_CAP: usize = 4 << 20;
 
-/// How long to wait for a killed delegate's process and pipes to close.
-/// Past it, whatever still holds them (a process that left the group) is
-/// abandoned rather than waited for.
+/// How long to wait, after killing a delegate, for its process to end and
+/// its stdout to close. Past it, whatever still holds the pipe (a process
+/// that left the group) is abandoned rather than waited for.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
 /// How much of a failed delegate's stdout an error quotes.
@@ -33,11 +33,12 @@ const EXCERPT_LEN: usize = 512;
 /// What bounds one call.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Kill the delegate (and everything it started) after this long.
+    /// Kill the delegate (and everything in its group) after this long.
     pub timeout: Option<Duration>,
-    /// Stop it on SIGTERM or SIGINT. Rollback DELs are not interruptible:
-    /// stopping them would leak what the ADD allocated.
-    pub interruptible: bool,
+    /// How many termination requests stop the call: 1 for what the runtime
+    /// asked for; 2 for a rollback DEL, which a first request must not cut
+    /// short (that would leak what the ADD allocated) but a second may.
+    pub stopped_by: usize,
 }
 
 /// Runs `command` on `delegate` with `stdin`. On success, returns what it
@@ -50,9 +51,9 @@ pub fn run(
     limits: Limits,
 ) -> Result<Option<Vec<u8>>, Failure> {
     let started = Instant::now();
-    let finished = match signals::received().filter(|_| limits.interruptible) {
+    let finished = match signals::received(limits.stopped_by) {
         // Asked to stop before it started: no process at all.
-        Some(signal) => Err(Failure::Interrupted(signal)),
+        Some(signal) => Err(Failure::NotRun(signal)),
         None => spawn(delegate, command, stdin, limits),
     };
     let (status, bytes_out) = match &finished {
@@ -109,9 +110,12 @@ struct Finished {
 
 /// What the helper threads of one call report.
 enum Event {
+    /// Its stdout, read to EOF or one byte past the cap.
     Stdout(io::Result<Vec<u8>>),
-    Exited(io::Result<ExitStatus>),
-    Signal(i32),
+    /// The delegate has ended; it is a zombie until reaped.
+    Exited,
+    /// A termination request came.
+    Signal,
 }
 
 /// Why the plugin killed a delegate.
@@ -119,82 +123,109 @@ enum Event {
 enum Stop {
     Timeout(Duration),
     Signal(i32),
+    OverCap,
 }
 
-/// Feeds stdin, reads stdout and waits for the exit in threads of their
+/// Feeds stdin, reads stdout and watches for the exit in threads of their
 /// own, so that no pipe can deadlock us, while this one waits for all of it
-/// within the limits; on expiry or a termination request it kills the
-/// delegate's process group.
+/// within the limits; on expiry, a termination request or too much output,
+/// it kills the delegate's process group.
+///
+/// The delegate is reaped only after the last kill: until then its zombie
+/// keeps its pid, and so its process group id, from being reused, so the
+/// kill cannot reach a stranger.
 fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished, Failure> {
     let group = Group(child.id());
+    let failed = |child: &mut Child, error: io::Error| {
+        group.kill();
+        let _ = child.wait();
+        Err(Failure::Io(error))
+    };
     // Both are Some: the caller asked for piped stdin and stdout.
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        group.kill();
-        return Err(Failure::Io(io::Error::other("delegate pipes missing")));
+        return failed(&mut child, io::Error::other("delegate pipes missing"));
     };
     let (tx, events) = mpsc::channel();
-
-    let _listening = limits.interruptible.then(|| {
-        let tx = tx.clone();
-        signals::listen(move |signal| {
-            let _ = tx.send(Event::Signal(signal));
-        })
-    });
-    let mut stopped = None;
-    if let Some(signal) = signals::received().filter(|_| limits.interruptible) {
-        group.kill();
-        stopped = Some(Stop::Signal(signal));
-    }
-
-    // A delegate may exit without reading its input; that is its business,
-    // and its exit status says how it went.
-    let input = input.to_vec();
-    std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
+    let signal = tx.clone();
+    let _listening = signals::listen(move || {
+        let _ = signal.send(Event::Signal);
     });
     let reader = tx.clone();
-    std::thread::spawn(move || {
-        let _ = reader.send(Event::Stdout(read_capped(stdout, group)));
+    let pid = child.id();
+    let input = input.to_vec();
+    let threads = background("delegate-stdin", move || {
+        // A delegate may exit without reading its input; that is its
+        // business, and its exit status says how it went.
+        let _ = stdin.write_all(&input);
+    })
+    .and_then(|()| {
+        background("delegate-stdout", move || {
+            let _ = reader.send(Event::Stdout(read_capped(stdout)));
+        })
+    })
+    .and_then(|()| {
+        background("delegate-exit", move || {
+            if wait_for_exit(pid).is_ok() {
+                let _ = tx.send(Event::Exited);
+            }
+        })
     });
-    let waiter = tx;
-    std::thread::spawn(move || {
-        let _ = waiter.send(Event::Exited(child.wait()));
-    });
+    if let Err(e) = threads {
+        return failed(&mut child, e);
+    }
 
-    let deadline = limits.timeout.map(|t| Instant::now() + t);
-    let (mut stdout, mut status) = (None, None);
-    while stdout.is_none() || status.is_none() {
-        let wait = match (stopped, deadline) {
-            (Some(_), _) => Some(KILL_GRACE),
-            (None, Some(deadline)) => Some(deadline.saturating_duration_since(Instant::now())),
-            (None, None) => None,
-        };
-        let event = match wait {
-            Some(wait) => events.recv_timeout(wait),
+    let deadline = limits.timeout.and_then(|t| Instant::now().checked_add(t));
+    let mut stopped = None;
+    let stop = |why: Stop, stopped: &mut Option<(Stop, Instant)>| {
+        if stopped.is_none() {
+            group.kill();
+            *stopped = Some((why, Instant::now() + KILL_GRACE));
+        }
+    };
+    if let Some(signal) = signals::received(limits.stopped_by) {
+        stop(Stop::Signal(signal), &mut stopped);
+    }
+    let (mut stdout, mut exited) = (None, false);
+    while stdout.is_none() || !exited {
+        let until = stopped.map(|(_, grace)| grace).or(deadline);
+        let event = match until {
+            Some(until) => events.recv_timeout(until.saturating_duration_since(Instant::now())),
             None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match event {
-            Ok(Event::Stdout(read)) => stdout = Some(read),
-            Ok(Event::Exited(exit)) => status = Some(exit),
-            Ok(Event::Signal(signal)) if stopped.is_none() => {
-                group.kill();
-                stopped = Some(Stop::Signal(signal));
+            Ok(Event::Stdout(read)) => {
+                if matches!(&read, Ok(out) if out.len() > STDOUT_CAP) {
+                    stop(Stop::OverCap, &mut stopped);
+                }
+                stdout = Some(read);
             }
-            Ok(Event::Signal(_)) => {}
+            Ok(Event::Exited) => exited = true,
+            Ok(Event::Signal) => {
+                if let Some(signal) = signals::received(limits.stopped_by) {
+                    stop(Stop::Signal(signal), &mut stopped);
+                }
+            }
             Err(RecvTimeoutError::Timeout) if stopped.is_none() => {
-                group.kill();
-                stopped = limits.timeout.map(Stop::Timeout);
+                if let Some(limit) = limits.timeout {
+                    stop(Stop::Timeout(limit), &mut stopped);
+                }
             }
             // The grace after a kill is over, or every sender is gone.
             Err(_) => break,
         }
     }
-    match stopped {
+    // No kill can come now: reap it, unless it outlived the grace.
+    let status = if exited {
+        Some(child.wait())
+    } else {
+        child.try_wait().transpose()
+    };
+    match stopped.map(|(why, _)| why) {
         Some(Stop::Timeout(limit)) => return Err(Failure::TimedOut(limit)),
         Some(Stop::Signal(signal)) => return Err(Failure::Interrupted(signal)),
-        None => {}
+        Some(Stop::OverCap) | None => {}
     }
-    // Without a stop, the loop ends only with both present.
+    // Not stopped for a timeout or a signal, the loop ended with both.
     let (Some(stdout), Some(status)) = (stdout, status) else {
         return Err(Failure::Io(io::Error::other("delegate vanished")));
     };
@@ -204,6 +235,33 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
         over_cap: stdout.len() > STDOUT_CAP,
         stdout,
     })
+}
+
+/// Runs `work` in a thread of its own; the error if none can be made.
+fn background(name: &str, work: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(work)
+        .map(drop)
+}
+
+/// Waits until process `pid` has ended, without reaping it.
+fn wait_for_exit(pid: u32) -> io::Result<()> {
+    let pid = libc::id_t::from(pid);
+    loop {
+        // SAFETY: siginfo_t is plain data that waitid fills in; zeroed is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is valid for writing; WNOWAIT leaves the child to be reaped.
+        let result =
+            unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if result == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
 }
 
 /// A delegate's process group, named by its leader's pid.
@@ -220,13 +278,10 @@ impl Group {
     }
 }
 
-/// Reads to EOF or one byte past [`STDOUT_CAP`], killing the group then.
-fn read_capped(stdout: impl Read, group: Group) -> io::Result<Vec<u8>> {
+/// Reads to EOF or one byte past [`STDOUT_CAP`], whichever comes first.
+fn read_capped(stdout: impl Read) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     stdout.take(STDOUT_CAP as u64 + 1).read_to_end(&mut buf)?;
-    if buf.len() > STDOUT_CAP {
-        group.kill();
-    }
     Ok(buf)
 }
 
@@ -329,6 +384,15 @@ mod tests {
     fn success_with_an_object_keeps_it_as_printed_but_trimmed() {
         let out = judge(exited(0), b"\n {\"ips\": [], \"pools\":[1]}\n\n".to_vec()).unwrap();
         assert_eq!(out.unwrap(), b"{\"ips\": [], \"pools\":[1]}");
+    }
+
+    #[test]
+    fn a_result_with_numbers_beyond_f64_is_passed_on_as_printed() {
+        // Found by fuzzing (fuzz/artifacts/delegate_output/crash-d5ca8700…):
+        // valid JSON, which the next delegate gets exactly as printed.
+        let printed = b"{\"cniipsk\":[\t\t\t\t111111111,11111111111111111111111111,11111111111394594128,111110111111111111111111111111111111111550E9511111111,11111111119111000000311111\t\t]\t\t}";
+        let out = judge(exited(0), printed.to_vec()).unwrap();
+        assert_eq!(out.as_deref(), Some(&printed[..]));
     }
 
     #[test]

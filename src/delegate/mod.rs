@@ -20,15 +20,16 @@ use crate::error::{Error, Failure};
 fn asked(config: &Config) -> Limits {
     Limits {
         timeout: config.timeout,
-        interruptible: true,
+        stopped_by: 1,
     }
 }
 
-/// The limits of a rollback DEL: bounded alike, but not stopped by a
-/// termination request, which would leave allocated what it is undoing.
+/// The limits of a rollback DEL: bounded alike, but stopped only by a
+/// second termination request; after the first, stopping would leave
+/// allocated what it is undoing.
 fn undoing(config: &Config) -> Limits {
     Limits {
-        interruptible: false,
+        stopped_by: 2,
         ..asked(config)
     }
 }
@@ -56,7 +57,8 @@ impl Delegate {
 /// ADD: delegate 1 gets the input as it came, each next one the previous
 /// one's result as `prevResult`; the last result is the answer, as printed.
 /// If delegate k fails, delegates 1..=k get a DEL (see [`rollback`]) and
-/// delegate k's error is the answer.
+/// delegate k's error is the answer; if it was never started (the plugin
+/// was asked to stop first), 1..k.
 pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
     let mut stdin = Cow::Borrowed(config.raw);
     for (k, delegate) in delegates.iter().enumerate() {
@@ -69,12 +71,13 @@ pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
             Ok(None) => delegate.failed(Command::Add, Failure::NoResult),
             Err(error) => error,
         };
+        // One that never started has nothing to undo.
+        let ran = if error.never_ran() { k } else { k + 1 };
         warn!(
-            "ADD failed, rolling back {} delegate(s): {}",
-            k + 1,
+            "ADD failed, rolling back {ran} delegate(s): {}",
             error.summary()
         );
-        return Err(error.with_rollback(rollback(config, &delegates[..=k], stdin)));
+        return Err(error.with_rollback(rollback(config, &delegates[..ran], stdin)));
     }
     // Only reachable with no delegates, which Config::parse refuses.
     Err(Error::InvalidConfig("\"ipam.delegates\" is empty".into()))
