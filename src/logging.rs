@@ -1,10 +1,13 @@
 //! Logging: warnings and errors to stderr, one line each, always; with the
 //! `verbose` feature, everything from debug up appended to a log file too.
 
+use std::fmt::{self, Write as _};
 use std::io::{self, Write};
 
-use tracing::Level;
-use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing::{Event, Level, Metadata, Subscriber};
 
 /// Where the `verbose` flavour appends its log.
 pub const LOG_FILE: &str = "/var/log/cni/ipam-delegated.log";
@@ -16,73 +19,160 @@ pub const LOG_FILE_VARIABLE: &str = "IPAM_DELEGATED_LOG_FILE";
 /// with no background worker, so the log is complete whenever the process
 /// exits, whichever way it exits.
 pub fn init() {
-    let stderr = (|| OneLine(io::stderr())).with_max_level(Level::WARN);
-    let (writer, level) = if cfg!(feature = "verbose") {
-        match open_log_file() {
-            Ok(file) => (BoxMakeWriter::new(stderr.and(file)), Level::DEBUG),
+    #[cfg(feature = "verbose")]
+    if verbose::init() {
+        return;
+    }
+    let _ = tracing::subscriber::set_global_default(Stderr);
+}
+
+/// The standard flavour's subscriber (and the verbose one's fallback):
+/// each warning or error as one line on stderr, and nothing else is even
+/// formatted. It keeps no state, so setting it up costs nothing: most runs
+/// log nothing at all, and every pod start pays for the plugin's start-up.
+struct Stderr;
+
+impl Subscriber for Stderr {
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if self.enabled(metadata) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        *metadata.level() <= Level::WARN
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::WARN)
+    }
+
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        // Spans carry nothing this subscriber shows.
+        Id::from_u64(1)
+    }
+
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        let metadata = event.metadata();
+        let mut line = Line(format!(
+            "ipam-delegated[{}]: {} {}:",
+            std::process::id(),
+            metadata.level(),
+            metadata.target()
+        ));
+        event.record(&mut line);
+        line.0.push('\n');
+        // A closed stderr loses the line and nothing else.
+        let _ = io::stderr().write_all(&one_line(line.0.as_bytes()));
+    }
+
+    fn enter(&self, _: &Id) {}
+
+    fn exit(&self, _: &Id) {}
+}
+
+/// An event's fields as text: the message, then `name=value` for each other.
+struct Line(String);
+
+impl Visit for Line {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let _ = if field.name() == "message" {
+            write!(self.0, " {value:?}")
+        } else {
+            write!(self.0, " {}={value:?}", field.name())
+        };
+    }
+}
+
+/// Every newline but a last one as a visible `\n` (and `\r` alike), so
+/// that an event stays one line whatever a delegate put in its message.
+fn one_line(event: &[u8]) -> Vec<u8> {
+    let (body, end) = match event.strip_suffix(b"\n") {
+        Some(body) => (body, &b"\n"[..]),
+        None => (event, &b""[..]),
+    };
+    let mut line = Vec::with_capacity(event.len() + 8);
+    for &byte in body {
+        match byte {
+            b'\n' => line.extend_from_slice(b"\\n"),
+            b'\r' => line.extend_from_slice(b"\\r"),
+            _ => line.push(byte),
+        }
+    }
+    line.extend_from_slice(end);
+    line
+}
+
+/// The verbose flavour: tracing-subscriber's formatter, writing warnings
+/// and errors to stderr and everything from debug up to the log file.
+#[cfg(feature = "verbose")]
+mod verbose {
+    use std::io::{self, Write};
+
+    use tracing::Level;
+    use tracing_subscriber::fmt::writer::MakeWriterExt;
+
+    use super::{one_line, LOG_FILE, LOG_FILE_VARIABLE};
+
+    /// Installs it; false (after saying why) if the log file cannot be opened.
+    pub(super) fn init() -> bool {
+        let file = match open_log_file() {
+            Ok(file) => file,
             Err(e) => {
                 let _ = writeln!(
                     io::stderr(),
                     "ipam-delegated: cannot open the log file, logging to stderr only: {e}"
                 );
-                (BoxMakeWriter::new(stderr), Level::WARN)
+                return false;
             }
-        }
-    } else {
-        (BoxMakeWriter::new(stderr), Level::WARN)
-    };
-    tracing_subscriber::fmt()
-        // A log that cannot be written must never stop the reply; the
-        // default would report on stderr, panicking when that is closed too.
-        .log_internal_errors(false)
-        .with_ansi(false)
-        .with_max_level(level)
-        .with_writer(writer)
-        .init();
-}
-
-/// Opens the log for appending, so that concurrent invocations each add
-/// whole lines and none truncates another's.
-fn open_log_file() -> std::io::Result<std::fs::File> {
-    let path = std::env::var_os(LOG_FILE_VARIABLE)
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| LOG_FILE.into(), std::path::PathBuf::from);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-}
-
-/// Keeps each event on one line of stderr, whatever a delegate put in its
-/// message: the formatter hands over one whole event per write, and every
-/// newline but the last becomes a visible `\n`.
-struct OneLine<W>(W);
-
-impl<W: Write> Write for OneLine<W> {
-    fn write(&mut self, event: &[u8]) -> io::Result<usize> {
-        let (body, end) = match event.strip_suffix(b"\n") {
-            Some(body) => (body, &b"\n"[..]),
-            None => (event, &b""[..]),
         };
-        let mut line = Vec::with_capacity(event.len() + 8);
-        for &byte in body {
-            match byte {
-                b'\n' => line.extend_from_slice(b"\\n"),
-                b'\r' => line.extend_from_slice(b"\\r"),
-                _ => line.push(byte),
-            }
-        }
-        line.extend_from_slice(end);
-        // A closed stderr loses the line and nothing else.
-        let _ = self.0.write_all(&line);
-        Ok(event.len())
+        let stderr = (|| OneLine(io::stderr())).with_max_level(Level::WARN);
+        tracing_subscriber::fmt()
+            // A log that cannot be written must never stop the reply; the
+            // default would report on stderr, panicking when that is closed too.
+            .log_internal_errors(false)
+            .with_ansi(false)
+            .with_max_level(Level::DEBUG)
+            .with_writer(stderr.and(file))
+            .init();
+        true
     }
 
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
+    /// Opens the log for appending, so that concurrent invocations each add
+    /// whole lines and none truncates another's.
+    fn open_log_file() -> io::Result<std::fs::File> {
+        let path = std::env::var_os(LOG_FILE_VARIABLE)
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| LOG_FILE.into(), std::path::PathBuf::from);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    }
+
+    /// Keeps each event on one line of stderr: the formatter hands over one
+    /// whole event per write.
+    struct OneLine<W>(W);
+
+    impl<W: Write> Write for OneLine<W> {
+        fn write(&mut self, event: &[u8]) -> io::Result<usize> {
+            // A closed stderr loses the line and nothing else.
+            let _ = self.0.write_all(&one_line(event));
+            Ok(event.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            self.0.flush()
+        }
     }
 }
 
@@ -90,16 +180,38 @@ impl<W: Write> Write for OneLine<W> {
 mod tests {
     use super::*;
 
-    fn one_line(event: &[u8]) -> Vec<u8> {
-        let mut out = OneLine(Vec::new());
-        assert_eq!(out.write(event).unwrap(), event.len());
-        out.0
-    }
-
     #[test]
     fn interior_newlines_become_visible_escapes() {
         assert_eq!(one_line(b"a\nb\r\nc\n"), b"a\\nb\\r\\nc\n");
         assert_eq!(one_line(b"plain\n"), b"plain\n");
         assert_eq!(one_line(b"no end"), b"no end");
+    }
+
+    #[test]
+    fn an_event_is_the_message_then_its_fields() {
+        let mut line = Line(String::from("x:"));
+        let fields = tracing::field::FieldSet::new(
+            &["message", "code", "details"],
+            tracing::callsite::Identifier(&CALLSITE),
+        );
+        let mut names = fields.iter();
+        let (message, code, details) = (
+            names.next().unwrap(),
+            names.next().unwrap(),
+            names.next().unwrap(),
+        );
+        line.record_debug(&message, &format_args!("it failed"));
+        line.record_debug(&code, &11);
+        line.record_debug(&details, &"two\nlines");
+        assert_eq!(line.0, "x: it failed code=11 details=\"two\\nlines\"");
+    }
+
+    struct Callsite;
+    static CALLSITE: Callsite = Callsite;
+    impl tracing::callsite::Callsite for Callsite {
+        fn set_interest(&self, _: Interest) {}
+        fn metadata(&self) -> &Metadata<'_> {
+            unimplemented!("not asked in these tests")
+        }
     }
 }

@@ -1,86 +1,90 @@
-//! Termination requests: SIGTERM and SIGINT are taken by a watcher thread
-//! instead of killing the plugin mid-stack, so that the running delegate is
-//! stopped and an ADD rolled back before the plugin answers. Requests are
-//! counted: a first one stops what the runtime asked for, a second one also
-//! cuts the rollback short.
+//! Termination requests: SIGTERM and SIGINT are blocked and read from a
+//! signalfd instead of killing the plugin mid-stack, so that the loop that
+//! supervises a delegate can wait for them alongside the delegate's pipes,
+//! stop the delegate, and let an ADD roll back before the plugin answers.
+//! Requests are counted: a first one stops what the runtime asked for, a
+//! second one also cuts the rollback short.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-/// Told of each termination request while a delegate runs.
-type Listener = Box<dyn Fn() + Send>;
-
-/// How many termination requests have come.
+/// How many termination requests have been read.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// The last one's signal number.
 static LAST: AtomicI32 = AtomicI32::new(0);
 
-/// Who to tell, while a delegate runs.
-static LISTENER: Mutex<Option<Listener>> = Mutex::new(None);
+/// The signalfd, once [`watch`] has made it.
+static SIGNALS: OnceLock<Result<OwnedFd, i32>> = OnceLock::new();
 
 /// Takes SIGTERM and SIGINT away from their default (ending the process)
-/// for the rest of the process; later calls do nothing. Call it before
-/// starting any other thread, so that every thread inherits the block;
-/// delegates do not, since std::process clears the signal mask of the
-/// processes it starts.
+/// for the rest of the process; later calls do nothing. The plugin is
+/// single-threaded, so blocking them here blocks them everywhere;
+/// delegates do not inherit the block, since std::process clears the
+/// signal mask of the processes it starts.
 pub fn watch() -> io::Result<()> {
-    static WATCHING: OnceLock<Result<(), i32>> = OnceLock::new();
-    (*WATCHING.get_or_init(start_watching)).map_err(io::Error::from_raw_os_error)
+    match SIGNALS.get_or_init(open) {
+        Ok(_) => Ok(()),
+        Err(errno) => Err(io::Error::from_raw_os_error(*errno)),
+    }
 }
 
-fn start_watching() -> Result<(), i32> {
+fn open() -> Result<OwnedFd, i32> {
     let set = termination_signals();
     // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
-    let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if blocked != 0 {
-        return Err(blocked);
+    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+        return Err(errno());
     }
-    let watcher = std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || loop {
-            let mut signal = 0;
-            // SAFETY: both pointers are valid for the call.
-            if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
-                LAST.store(signal, Ordering::SeqCst);
-                COUNT.fetch_add(1, Ordering::SeqCst);
-                if let Ok(listener) = LISTENER.lock() {
-                    if let Some(tell) = listener.as_ref() {
-                        tell();
-                    }
-                }
-            }
-        });
-    watcher
-        .map(drop)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))
+    // SAFETY: -1 asks for a new descriptor; `set` is valid for the call.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: signalfd returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The descriptor that becomes readable when a request comes, for poll(2);
+/// `None` if [`watch`] was not called or failed.
+pub fn fd() -> Option<BorrowedFd<'static>> {
+    SIGNALS.get()?.as_ref().ok().map(|fd| fd.as_fd())
 }
 
 /// The signal of the latest request, if at least `count` have come.
 pub fn received(count: usize) -> Option<i32> {
+    drain();
     (COUNT.load(Ordering::SeqCst) >= count).then(|| LAST.load(Ordering::SeqCst))
 }
 
-/// Tells `listener` of each termination request until the guard is
-/// dropped. Check [`received`] after this: a request that came just before
-/// is not repeated, and one that comes after reaches the listener.
-pub fn listen(listener: impl Fn() + Send + 'static) -> Listening {
-    if let Ok(mut slot) = LISTENER.lock() {
-        *slot = Some(Box::new(listener));
+/// Counts the requests waiting in the signalfd.
+fn drain() {
+    let Some(fd) = fd() else { return };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    loop {
+        // SAFETY: signalfd_siginfo is plain data; zeroed is a valid value.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: `info` is valid for `size` bytes of writing.
+        let read =
+            unsafe { libc::read(raw, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        if usize::try_from(read) != Ok(size) {
+            // Empty (EAGAIN) or interrupted: nothing more to count now.
+            return;
+        }
+        LAST.store(
+            i32::try_from(info.ssi_signo).unwrap_or(libc::SIGTERM),
+            Ordering::SeqCst,
+        );
+        COUNT.fetch_add(1, Ordering::SeqCst);
     }
-    Listening
 }
 
-/// Stops the listener of [`listen`] when dropped.
-pub struct Listening;
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        if let Ok(mut slot) = LISTENER.lock() {
-            *slot = None;
-        }
-    }
+fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
 }
 
 fn termination_signals() -> libc::sigset_t {

@@ -1,12 +1,13 @@
 //! Calling one delegate: one process in a process group of its own, with the
 //! plugin's environment, the configuration on its stdin, its stderr passed
 //! through and its stdout captured up to a cap, bounded in time and stopped
-//! on a termination request, then judged as a result or a failure.
+//! on a termination request, all in one poll(2) loop; then judged as a
+//! result or a failure.
 
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ExitStatus, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::process::{Child, ChildStdin, ChildStdout, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
@@ -108,16 +109,6 @@ struct Finished {
     over_cap: bool,
 }
 
-/// What the helper threads of one call report.
-enum Event {
-    /// Its stdout, read to EOF or one byte past the cap.
-    Stdout(io::Result<Vec<u8>>),
-    /// The delegate has ended; it is a zombie until reaped.
-    Exited,
-    /// A termination request came.
-    Signal,
-}
-
 /// Why the plugin killed a delegate.
 #[derive(Clone, Copy)]
 enum Stop {
@@ -126,56 +117,34 @@ enum Stop {
     OverCap,
 }
 
-/// Feeds stdin, reads stdout and watches for the exit in threads of their
-/// own, so that no pipe can deadlock us, while this one waits for all of it
-/// within the limits; on expiry, a termination request or too much output,
-/// it kills the delegate's process group.
+/// Feeds the delegate's stdin, reads its stdout and waits for its exit and
+/// for termination requests, all in one poll(2) loop (no thread, no pipe
+/// that can deadlock), within the limits; on expiry, a termination request
+/// or too much output, it kills the delegate's process group.
 ///
 /// The delegate is reaped only after the last kill: until then its zombie
 /// keeps its pid, and so its process group id, from being reused, so the
 /// kill cannot reach a stranger.
 fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished, Failure> {
     let group = Group(child.id());
-    let failed = |child: &mut Child, error: io::Error| {
+    // Both are Some: the caller asked for piped stdin and stdout.
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         group.kill();
         let _ = child.wait();
-        Err(Failure::Io(error))
+        return Err(Failure::Io(io::Error::other("delegate pipes missing")));
     };
-    // Both are Some: the caller asked for piped stdin and stdout.
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return failed(&mut child, io::Error::other("delegate pipes missing"));
+    let mut pipes = match Pipes::new(input, stdin, stdout) {
+        Ok(pipes) => pipes,
+        Err(e) => {
+            group.kill();
+            let _ = child.wait();
+            return Err(Failure::Io(e));
+        }
     };
-    let (tx, events) = mpsc::channel();
-    let signal = tx.clone();
-    let _listening = signals::listen(move || {
-        let _ = signal.send(Event::Signal);
-    });
-    let reader = tx.clone();
-    let pid = child.id();
-    let input = input.to_vec();
-    let threads = background("delegate-stdin", move || {
-        // A delegate may exit without reading its input; that is its
-        // business, and its exit status says how it went.
-        let _ = stdin.write_all(&input);
-    })
-    .and_then(|()| {
-        background("delegate-stdout", move || {
-            let _ = reader.send(Event::Stdout(read_capped(stdout)));
-        })
-    })
-    .and_then(|()| {
-        background("delegate-exit", move || {
-            if wait_for_exit(pid).is_ok() {
-                let _ = tx.send(Event::Exited);
-            }
-        })
-    });
-    if let Err(e) = threads {
-        return failed(&mut child, e);
-    }
-
+    let exit = ExitWatch::new(child.id());
+    let mut exited = false;
     let deadline = limits.timeout.and_then(|t| Instant::now().checked_add(t));
-    let mut stopped = None;
+    let mut stopped: Option<(Stop, Instant)> = None;
     let stop = |why: Stop, stopped: &mut Option<(Stop, Instant)>| {
         if stopped.is_none() {
             group.kill();
@@ -185,33 +154,48 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
     if let Some(signal) = signals::received(limits.stopped_by) {
         stop(Stop::Signal(signal), &mut stopped);
     }
-    let (mut stdout, mut exited) = (None, false);
-    while stdout.is_none() || !exited {
+
+    while pipes.stdout.is_some() || !exited {
         let until = stopped.map(|(_, grace)| grace).or(deadline);
-        let event = match until {
-            Some(until) => events.recv_timeout(until.saturating_duration_since(Instant::now())),
-            None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        match event {
-            Ok(Event::Stdout(read)) => {
-                if matches!(&read, Ok(out) if out.len() > STDOUT_CAP) {
-                    stop(Stop::OverCap, &mut stopped);
-                }
-                stdout = Some(read);
-            }
-            Ok(Event::Exited) => exited = true,
-            Ok(Event::Signal) => {
-                if let Some(signal) = signals::received(limits.stopped_by) {
-                    stop(Stop::Signal(signal), &mut stopped);
+        let now = Instant::now();
+        if until.is_some_and(|until| now >= until) {
+            match stopped {
+                // The grace after a kill is over: abandon what still holds the pipe.
+                Some(_) => break,
+                None => {
+                    if let Some(limit) = limits.timeout {
+                        stop(Stop::Timeout(limit), &mut stopped);
+                    }
+                    continue;
                 }
             }
-            Err(RecvTimeoutError::Timeout) if stopped.is_none() => {
-                if let Some(limit) = limits.timeout {
-                    stop(Stop::Timeout(limit), &mut stopped);
-                }
+        }
+        let mut wait = until.map(|until| until - now);
+        if !exited && exit.needs_polling() {
+            wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
+        }
+        let mut fds = [
+            pollfd(pipes.stdout.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN),
+            pollfd(pipes.stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT),
+            pollfd(exit.fd().filter(|_| !exited), libc::POLLIN),
+            pollfd(signals::fd().map(|fd| fd.as_raw_fd()), libc::POLLIN),
+        ];
+        poll(&mut fds, wait).map_err(Failure::Io)?;
+        if fds[1].revents != 0 {
+            pipes.feed();
+        }
+        if fds[0].revents != 0 {
+            pipes.drain();
+            if pipes.output.len() > STDOUT_CAP {
+                pipes.stdout = None;
+                stop(Stop::OverCap, &mut stopped);
             }
-            // The grace after a kill is over, or every sender is gone.
-            Err(_) => break,
+        }
+        exited = exited || fds[2].revents != 0 || exit.has_exited();
+        if fds[3].revents != 0 {
+            if let Some(signal) = signals::received(limits.stopped_by) {
+                stop(Stop::Signal(signal), &mut stopped);
+            }
         }
     }
     // No kill can come now: reap it, unless it outlived the grace.
@@ -225,11 +209,12 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
         Some(Stop::Signal(signal)) => return Err(Failure::Interrupted(signal)),
         Some(Stop::OverCap) | None => {}
     }
-    // Not stopped for a timeout or a signal, the loop ended with both.
-    let (Some(stdout), Some(status)) = (stdout, status) else {
-        return Err(Failure::Io(io::Error::other("delegate vanished")));
-    };
-    let stdout = stdout.map_err(Failure::Io)?;
+    if let Some(e) = pipes.read_error {
+        return Err(Failure::Io(e));
+    }
+    // Not stopped for a timeout or a signal, the loop ended with its exit.
+    let status = status.ok_or_else(|| Failure::Io(io::Error::other("delegate vanished")))?;
+    let stdout = pipes.output;
     Ok(Finished {
         status: status.map_err(Failure::Io)?,
         over_cap: stdout.len() > STDOUT_CAP,
@@ -237,31 +222,160 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
     })
 }
 
-/// Runs `work` in a thread of its own; the error if none can be made.
-fn background(name: &str, work: impl FnOnce() + Send + 'static) -> io::Result<()> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(work)
-        .map(drop)
+/// The plugin's ends of a delegate's stdin and stdout, non-blocking: what
+/// is left to write, and what was read.
+struct Pipes<'a> {
+    input: &'a [u8],
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    output: Vec<u8>,
+    read_error: Option<io::Error>,
 }
 
-/// Waits until process `pid` has ended, without reaping it.
-fn wait_for_exit(pid: u32) -> io::Result<()> {
-    let pid = libc::id_t::from(pid);
-    loop {
+impl<'a> Pipes<'a> {
+    fn new(input: &'a [u8], stdin: ChildStdin, stdout: ChildStdout) -> io::Result<Self> {
+        nonblocking(stdin.as_raw_fd())?;
+        nonblocking(stdout.as_raw_fd())?;
+        Ok(Pipes {
+            input,
+            // Nothing to write: close it now, the delegate sees EOF at once.
+            stdin: (!input.is_empty()).then_some(stdin),
+            stdout: Some(stdout),
+            output: Vec::new(),
+            read_error: None,
+        })
+    }
+
+    /// Writes what the pipe takes; closes stdin when all is written. A
+    /// delegate may exit without reading its input; that is its business,
+    /// and its exit status says how it went, so a broken pipe just closes.
+    fn feed(&mut self) {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return;
+        };
+        loop {
+            match stdin.write(self.input) {
+                Ok(n) if n < self.input.len() => self.input = &self.input[n..],
+                Ok(_) => break self.stdin = None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => break self.stdin = None,
+            }
+        }
+    }
+
+    /// Reads what is there, up to one byte past [`STDOUT_CAP`]; closes
+    /// stdout at EOF.
+    fn drain(&mut self) {
+        let Some(stdout) = self.stdout.as_mut() else {
+            return;
+        };
+        let mut chunk = [0; 16 * 1024];
+        loop {
+            match stdout.read(&mut chunk) {
+                Ok(0) => break self.stdout = None,
+                Ok(n) => {
+                    let room = STDOUT_CAP + 1 - self.output.len().min(STDOUT_CAP + 1);
+                    self.output.extend_from_slice(&chunk[..n.min(room)]);
+                    if self.output.len() > STDOUT_CAP {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.read_error = Some(e);
+                    break self.stdout = None;
+                }
+            }
+        }
+    }
+}
+
+/// How often to look for the delegate's exit where pidfd_open(2) is missing
+/// (Linux before 5.3).
+const EXIT_POLL: Duration = Duration::from_millis(5);
+
+/// Learns when the delegate has ended without reaping it: through a pidfd
+/// that poll(2) watches, or, on kernels without pidfds, by asking.
+enum ExitWatch {
+    Pidfd(OwnedFd),
+    Asking(u32),
+}
+
+impl ExitWatch {
+    fn new(pid: u32) -> ExitWatch {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        match i32::try_from(fd) {
+            // SAFETY: a non-negative result is a new descriptor that nothing else owns.
+            Ok(fd) if fd >= 0 => ExitWatch::Pidfd(unsafe { OwnedFd::from_raw_fd(fd) }),
+            _ => ExitWatch::Asking(pid),
+        }
+    }
+
+    fn fd(&self) -> Option<RawFd> {
+        match self {
+            ExitWatch::Pidfd(fd) => Some(fd.as_raw_fd()),
+            ExitWatch::Asking(_) => None,
+        }
+    }
+
+    fn needs_polling(&self) -> bool {
+        matches!(self, ExitWatch::Asking(_))
+    }
+
+    /// For a watch without a pidfd: whether the process has ended, left unreaped.
+    fn has_exited(&self) -> bool {
+        let ExitWatch::Asking(pid) = self else {
+            return false;
+        };
         // SAFETY: siginfo_t is plain data that waitid fills in; zeroed is a valid value.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
         // SAFETY: `info` is valid for writing; WNOWAIT leaves the child to be reaped.
-        let result =
-            unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
-        if result == 0 {
-            return Ok(());
-        }
+        let result = unsafe { libc::waitid(libc::P_PID, libc::id_t::from(*pid), &mut info, flags) };
+        // With WNOHANG, a child still running leaves si_pid at 0.
+        // SAFETY: waitid succeeded, so `info` holds a child's state or zeros.
+        result == 0 && unsafe { info.si_pid() } != 0
+    }
+}
+
+/// A pollfd for `fd`, or one poll(2) ignores.
+fn pollfd(fd: Option<RawFd>, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.unwrap_or(-1),
+        events,
+        revents: 0,
+    }
+}
+
+/// Waits for `fds` for at most `wait` (for ever if `None`).
+fn poll(fds: &mut [libc::pollfd], wait: Option<Duration>) -> io::Result<()> {
+    // Rounded up, so that a deadline is not polled for again and again.
+    let millis = wait.map_or(-1, |w| {
+        i32::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+    });
+    let count = libc::nfds_t::try_from(fds.len()).unwrap_or(0);
+    // SAFETY: `fds` is a valid array of `count` pollfds.
+    if unsafe { libc::poll(fds.as_mut_ptr(), count, millis) } < 0 {
         let error = io::Error::last_os_error();
         if error.kind() != io::ErrorKind::Interrupted {
             return Err(error);
         }
     }
+    Ok(())
+}
+
+/// Puts a descriptor in non-blocking mode.
+fn nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own, with valid commands.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A delegate's process group, named by its leader's pid.
@@ -276,13 +390,6 @@ impl Group {
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
     }
-}
-
-/// Reads to EOF or one byte past [`STDOUT_CAP`], whichever comes first.
-fn read_capped(stdout: impl Read) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    stdout.take(STDOUT_CAP as u64 + 1).read_to_end(&mut buf)?;
-    Ok(buf)
 }
 
 /// Decides what a finished delegate's exit status and stdout amount to:
@@ -458,6 +565,35 @@ mod tests {
         let failure = judge(killed(9), Vec::new()).unwrap_err();
         assert_eq!(failure.to_string(), "was killed by signal 9");
         assert_eq!(code_of(failure), code::DELEGATE_KILLED);
+    }
+
+    #[test]
+    fn both_exit_watches_see_the_exit_and_leave_the_process_to_reap() {
+        for asking in [false, true] {
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", "sleep 0.2; exit 3"])
+                .spawn()
+                .unwrap();
+            let watch = match ExitWatch::new(child.id()) {
+                ExitWatch::Pidfd(_) if asking => ExitWatch::Asking(child.id()),
+                watch => watch,
+            };
+            assert!(!watch.has_exited());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let mut fds = [pollfd(watch.fd(), libc::POLLIN)];
+                poll(&mut fds, Some(EXIT_POLL)).unwrap();
+                if fds[0].revents != 0 || watch.has_exited() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "exit never seen (asking: {asking})"
+                );
+            }
+            // Not reaped by the watch: the status is still there to collect.
+            assert_eq!(child.wait().unwrap().code(), Some(3), "asking: {asking}");
+        }
     }
 
     #[test]
