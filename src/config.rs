@@ -4,6 +4,7 @@
 
 use std::cell::OnceCell;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -26,6 +27,10 @@ pub struct Config<'a> {
     pub delegates: Vec<String>,
     /// `ipam.timeout`: how long one delegate call may take.
     pub timeout: Option<Duration>,
+    /// The network's name.
+    pub name: String,
+    /// `ipam.stateDir`: where agent mode keeps its attachments, if set.
+    pub state_dir: Option<PathBuf>,
     members: Members<'a>,
     frame: OnceCell<Frame>,
 }
@@ -40,11 +45,8 @@ impl<'a> Config<'a> {
             .and_then(string)
             .and_then(|v| version::supported(&v))
             .ok_or_else(|| Error::UnsupportedVersion(version_field.map(|v| v.get().to_owned())))?;
-        if members
-            .get("name")
-            .and_then(string)
-            .is_none_or(|name| name.is_empty())
-        {
+        let name = members.get("name").and_then(string).unwrap_or_default();
+        if name.is_empty() {
             return Err(invalid("\"name\" must be a non-empty string"));
         }
         let ipam = members
@@ -54,11 +56,14 @@ impl<'a> Config<'a> {
             serde_json::from_str(ipam.get()).map_err(|_| invalid("\"ipam\" must be an object"))?;
         let delegates = delegates(&ipam)?;
         let timeout = ipam.get("timeout").map(timeout).transpose()?;
+        let state_dir = ipam.get("stateDir").map(state_dir).transpose()?;
         Ok(Config {
             raw,
             cni_version,
             delegates,
             timeout,
+            name,
+            state_dir,
             members,
             frame: OnceCell::new(),
         })
@@ -69,8 +74,21 @@ impl<'a> Config<'a> {
     /// its place and is copied byte for byte; a `prevResult` the runtime sent
     /// is replaced where it stood.
     pub fn with_prev_result(&self, result: &[u8]) -> Vec<u8> {
-        let frame = self.frame.get_or_init(|| Frame::new(&self.members));
-        [frame.head.as_slice(), result, frame.tail.as_slice()].concat()
+        let frame = self
+            .frame
+            .get_or_init(|| Frame::new(&self.members, PREV_RESULT));
+        frame.around(result)
+    }
+
+    /// The configuration with member `key` set to `value` (JSON text), in
+    /// place if it is there, else at the end; everything else as it came.
+    pub fn with_member(&self, key: &str, value: &[u8]) -> Vec<u8> {
+        Frame::new(&self.members, key).around(value)
+    }
+
+    /// The value of top-level member `key`, as written.
+    pub fn member(&self, key: &str) -> Option<&'a RawValue> {
+        self.members.get(key)
     }
 }
 
@@ -135,6 +153,19 @@ fn timeout(value: &RawValue) -> Result<Duration, Error> {
         })
 }
 
+/// `ipam.stateDir`: an absolute directory.
+fn state_dir(value: &RawValue) -> Result<PathBuf, Error> {
+    string(value)
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "\"ipam.stateDir\" must be an absolute directory, not {}",
+                value.get()
+            ))
+        })
+}
+
 /// Names select files inside CNI_PATH directories and must not leave them.
 fn check_name(name: &str) -> Result<(), Error> {
     let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']);
@@ -184,24 +215,24 @@ impl<'de> Deserialize<'de> for Members<'de> {
     }
 }
 
-/// The configuration written out once without its `prevResult`, split
-/// where that value goes, so each delegate's stdin is both halves copied
-/// around a result.
+/// The configuration written out once without one member (`prevResult`,
+/// mostly), split where that member's value goes, so each delegate's stdin
+/// is both halves copied around a result.
 #[derive(Debug)]
 struct Frame {
-    /// Up to and including `"prevResult":`.
+    /// Up to and including `"<key>":`.
     head: Vec<u8>,
     /// Everything after the value, closing brace included.
     tail: Vec<u8>,
 }
 
 impl Frame {
-    fn new(members: &Members) -> Frame {
+    fn new(members: &Members, member: &str) -> Frame {
         let mut head = b"{".to_vec();
         let mut tail = Vec::new();
         let mut placed = false;
         for (key, value) in &members.0 {
-            if key == PREV_RESULT {
+            if key == member {
                 // The first one's place takes the new value; duplicates go,
                 // or a reader taking the last would see a stale one.
                 if !placed {
@@ -221,10 +252,14 @@ impl Frame {
         }
         if !placed {
             separate(&mut head);
-            push_member(&mut head, PREV_RESULT, "");
+            push_member(&mut head, member, "");
         }
         tail.push(b'}');
         Frame { head, tail }
+    }
+
+    fn around(&self, value: &[u8]) -> Vec<u8> {
+        [self.head.as_slice(), value, self.tail.as_slice()].concat()
     }
 }
 

@@ -116,10 +116,10 @@ impl Environment {
                 .map_err(|_| invalid(required, "not valid UTF-8"))?;
             match required {
                 CONTAINER_ID => {
-                    check_container_id(&value)?;
+                    check_container_id(CONTAINER_ID, &value)?;
                     container_id = Some(value);
                 }
-                IFNAME => check_ifname(&value)?,
+                IFNAME => check_ifname(IFNAME, &value)?,
                 PATH => path = split_path(&value)?,
                 _ => {}
             }
@@ -141,8 +141,9 @@ fn invalid(name: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-/// The specification's rule: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`.
-fn check_container_id(id: &str) -> Result<(), Error> {
+/// The specification's rule for a container ID, `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`;
+/// `name` is what the value is called in the error.
+pub fn check_container_id(name: &'static str, id: &str) -> Result<(), Error> {
     let first_ok = id.starts_with(|c: char| c.is_ascii_alphanumeric());
     let rest_ok = id
         .chars()
@@ -151,14 +152,15 @@ fn check_container_id(id: &str) -> Result<(), Error> {
         Ok(())
     } else {
         Err(invalid(
-            CONTAINER_ID,
+            name,
             format!("{id:?} must start with a letter or digit and hold only letters, digits, '_', '.' and '-'"),
         ))
     }
 }
 
-/// The rules Linux puts on an interface name, as the specification restates them.
-fn check_ifname(name: &str) -> Result<(), Error> {
+/// The rules Linux puts on an interface name, as the specification
+/// restates them; `label` is what the value is called in the error.
+pub fn check_ifname(label: &'static str, name: &str) -> Result<(), Error> {
     let reason = if name.len() > MAX_IFNAME_LEN {
         "is longer than 15 bytes"
     } else if name == "." || name == ".." {
@@ -168,7 +170,7 @@ fn check_ifname(name: &str) -> Result<(), Error> {
     } else {
         return Ok(());
     };
-    Err(invalid(IFNAME, format!("{name:?} {reason}")))
+    Err(invalid(label, format!("{name:?} {reason}")))
 }
 
 fn split_path(value: &str) -> Result<Vec<PathBuf>, Error> {
@@ -296,10 +298,10 @@ mod tests {
     #[test]
     fn container_ids_follow_the_spec_pattern() {
         for good in ["a", "0", "abc-DEF_1.2", "x..y"] {
-            assert!(check_container_id(good).is_ok(), "{good}");
+            assert!(check_container_id(CONTAINER_ID, good).is_ok(), "{good}");
         }
         for bad in ["-a", "_a", ".a", "a b", "a/b", "a:b", "é", "a\n"] {
-            let e = check_container_id(bad).unwrap_err();
+            let e = check_container_id(CONTAINER_ID, bad).unwrap_err();
             assert_eq!(e.code(), code::INVALID_ENVIRONMENT, "{bad}");
             assert!(
                 e.to_string().starts_with("CNI_CONTAINERID is invalid"),
@@ -311,10 +313,10 @@ mod tests {
     #[test]
     fn interface_names_follow_the_kernel_rules() {
         for good in ["eth0", "a", "123456789012345", "net1.100", "veth-x_y"] {
-            assert!(check_ifname(good).is_ok(), "{good}");
+            assert!(check_ifname(IFNAME, good).is_ok(), "{good}");
         }
         for bad in ["1234567890123456", ".", "..", "a/b", "a:b", "a b", "a\tb"] {
-            let e = check_ifname(bad).unwrap_err();
+            let e = check_ifname(IFNAME, bad).unwrap_err();
             assert!(e.to_string().starts_with("CNI_IFNAME is invalid"), "{bad}");
         }
     }

@@ -72,6 +72,25 @@ pub enum Error {
         reason: String,
     },
 
+    /// Agent mode's state could not be read or written.
+    #[error("agent state {}: {error}", path.display())]
+    State {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        #[source]
+        error: io::Error,
+    },
+
+    /// Agent mode's network configuration file cannot be used.
+    #[error("{}: {reason}", path.display())]
+    ConfigFile {
+        /// The file given with --config.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// Stdin could not be read.
     #[error("cannot read the network configuration from stdin: {0}")]
     ReadStdin(#[source] io::Error),
@@ -208,7 +227,8 @@ impl Error {
             Error::UnknownCommand(_)
             | Error::MissingVariable(_)
             | Error::InvalidVariable { .. } => code::INVALID_ENVIRONMENT,
-            Error::ReadStdin(_) => code::IO_FAILURE,
+            Error::ReadStdin(_) | Error::State { .. } => code::IO_FAILURE,
+            Error::ConfigFile { .. } => code::INVALID_CONFIG,
             Error::ConfigNotObject(_) => code::DECODING_FAILURE,
             Error::InvalidConfig(_) | Error::SelfReference { .. } | Error::Recursion { .. } => {
                 code::INVALID_CONFIG

@@ -5,13 +5,20 @@
 //! Data flows one way: environment and stdin, then [`config`], then the
 //! chain in [`delegate`], then the reply that `main` writes.
 
+pub mod agent;
+pub mod cli;
 pub mod config;
 pub mod delegate;
 pub mod environment;
 pub mod error;
 pub mod logging;
 pub mod signals;
+pub mod state;
 pub mod version;
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::process::ExitCode;
 
 use tracing::debug;
 
@@ -47,7 +54,13 @@ pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         Command::Gc => {
             let config = prepare(env, stdin)?;
             let delegates = delegate::resolve_each(&config.delegates, &env.path);
-            delegate::gc(&config, delegates).map(|()| None)
+            // The lock is held until the delegates are done.
+            let (_kept, with_kept) = agent::gc_input(&config)?;
+            match with_kept {
+                Some(input) => delegate::gc(&Config::parse(&input)?, delegates),
+                None => delegate::gc(&config, delegates),
+            }
+            .map(|()| None)
         }
         Command::Status => {
             let config = prepare(env, stdin)?;
@@ -68,4 +81,25 @@ fn prepare<'a>(env: &Environment, stdin: &'a [u8]) -> Result<Config<'a>, Error> 
     let config = Config::parse(stdin)?;
     version::check_command(env.command, config.cni_version)?;
     Ok(config)
+}
+
+/// Writes the one reply for `outcome` on stdout (a result, nothing, or a
+/// CNI error object carrying `cni_version`) and gives the exit status.
+pub fn respond(outcome: Result<Option<Vec<u8>>, Error>, cni_version: &str) -> ExitCode {
+    let (reply, status) = match &outcome {
+        Ok(result) => (
+            Cow::from(result.as_deref().unwrap_or_default()),
+            ExitCode::SUCCESS,
+        ),
+        Err(e) => (Cow::from(e.to_reply(cni_version)), ExitCode::FAILURE),
+    };
+    // The reply first: it is what the runtime acts on, whatever the logs do.
+    let written = std::io::stdout().lock().write_all(&reply);
+    if let Err(e) = &outcome {
+        tracing::error!(code = e.code(), details = ?e.details(), "{}", e.summary());
+    }
+    match written {
+        Ok(()) => status,
+        Err(_) => ExitCode::FAILURE,
+    }
 }

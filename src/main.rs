@@ -1,13 +1,13 @@
-//! The binary: reads the CNI environment and stdin, runs the command, and
-//! writes the one reply, a result or a CNI error object, on stdout.
+//! The binary: as a CNI plugin (CNI_COMMAND set), reads the environment and
+//! stdin, runs the command and writes the one reply on stdout; otherwise,
+//! the command line of agent mode.
 
-use std::borrow::Cow;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::process::ExitCode;
 
 use ipam_delegated::environment::{Command, Environment};
 use ipam_delegated::error::Error;
-use ipam_delegated::{config, logging, signals, version};
+use ipam_delegated::{cli, config, logging, respond, signals};
 
 fn main() -> ExitCode {
     logging::init();
@@ -17,16 +17,12 @@ fn main() -> ExitCode {
 
     let env = match Environment::from_vars(|name| std::env::var_os(name)) {
         Ok(Some(env)) => Ok(env),
-        Ok(None) => {
-            // Not a CNI call; a closed stderr leaves nothing better to do.
-            let _ = std::io::stderr().write_all(version::about().as_bytes());
-            return ExitCode::FAILURE;
-        }
+        Ok(None) => return cli::main(std::env::args_os().skip(1)),
         Err(e) => Err(e),
     };
     // From here a termination request is honoured, not fatal: it stops the
-    // stack cleanly. First, before any other thread exists; on failure the
-    // signals keep their default and end the plugin where it stands.
+    // stack cleanly. On failure the signals keep their default and end the
+    // plugin where it stands.
     if env
         .as_ref()
         .is_ok_and(|env| env.command != Command::Version)
@@ -43,24 +39,5 @@ fn main() -> ExitCode {
         read.map_err(Error::ReadStdin)?;
         ipam_delegated::run(&env, &stdin)
     });
-
-    let (reply, status) = match &outcome {
-        Ok(result) => (
-            Cow::from(result.as_deref().unwrap_or_default()),
-            ExitCode::SUCCESS,
-        ),
-        Err(e) => (
-            Cow::from(e.to_reply(&config::reply_version(&stdin))),
-            ExitCode::FAILURE,
-        ),
-    };
-    // The reply first: it is what the runtime acts on, whatever the logs do.
-    let written = std::io::stdout().lock().write_all(&reply);
-    if let Err(e) = &outcome {
-        tracing::error!(code = e.code(), details = ?e.details(), "{}", e.summary());
-    }
-    match written {
-        Ok(()) => status,
-        Err(_) => ExitCode::FAILURE,
-    }
+    respond(outcome, &config::reply_version(&stdin))
 }

@@ -125,7 +125,17 @@ pub fn run_plugin(env: &Env, stdin: &[u8]) -> Outcome {
 
 /// Runs the plugin in working directory `cwd` with exactly `env` and `stdin`.
 pub fn run_plugin_in(cwd: &Path, env: &Env, stdin: &[u8]) -> Outcome {
+    run_command(cwd, &[], env, stdin)
+}
+
+/// Runs the binary's command line `args` with exactly `env`.
+pub fn run_cli(args: &[&str], env: &Env) -> Outcome {
+    run_command(Path::new("/"), args, env, b"")
+}
+
+fn run_command(cwd: &Path, args: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
     let mut child = Command::new(PLUGIN)
+        .args(args)
         .current_dir(cwd)
         .env_clear()
         .envs(env.0.iter().map(|(k, v)| (k, v)))
