@@ -212,8 +212,8 @@ pub enum Failure {
     /// A termination request came before it was started, so it was not.
     #[error("was not run: the plugin had received signal {0}")]
     NotRun(i32),
-    /// Writing its stdin or reading its stdout failed.
-    #[error("I/O error on its stdin or stdout: {0}")]
+    /// Reading its stdout, or waiting for it, failed.
+    #[error("I/O error while supervising it: {0}")]
     Io(#[source] io::Error),
 }
 

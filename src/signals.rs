@@ -32,15 +32,25 @@ pub fn watch() -> io::Result<()> {
 }
 
 fn open() -> Result<OwnedFd, i32> {
+    // A runtime that ignores SIGCHLD passes that on through exec, and the
+    // kernel would then reap delegates by itself: their exit status lost,
+    // and their pid (their group's id) free for reuse before the last kill.
+    // SAFETY: setting a standard disposition for a valid signal.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let set = termination_signals();
-    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
-    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
-        return Err(errno());
-    }
     // SAFETY: -1 asks for a new descriptor; `set` is valid for the call.
     let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
     if fd < 0 {
         return Err(errno());
+    }
+    // Blocked only once the signalfd exists: without it nothing would ever
+    // read them, and the plugin would ignore every request to stop.
+    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
+    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+        let error = errno();
+        // SAFETY: closing the descriptor signalfd just returned, owned by nothing else.
+        unsafe { libc::close(fd) };
+        return Err(error);
     }
     // SAFETY: signalfd returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })

@@ -314,6 +314,40 @@ fn finish(child: Child) -> Outcome {
 }
 
 #[test]
+fn a_runtime_that_ignores_sigchld_does_not_lose_the_delegates_exit() {
+    let stack = Stack::of(&["a", "b"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    stack.answer("b", "ADD", Answer::fails(3, ""));
+    // An ignored SIGCHLD survives exec; the kernel would then reap
+    // delegates itself, and their exit statuses would be lost. (bash, as
+    // dash does not really ignore it.)
+    let out = Command::new("bash")
+        .args(["-c", "trap '' CHLD; exec \"$0\"", PLUGIN])
+        .env_clear()
+        .envs(stack.env("ADD").0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(config("1.0.0", &["a", "b"]).as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["code"], 102, "{error}");
+    assert_eq!(
+        error["msg"],
+        "b (ADD): exited with status 3 and no CNI error object"
+    );
+    assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
+}
+
+#[test]
 fn a_stack_naming_the_plugin_by_a_link_fails_before_running_anything() {
     let stack = Stack::of(&["a"]);
     stack.link("ipam-ds-loop", Path::new(PLUGIN));

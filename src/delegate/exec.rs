@@ -57,27 +57,23 @@ pub fn run(
         Some(signal) => Err(Failure::NotRun(signal)),
         None => spawn(delegate, command, stdin, limits),
     };
-    let (status, bytes_out) = match &finished {
-        Ok(f) if f.over_cap => (
-            format!("stopped after more than {STDOUT_CAP} bytes"),
-            f.stdout.len(),
-        ),
-        Ok(f) => (f.status.to_string(), f.stdout.len()),
-        Err(failure) => (failure.to_string(), 0),
-    };
-    debug!(
-        delegate = %delegate.name,
-        path = %delegate.path.display(),
-        %command,
-        %status,
-        duration = ?started.elapsed(),
-        bytes_out,
-        "delegate called"
-    );
-    let finished = finished?;
-    if finished.over_cap {
-        return Err(Failure::TooMuchOutput(STDOUT_CAP));
+    // Formatted only when someone will read it: every pod start pays for this.
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let (status, bytes_out) = match &finished {
+            Ok(f) => (f.status.to_string(), f.stdout.len()),
+            Err(failure) => (failure.to_string(), 0),
+        };
+        debug!(
+            delegate = %delegate.name,
+            path = %delegate.path.display(),
+            %command,
+            %status,
+            duration = ?started.elapsed(),
+            bytes_out,
+            "delegate called"
+        );
     }
+    let finished = finished?;
     judge(finished.status, finished.stdout)
 }
 
@@ -105,8 +101,6 @@ fn spawn(
 struct Finished {
     status: ExitStatus,
     stdout: Vec<u8>,
-    /// It printed more than [`STDOUT_CAP`] and was killed; `stdout` holds the first bytes.
-    over_cap: bool,
 }
 
 /// Why the plugin killed a delegate.
@@ -171,7 +165,8 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
             }
         }
         let mut wait = until.map(|until| until - now);
-        if !exited && exit.needs_polling() {
+        // Without a pidfd, the exit is asked for; it only matters once stdout is closed.
+        if !exited && pipes.stdout.is_none() && exit.needs_polling() {
             wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
         }
         let mut fds = [
@@ -180,7 +175,12 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
             pollfd(exit.fd().filter(|_| !exited), libc::POLLIN),
             pollfd(signals::fd().map(|fd| fd.as_raw_fd()), libc::POLLIN),
         ];
-        poll(&mut fds, wait).map_err(Failure::Io)?;
+        if let Err(e) = poll(&mut fds, wait) {
+            // Not left running unsupervised, where a rollback could overtake it.
+            group.kill();
+            let _ = child.wait();
+            return Err(Failure::Io(e));
+        }
         if fds[1].revents != 0 {
             pipes.feed();
         }
@@ -207,18 +207,17 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
     match stopped.map(|(why, _)| why) {
         Some(Stop::Timeout(limit)) => return Err(Failure::TimedOut(limit)),
         Some(Stop::Signal(signal)) => return Err(Failure::Interrupted(signal)),
-        Some(Stop::OverCap) | None => {}
+        Some(Stop::OverCap) => return Err(Failure::TooMuchOutput(STDOUT_CAP)),
+        None => {}
     }
     if let Some(e) = pipes.read_error {
         return Err(Failure::Io(e));
     }
     // Not stopped for a timeout or a signal, the loop ended with its exit.
     let status = status.ok_or_else(|| Failure::Io(io::Error::other("delegate vanished")))?;
-    let stdout = pipes.output;
     Ok(Finished {
         status: status.map_err(Failure::Io)?,
-        over_cap: stdout.len() > STDOUT_CAP,
-        stdout,
+        stdout: pipes.output,
     })
 }
 
@@ -305,8 +304,9 @@ enum ExitWatch {
 
 impl ExitWatch {
     fn new(pid: u32) -> ExitWatch {
+        let (raw_pid, flags): (libc::pid_t, libc::c_uint) = (pid as libc::pid_t, 0);
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, flags) };
         match i32::try_from(fd) {
             // SAFETY: a non-negative result is a new descriptor that nothing else owns.
             Ok(fd) if fd >= 0 => ExitWatch::Pidfd(unsafe { OwnedFd::from_raw_fd(fd) }),
@@ -335,9 +335,14 @@ impl ExitWatch {
         let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
         // SAFETY: `info` is valid for writing; WNOWAIT leaves the child to be reaped.
         let result = unsafe { libc::waitid(libc::P_PID, libc::id_t::from(*pid), &mut info, flags) };
+        if result != 0 {
+            // No such child any more (reaped already): it has ended.
+            return io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+        }
         // With WNOHANG, a child still running leaves si_pid at 0.
         // SAFETY: waitid succeeded, so `info` holds a child's state or zeros.
-        result == 0 && unsafe { info.si_pid() } != 0
+        let pid = unsafe { info.si_pid() };
+        pid != 0
     }
 }
 
