@@ -1,5 +1,6 @@
 //! The command line, for when the binary is not run as a CNI plugin (no
-//! CNI_COMMAND): agent mode's `ensure` and `release`, or the about text.
+//! CNI_COMMAND): agent mode's `ensure` and `release`, the `doctor`,
+//! `--help` and `--version`; or, with no arguments, the about text.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -7,12 +8,34 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::agent::{self, Request};
-use crate::{config, respond, signals, version};
+use crate::{config, doctor, respond, signals, version};
 
 const USAGE: &str = "usage:
   ipam-delegated ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
   ipam-delegated release --config FILE --id ID [--ifname NAME]
-Run by a container runtime (CNI_COMMAND set), it is a CNI IPAM plugin.
+  ipam-delegated doctor  --config FILE
+  ipam-delegated --help | --version
+";
+
+const HELP: &str = "ipam-delegated: a CNI IPAM plugin that runs a stack of IPAM delegates.
+
+As a plugin, set it as ipam.type in a network configuration and list the
+delegates in ipam.delegates; a container runtime runs it with CNI_COMMAND
+set, and then it reads no arguments.
+
+Commands (CNI_PATH names the delegates' directories, /opt/cni/bin if unset):
+  ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
+          Make sure the attachment (network of FILE, ID, interface NAME,
+          eth0 by default) holds an address, for a node agent; print it.
+  release --config FILE --id ID [--ifname NAME]
+          Give that address back and forget it.
+  doctor  --config FILE
+          Check FILE and its delegates without allocating anything.
+FILE is a conflist (its plugin whose ipam.type is ipam-delegated is used)
+or one plugin's configuration.
+
+  --help     this text
+  --version  the version, the CNI spec versions it speaks, its flavour
 ";
 
 /// Runs the command line `args` (without the program name).
@@ -25,7 +48,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let ensuring = match command.to_str() {
         Some("ensure") => true,
         Some("release") => false,
-        _ => return usage(&format!("unknown command {command:?}")),
+        Some("doctor") => return doctor(&args[1..]),
+        Some("--help" | "-h" | "help") if args.len() == 1 => return print(HELP),
+        Some("--version" | "-V") if args.len() == 1 => return print(&version_text()),
+        _ => return usage(&format!("unknown command line {args:?}")),
     };
     let request = match parse(&args[1..], ensuring) {
         Ok(request) => request,
@@ -44,6 +70,49 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             respond(outcome, &config::reply_version(&stdin))
         }
         Err(e) => respond(Err(e), version::NEWEST),
+    }
+}
+
+/// `doctor --config FILE`: the report on stdout; exit 0 only if all is well.
+fn doctor(options: &[OsString]) -> ExitCode {
+    let file = match options {
+        [flag, file] if flag == "--config" => PathBuf::from(file),
+        [one] => match one.to_str().and_then(|o| o.strip_prefix("--config=")) {
+            Some(file) => PathBuf::from(file),
+            None => return usage("doctor takes --config FILE"),
+        },
+        _ => return usage("doctor takes --config FILE"),
+    };
+    let cni_path = std::env::var("CNI_PATH")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| agent::DEFAULT_CNI_PATH.into());
+    let report = doctor::examine(&file, &cni_path);
+    let _ = std::io::stdout().write_all(report.text.as_bytes());
+    if report.healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn version_text() -> String {
+    let flavour = if cfg!(feature = "verbose") {
+        "verbose"
+    } else {
+        "standard"
+    };
+    format!(
+        "ipam-delegated {} ({flavour} flavour)\nCNI spec versions: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        version::SUPPORTED.join(", ")
+    )
+}
+
+fn print(text: &str) -> ExitCode {
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
     }
 }
 

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod delegate;
+pub mod doctor;
 pub mod environment;
 pub mod error;
 pub mod logging;

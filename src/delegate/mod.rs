@@ -5,6 +5,7 @@ mod exec;
 mod lookup;
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use tracing::warn;
 
@@ -147,6 +148,30 @@ pub fn status(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
         delegate.call(Command::Status, config.raw, asked(config))?;
     }
     Ok(())
+}
+
+/// VERSION: the spec versions `delegate` says it supports, asked with
+/// `cni_version`; bounded by `timeout`, as a doctor must not hang.
+pub fn supported_versions(
+    delegate: &Delegate,
+    cni_version: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, Error> {
+    let question = serde_json::json!({"cniVersion": cni_version}).to_string();
+    let limits = Limits {
+        timeout: Some(timeout),
+        stopped_by: 1,
+    };
+    let answer = delegate.call(Command::Version, question.as_bytes(), limits)?;
+    let versions = answer
+        .and_then(|a| serde_json::from_slice::<serde_json::Value>(&a).ok())
+        .and_then(|a| {
+            let list = a.get("supportedVersions")?.as_array()?;
+            list.iter()
+                .map(|v| v.as_str().map(String::from))
+                .collect::<Option<Vec<_>>>()
+        });
+    versions.ok_or_else(|| delegate.failed(Command::Version, Failure::NoResult))
 }
 
 /// One call of a threaded DEL or CHECK: a delegate that printed a result

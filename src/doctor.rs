@@ -1,0 +1,191 @@
+//! The operator's doctor: checks a configuration and its delegates without
+//! allocating anything (delegates are run with VERSION only) and names
+//! every problem with what to do about it.
+
+use std::fmt::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::agent;
+use crate::config::Config;
+use crate::delegate::{self, Delegate};
+use crate::error::Error;
+use crate::state;
+
+/// How long a delegate may take to answer VERSION when the configuration
+/// sets no `ipam.timeout`.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A finished check: the report to print, and whether all is well.
+pub struct Report {
+    /// What the doctor found, as a table and a list of problems.
+    pub text: String,
+    /// No problem at all.
+    pub healthy: bool,
+}
+
+/// Checks `file` (a conflist or one plugin's configuration) with the
+/// delegates in `cni_path`.
+pub fn examine(file: &Path, cni_path: &str) -> Report {
+    let mut text = format!("ipam-delegated doctor: {}\n", file.display());
+    let mut problems: Vec<String> = Vec::new();
+    let stdin = match agent::load(file) {
+        Ok(stdin) => stdin,
+        Err(e) => return finish(text, vec![format!("{e}: give a conflist with one plugin whose ipam.type is ipam-delegated, or that plugin's configuration")]),
+    };
+    let config = match Config::parse(&stdin) {
+        Ok(config) => config,
+        Err(e) => {
+            return finish(
+                text,
+                vec![format!(
+                "{e}: fix the configuration (the README's Configuration section lists the keys)"
+            )],
+            )
+        }
+    };
+    let dirs: Vec<PathBuf> = cni_path
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    let _ = writeln!(
+        text,
+        "network {:?}, cniVersion {}, CNI_PATH {cni_path}",
+        config.name, config.cni_version
+    );
+    let _ = writeln!(
+        text,
+        "{:<20} {:<40} {:<32} verdict",
+        "delegate", "path", "versions"
+    );
+
+    let timeout = config.timeout.unwrap_or(VERSION_TIMEOUT);
+    for (name, found) in config
+        .delegates
+        .iter()
+        .zip(delegate::resolve_each(&config.delegates, &dirs))
+    {
+        let (path, versions, verdict) = match found {
+            Ok(delegate) => check(&delegate, &config, timeout),
+            Err(Error::SelfReference { .. }) => (
+                "(this plugin)".into(),
+                String::new(),
+                Err(format!("{name} is ipam-delegated itself: a stack cannot hold the plugin that runs it; remove it from ipam.delegates")),
+            ),
+            Err(_) => ("(not found)".into(), String::new(), Err(not_found(name, &dirs))),
+        };
+        let shown = match &verdict {
+            Ok(()) => "ok",
+            Err(_) => "PROBLEM",
+        };
+        let _ = writeln!(text, "{name:<20} {path:<40} {versions:<32} {shown}");
+        if let Err(problem) = verdict {
+            problems.push(problem);
+        }
+    }
+
+    let _ = match config.timeout {
+        Some(t) => writeln!(text, "ipam.timeout: {t:?} per delegate call"),
+        None => writeln!(
+            text,
+            "ipam.timeout: not set; a delegate that hangs holds the runtime as long as it does"
+        ),
+    };
+    let root = config
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| state::DEFAULT_DIR.into());
+    if root.exists() && !root.is_dir() {
+        problems.push(format!(
+            "ipam.stateDir {} exists but is not a directory: remove it or set ipam.stateDir elsewhere",
+            root.display()
+        ));
+    }
+    let _ = writeln!(text, "ipam.stateDir: {} (agent mode)", root.display());
+    finish(text, problems)
+}
+
+/// One found delegate: its path, the versions it supports, and whether it
+/// will do for this configuration.
+fn check(
+    delegate: &Delegate,
+    config: &Config,
+    timeout: Duration,
+) -> (String, String, Result<(), String>) {
+    let path = delegate.path.display().to_string();
+    let name = &delegate.name;
+    if is_copy_of_this_plugin(&delegate.path) {
+        let problem = format!("{name} ({path}) is a copy of ipam-delegated: a stack cannot hold the plugin that runs it; remove it from ipam.delegates");
+        return (path, String::new(), Err(problem));
+    }
+    match delegate::supported_versions(delegate, config.cni_version, timeout) {
+        Ok(versions) => {
+            let shown = versions.join(",");
+            let verdict = if versions.iter().any(|v| v == config.cni_version) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{name} does not support cniVersion {} (it supports {shown}): use a version it supports, or a newer build of {name}",
+                    config.cni_version
+                ))
+            };
+            (path, shown, verdict)
+        }
+        Err(e) => (
+            path,
+            String::new(),
+            Err(format!(
+                "{name} did not answer VERSION: {}; check that it is a CNI plugin",
+                e.summary()
+            )),
+        ),
+    }
+}
+
+/// Why a delegate was not found, and what to do: a file of its name that
+/// is not executable is the usual slip.
+fn not_found(name: &str, dirs: &[PathBuf]) -> String {
+    for dir in dirs {
+        let candidate = dir.join(name);
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            if meta.is_file() && meta.permissions().mode() & 0o111 == 0 {
+                return format!("{} is not executable: chmod +x it", candidate.display());
+            }
+        }
+    }
+    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    format!(
+        "{name} is in none of {}: install it there, or add its directory to CNI_PATH",
+        searched.join(", ")
+    )
+}
+
+/// A copy of this very binary under another name: the same bytes.
+fn is_copy_of_this_plugin(path: &Path) -> bool {
+    let (Ok(this), Ok(that)) = (std::fs::metadata("/proc/self/exe"), std::fs::metadata(path))
+    else {
+        return false;
+    };
+    this.len() == that.len()
+        && matches!(
+            (std::fs::read("/proc/self/exe"), std::fs::read(path)),
+            (Ok(a), Ok(b)) if a == b
+        )
+}
+
+fn finish(mut text: String, problems: Vec<String>) -> Report {
+    if problems.is_empty() {
+        text.push_str("all good\n");
+    } else {
+        let _ = writeln!(text, "{} problem(s):", problems.len());
+        for problem in &problems {
+            let _ = writeln!(text, "- {problem}");
+        }
+    }
+    Report {
+        text,
+        healthy: problems.is_empty(),
+    }
+}

@@ -1,0 +1,198 @@
+//! The operator's doctor and the command line's own options, through the
+//! built binary.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::{run_cli, Answer, Env, Stack, PLUGIN};
+use serde_json::json;
+
+/// A stack of scripted delegates that answer VERSION like real plugins,
+/// and a configuration file over them.
+fn stack_with_config(delegates: &[&str], extra_ipam: serde_json::Value) -> (Stack, String) {
+    let stack = Stack::new();
+    for name in delegates {
+        stack.fake(name);
+        stack.answer(
+            name,
+            "VERSION",
+            Answer::prints(r#"{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}"#),
+        );
+    }
+    let mut ipam = json!({"type": "ipam-delegated", "delegates": delegates});
+    if let Some(extra) = extra_ipam.as_object() {
+        for (k, v) in extra {
+            ipam[k] = v.clone();
+        }
+    }
+    let list = json!({"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "bridge", "ipam": ipam}]});
+    let file = stack.dir.path().join("pods.conflist");
+    fs::write(&file, list.to_string()).unwrap();
+    (stack, file.display().to_string())
+}
+
+fn env(stack: &Stack) -> Env {
+    Env(stack
+        .env("ADD")
+        .0
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("CNI_") || k == "CNI_PATH")
+        .collect())
+}
+
+fn doctor(stack: &Stack, file: &str) -> (bool, String) {
+    let out = run_cli(&["doctor", "--config", file], &env(stack));
+    (out.status.success(), String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn a_good_stack_is_all_good_and_nothing_is_allocated() {
+    let (stack, file) =
+        stack_with_config(&["ipam-ds-pool", "ipam-da-alloc"], json!({"timeout": 5}));
+    let (ok, report) = doctor(&stack, &file);
+    assert!(ok, "{report}");
+    assert!(report.ends_with("all good\n"), "{report}");
+    for name in ["ipam-ds-pool", "ipam-da-alloc"] {
+        let row = report.lines().find(|l| l.starts_with(name)).unwrap();
+        assert!(
+            row.contains(&stack.bin().join(name).display().to_string()),
+            "{row}"
+        );
+        assert!(row.contains("0.4.0,1.0.0") && row.ends_with("ok"), "{row}");
+    }
+    assert!(
+        report.contains("ipam.timeout: 5s per delegate call"),
+        "{report}"
+    );
+    // Only VERSION: nothing was allocated.
+    assert_eq!(
+        stack.call_list(),
+        ["ipam-ds-pool VERSION", "ipam-da-alloc VERSION"]
+    );
+}
+
+#[test]
+fn every_problem_is_named_with_what_to_do() {
+    let (stack, file) = stack_with_config(&["old", "missing", "locked"], json!({}));
+    stack.answer(
+        "old",
+        "VERSION",
+        Answer::prints(r#"{"cniVersion":"0.4.0","supportedVersions":["0.3.1","0.4.0"]}"#),
+    );
+    // "locked" is there but not executable; "missing" is not there at all.
+    fs::remove_file(stack.bin().join("locked")).unwrap();
+    stack.file("locked", "#!/bin/sh\n", 0o644);
+    fs::remove_file(stack.bin().join("missing")).unwrap();
+    let (ok, report) = doctor(&stack, &file);
+    assert!(!ok, "{report}");
+    assert!(report.contains("3 problem(s):"), "{report}");
+    assert!(
+        report.contains("old does not support cniVersion 1.0.0 (it supports 0.3.1,0.4.0)"),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "missing is in none of {}: install it there",
+            stack.bin().display()
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "{}/locked is not executable: chmod +x it",
+            stack.bin().display()
+        )),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_self_reference_is_found_by_link_and_by_copy() {
+    let (stack, file) = stack_with_config(&["a"], json!({}));
+    stack.link("loop", Path::new(PLUGIN));
+    fs::copy(PLUGIN, stack.bin().join("copy")).unwrap();
+    let list = fs::read_to_string(&file)
+        .unwrap()
+        .replace(r#"["a"]"#, r#"["a","loop","copy"]"#);
+    fs::write(&file, list).unwrap();
+    let (ok, report) = doctor(&stack, &file);
+    assert!(!ok, "{report}");
+    assert!(report.contains("loop is ipam-delegated itself"), "{report}");
+    assert!(report.contains("is a copy of ipam-delegated"), "{report}");
+}
+
+#[test]
+fn a_bad_timeout_or_config_is_named() {
+    let (stack, file) = stack_with_config(&["a"], json!({"timeout": -1}));
+    let (ok, report) = doctor(&stack, &file);
+    assert!(!ok);
+    assert!(
+        report.contains("\"ipam.timeout\" must be a number of seconds"),
+        "{report}"
+    );
+    let (ok, report) = doctor(&stack, "/nonexistent.conflist");
+    assert!(!ok);
+    assert!(
+        report.contains("/nonexistent.conflist: cannot be read"),
+        "{report}"
+    );
+    assert!(stack.calls().is_empty());
+}
+
+#[test]
+fn help_version_and_unknown_arguments() {
+    let env = Env(vec![("PATH".into(), "/usr/bin:/bin".into())]);
+    let out = run_cli(&["--help"], &env);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for command in ["ensure", "release", "doctor", "ipam.delegates"] {
+        assert!(help.contains(command), "{help}");
+    }
+    let out = run_cli(&["--version"], &env);
+    assert!(out.status.success());
+    let version = String::from_utf8(out.stdout).unwrap();
+    let flavour = if cfg!(feature = "verbose") {
+        "verbose"
+    } else {
+        "standard"
+    };
+    assert_eq!(
+        version,
+        format!("ipam-delegated {} ({flavour} flavour)\nCNI spec versions: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n", env!("CARGO_PKG_VERSION"))
+    );
+    for args in [&["--frobnicate"][..], &["doctor"], &["--version", "extra"]] {
+        let out = run_cli(args, &env);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stderr.contains("usage:"));
+    }
+}
+
+#[test]
+fn a_cni_invocation_never_reads_arguments() {
+    let stack = Stack::of(&["a"]);
+    stack.answer(
+        "a",
+        "ADD",
+        Answer::prints(r#"{"cniVersion":"1.0.0","ips":[]}"#),
+    );
+    let mut child = std::process::Command::new(PLUGIN)
+        .args(["--frobnicate", "doctor"])
+        .env_clear()
+        .envs(stack.env("ADD").0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(common::config("1.0.0", &["a"]).as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(stack.call_list(), ["a ADD"]);
+}
