@@ -196,3 +196,33 @@ fn a_cni_invocation_never_reads_arguments() {
     assert!(out.status.success());
     assert_eq!(stack.call_list(), ["a ADD"]);
 }
+
+#[test]
+fn the_readmes_nomad_and_multus_examples_pass_the_doctor() {
+    let Some(plugins) = common::real_plugins() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let stack = Stack::new();
+    stack.link("host-local", &plugins.join("host-local"));
+    stack.link(
+        "ipam-ds-namespace",
+        &root.join("fixtures/ipam-ds-namespace"),
+    );
+    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    for (fixture, indent) in [("nomad.conflist", ""), ("multus.json", "    ")] {
+        let path = root.join("fixtures/conflists").join(fixture);
+        let (ok, report) = doctor(&stack, path.to_str().unwrap());
+        assert!(ok, "{fixture}: {report}");
+        let text = fs::read_to_string(&path).unwrap();
+        let shown: Vec<String> = text
+            .trim_end()
+            .lines()
+            .map(|l| format!("{indent}{l}"))
+            .collect();
+        assert!(
+            readme.contains(&shown.join("\n")),
+            "README lacks {fixture} as it is"
+        );
+    }
+}

@@ -227,3 +227,55 @@ fn a_real_plugins_own_error_keeps_its_code() {
         out.stderr
     );
 }
+
+/// The README's example selector, fixtures/ipam-ds-namespace.
+fn example_selector() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ipam-ds-namespace")
+}
+
+#[test]
+fn the_guides_example_selector_runs_in_front_of_host_local() {
+    let Some(stack) = real_stack(&["host-local"]) else {
+        return;
+    };
+    stack.link("ipam-ds-namespace", &example_selector());
+    stack.fake("ipam-da-recorder");
+    stack.answer(
+        "ipam-da-recorder",
+        "ADD",
+        Answer::prints(r#"{"cniVersion":"1.0.0","ips":[]}"#),
+    );
+    let data = TempDir::new("hl-data");
+
+    // The allocator after it sees the selection as prevResult.
+    let input = host_local_config(&["ipam-ds-namespace", "ipam-da-recorder"], data.path());
+    let env = stack
+        .env("ADD")
+        .set("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=blue");
+    assert!(common::run_plugin(&env, input.as_bytes()).status.success());
+    let seen: Value = serde_json::from_slice(&stack.stdin_of(&stack.calls()[0])).unwrap();
+    assert_eq!(seen["prevResult"]["pools"], json!([{"name": "blue"}]));
+
+    // In front of host-local: host-local's address is the answer, and DEL
+    // and CHECK pass through the selector silently.
+    let input = host_local_config(&["ipam-ds-namespace", "host-local"], data.path());
+    let out = common::run_plugin(&env, input.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    let result = out.json();
+    assert_eq!(address(&result), "10.250.7.2/24");
+    let with_result = common::with_prev(&input, &result.to_string());
+    stack.run("CHECK", &with_result).assert_silent_success();
+    stack.run("DEL", &with_result).assert_silent_success();
+    assert!(reservations(data.path()).is_empty());
+
+    // A bad namespace: the selector's own error object, nothing allocated.
+    let bad = stack
+        .env("ADD")
+        .set("CNI_ARGS", "K8S_POD_NAMESPACE=Not_A_Name");
+    let error = common::run_plugin(&bad, input.as_bytes()).assert_error(7);
+    assert_eq!(
+        error["msg"],
+        "namespace Not_A_Name is not a Kubernetes name"
+    );
+    assert!(reservations(data.path()).is_empty());
+}
