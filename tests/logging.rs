@@ -189,7 +189,9 @@ fn the_verbose_log_records_stopped_delegates_and_refused_invocations() {
         .find(|l| l.contains("delegate=ipam-da-flood") && l.contains("command=ADD"))
         .unwrap_or_else(|| panic!("no flooding call in {text}"));
     assert!(
-        flood.contains(&format!("status=stopped after more than {cap} bytes")),
+        flood.contains(&format!(
+            "status=printed more than {cap} bytes on stdout and was stopped"
+        )),
         "{flood}"
     );
     // Both runs logged their start with the version, the refused one too.
