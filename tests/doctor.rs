@@ -143,7 +143,13 @@ fn a_bad_timeout_or_config_is_named() {
 
 #[test]
 fn help_version_and_unknown_arguments() {
-    let env = Env(vec![("PATH".into(), "/usr/bin:/bin".into())]);
+    let dir = common::TempDir::new("cli");
+    let log = dir.path().join("plugin.log").display().to_string();
+    let env = Env(vec![
+        ("PATH".into(), "/usr/bin:/bin".into()),
+        // The verbose flavour logs here, not to the machine's /var/log.
+        ("IPAM_DELEGATED_LOG_FILE".into(), log),
+    ]);
     let out = run_cli(&["--help"], &env);
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
