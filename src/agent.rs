@@ -38,7 +38,9 @@ pub struct Request {
 /// Makes sure the attachment holds an address and prints it: the kept
 /// result if the stack still confirms it (CHECK), else a fresh ADD after a
 /// DEL that frees whatever an earlier run may have left behind, even if
-/// its state was lost. A failed ADD keeps no state.
+/// its state was lost. A failed ADD keeps no state, unless the DEL before
+/// it failed too (the kept result may still hold an address). No verdict
+/// from CHECK (timeout, signal, code 11) is the answer, the state kept.
 pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
     let (config, dirs) = prepare(request, stdin)?;
     let network = Network::lock(&state_root(&config), &config.name)?;
@@ -52,6 +54,10 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
             let checking = config.with_prev_result(stored);
             match delegate::check(&Config::parse(&checking)?, &delegates) {
                 Ok(()) => return Ok(stored.clone()),
+                // No verdict (a timeout, a request to stop, "try again
+                // later"): the address may well still be held, and its
+                // state keeps it safe from GC; ask again later.
+                Err(e) if e.is_transient() => return Err(e),
                 Err(e) => warn!(
                     "kept result no longer holds, making it again: {}",
                     e.summary()
@@ -59,8 +65,11 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
             }
         }
     }
-    let deleting = stored.map_or_else(|| stdin.to_vec(), |s| config.with_prev_result(&s));
-    if let Err(e) = delegate::del(&Config::parse(&deleting)?, find_each(&config, &dirs)) {
+    let deleting = stored
+        .as_deref()
+        .map_or_else(|| stdin.to_vec(), |s| config.with_prev_result(s));
+    let deleted = delegate::del(&Config::parse(&deleting)?, find_each(&config, &dirs));
+    if let Err(e) = &deleted {
         warn!("DEL before ADD failed, adding anyway: {}", e.summary());
     }
     match delegate::add(&config, &delegates) {
@@ -81,7 +90,16 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
             }
         },
         Err(e) => {
-            network.remove(&attachment)?;
+            // Forgotten only if nothing can still be held: what the DEL
+            // could not free stays kept, safe from GC, for the next run to DEL.
+            if stored.is_none() || deleted.is_ok() {
+                if let Err(forget) = network.remove(&attachment) {
+                    warn!(
+                        "could not forget the failed attachment: {}",
+                        forget.summary()
+                    );
+                }
+            }
             Err(e)
         }
     }
@@ -106,7 +124,7 @@ pub fn release(request: &Request, stdin: &[u8]) -> Result<(), Error> {
 /// `ensure` could otherwise allocate between the listing and the GC).
 /// `None` for the input when nothing is kept: the runtime's input stands.
 pub fn gc_input(config: &Config) -> Result<(Option<Network>, Option<Vec<u8>>), Error> {
-    let Some(network) = Network::lock_existing(&state_root(config), &config.name)? else {
+    let Some(network) = Network::lock_for_gc(&state_root(config), &config.name)? else {
         return Ok((None, None));
     };
     let kept = network.attachments()?;

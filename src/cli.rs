@@ -51,7 +51,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Some("doctor") => return doctor(&args[1..]),
         Some("--help" | "-h" | "help") if args.len() == 1 => return print(HELP),
         Some("--version" | "-V") if args.len() == 1 => return print(&version_text()),
-        _ => return usage(&format!("unknown command line {args:?}")),
+        _ => return usage(&format!("unknown command {:?}", command.to_string_lossy())),
     };
     let request = match parse(&args[1..], ensuring) {
         Ok(request) => request,
@@ -151,6 +151,9 @@ fn parse(options: &[OsString], ensuring: bool) -> Result<Request, String> {
     }
     if request.config.as_os_str().is_empty() || request.id.is_empty() {
         return Err("--config and --id are required".into());
+    }
+    if request.netns.is_empty() {
+        return Err("--netns needs a path".into());
     }
     Ok(request)
 }

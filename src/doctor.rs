@@ -97,13 +97,14 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
         .state_dir
         .clone()
         .unwrap_or_else(|| state::DEFAULT_DIR.into());
-    if root.exists() && !root.is_dir() {
-        problems.push(format!(
-            "ipam.stateDir {} exists but is not a directory: remove it or set ipam.stateDir elsewhere",
-            root.display()
-        ));
+    if let Some(problem) = state_dir_problem(&root) {
+        problems.push(problem);
     }
     let _ = writeln!(text, "ipam.stateDir: {} (agent mode)", root.display());
+    if let Err(e) = state::check_name(&config.name) {
+        // Not a problem for runtimes, only for ensure and release.
+        let _ = writeln!(text, "agent mode: not available for this network: {e}");
+    }
     finish(text, problems)
 }
 
@@ -137,8 +138,7 @@ fn check(
             path,
             String::new(),
             Err(format!(
-                "{name} did not answer VERSION: {}; check that it is a CNI plugin",
-                e.summary()
+                "{name} did not answer VERSION ({e}): check that it is a CNI plugin"
             )),
         ),
     }
@@ -160,6 +160,25 @@ fn not_found(name: &str, dirs: &[PathBuf]) -> String {
         "{name} is in none of {}: install it there, or add its directory to CNI_PATH",
         searched.join(", ")
     )
+}
+
+/// What stops agent mode from keeping state in `root`: it, or the nearest
+/// directory above it that exists, is not a directory it can write to.
+fn state_dir_problem(root: &Path) -> Option<String> {
+    let existing = root.ancestors().find(|d| d.exists())?;
+    let writable = existing.is_dir() && {
+        let path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: access only reads the NUL-terminated path.
+        let answer = unsafe { libc::access(path.as_ptr(), libc::W_OK) };
+        answer == 0
+    };
+    (!writable).then(|| {
+        format!(
+            "ipam.stateDir {} cannot be made or written ({} is not a writable directory): fix its permissions or set ipam.stateDir elsewhere",
+            root.display(),
+            existing.display()
+        )
+    })
 }
 
 /// A copy of this very binary under another name: the same bytes.

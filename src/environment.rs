@@ -161,7 +161,9 @@ pub fn check_container_id(name: &'static str, id: &str) -> Result<(), Error> {
 /// The rules Linux puts on an interface name, as the specification
 /// restates them; `label` is what the value is called in the error.
 pub fn check_ifname(label: &'static str, name: &str) -> Result<(), Error> {
-    let reason = if name.len() > MAX_IFNAME_LEN {
+    let reason = if name.is_empty() {
+        "is empty"
+    } else if name.len() > MAX_IFNAME_LEN {
         "is longer than 15 bytes"
     } else if name == "." || name == ".." {
         "cannot be '.' or '..'"
@@ -315,7 +317,16 @@ mod tests {
         for good in ["eth0", "a", "123456789012345", "net1.100", "veth-x_y"] {
             assert!(check_ifname(IFNAME, good).is_ok(), "{good}");
         }
-        for bad in ["1234567890123456", ".", "..", "a/b", "a:b", "a b", "a\tb"] {
+        for bad in [
+            "",
+            "1234567890123456",
+            ".",
+            "..",
+            "a/b",
+            "a:b",
+            "a b",
+            "a\tb",
+        ] {
             let e = check_ifname(IFNAME, bad).unwrap_err();
             assert!(e.to_string().starts_with("CNI_IFNAME is invalid"), "{bad}");
         }

@@ -72,6 +72,10 @@ pub enum Error {
         reason: String,
     },
 
+    /// A termination request came while waiting for agent mode's lock.
+    #[error("stopped: the plugin received signal {0} while waiting for the attachment's lock")]
+    Interrupted(i32),
+
     /// Agent mode's state could not be read or written.
     #[error("agent state {}: {error}", path.display())]
     State {
@@ -228,6 +232,7 @@ impl Error {
             | Error::MissingVariable(_)
             | Error::InvalidVariable { .. } => code::INVALID_ENVIRONMENT,
             Error::ReadStdin(_) | Error::State { .. } => code::IO_FAILURE,
+            Error::Interrupted(_) => code::INTERRUPTED,
             Error::ConfigFile { .. } => code::INVALID_CONFIG,
             Error::ConfigNotObject(_) => code::DECODING_FAILURE,
             Error::InvalidConfig(_) | Error::SelfReference { .. } | Error::Recursion { .. } => {
@@ -247,6 +252,30 @@ impl Error {
             },
             Error::RollbackFailed { error, .. } => error.code(),
             Error::Several { first, .. } => first.code(),
+        }
+    }
+
+    /// Whether the stack could not give its verdict now (a timeout, a
+    /// termination request, "try again later", a delegate that could not
+    /// be run) rather than answering with a failure.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Interrupted(_) => true,
+            Error::Delegate { failure, .. } => matches!(
+                failure,
+                Failure::TimedOut(_)
+                    | Failure::Interrupted(_)
+                    | Failure::NotRun(_)
+                    | Failure::NotStarted(_)
+                    | Failure::Io(_)
+                    | Failure::Reported {
+                        code: code::TRY_AGAIN_LATER,
+                        ..
+                    }
+            ),
+            Error::RollbackFailed { error, .. } => error.is_transient(),
+            Error::Several { first, .. } => first.is_transient(),
+            _ => false,
         }
     }
 

@@ -55,8 +55,8 @@ pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         Command::Gc => {
             let config = prepare(env, stdin)?;
             let delegates = delegate::resolve_each(&config.delegates, &env.path);
-            // The lock is held until the delegates are done.
-            let (_kept, with_kept) = agent::gc_input(&config)?;
+            // The network's lock, held until the delegates are done.
+            let (_lock, with_kept) = agent::gc_input(&config)?;
             match with_kept {
                 Some(input) => delegate::gc(&Config::parse(&input)?, delegates),
                 None => delegate::gc(&config, delegates),

@@ -62,6 +62,18 @@ pub fn fd() -> Option<BorrowedFd<'static>> {
     SIGNALS.get()?.as_ref().ok().map(|fd| fd.as_fd())
 }
 
+/// Sleeps for `pause`, or less if a termination request comes.
+pub fn wait(pause: std::time::Duration) {
+    let mut fds = [libc::pollfd {
+        fd: fd().map_or(-1, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd)),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let millis = i32::try_from(pause.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: `fds` is a valid array of one pollfd; a negative fd is ignored.
+    unsafe { libc::poll(fds.as_mut_ptr(), 1, millis) };
+}
+
 /// The signal of the latest request, if at least `count` have come.
 pub fn received(count: usize) -> Option<i32> {
     drain();

@@ -8,7 +8,14 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use tracing::warn;
+
 use crate::error::Error;
+use crate::signals;
+
+/// How often a waiter for a network's lock tries again (a flock cannot be
+/// waited for alongside the signalfd).
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Where attachments are kept when `ipam.stateDir` does not say.
 pub const DEFAULT_DIR: &str = "/var/lib/cni/ipam-delegated";
@@ -32,24 +39,22 @@ pub struct Attachment {
 
 impl Network {
     /// Locks network `name`'s attachments under `root`, creating the
-    /// directory. Waits for any other holder.
+    /// directory. Waits for any other holder, unless asked to stop.
     pub fn lock(root: &Path, name: &str) -> Result<Network, Error> {
         let dir = network_dir(root, name)?;
-        fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        create_dirs(&dir)?;
         Self::lock_dir(dir)
     }
 
-    /// Locks network `name`'s attachments if any were ever kept; `None`
-    /// when its directory does not exist (nothing to keep safe).
-    pub fn lock_existing(root: &Path, name: &str) -> Result<Option<Network>, Error> {
-        let Ok(dir) = network_dir(root, name) else {
-            // A name agent mode refuses can have no attachments.
-            return Ok(None);
-        };
-        if !dir.is_dir() {
-            return Ok(None);
+    /// For GC: the network's lock, made if need be, so that no `ensure`
+    /// can allocate while GC runs, even the first one for this network;
+    /// `None` (nothing to keep safe) for a name agent mode refuses, or a
+    /// state directory that cannot be made, which no agent can use either.
+    pub fn lock_for_gc(root: &Path, name: &str) -> Result<Option<Network>, Error> {
+        match network_dir(root, name) {
+            Ok(dir) if create_dirs(&dir).is_ok() => Self::lock_dir(dir).map(Some),
+            _ => Ok(None),
         }
-        Self::lock_dir(dir).map(Some)
     }
 
     fn lock_dir(dir: PathBuf) -> Result<Network, Error> {
@@ -60,32 +65,47 @@ impl Network {
             .write(true)
             .open(&path)
             .map_err(|e| io_error(&path, e))?;
+        // Not a plain blocking flock: the plugin's termination signals are
+        // blocked (it reads them from a signalfd), so a request to stop
+        // must be looked for while waiting.
         loop {
             // SAFETY: flock on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                break;
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(Network { dir, _lock: file });
             }
             let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::Interrupted {
+            if error.kind() != io::ErrorKind::WouldBlock
+                && error.kind() != io::ErrorKind::Interrupted
+            {
                 return Err(io_error(&path, error));
             }
+            if let Some(signal) = signals::received(1) {
+                return Err(Error::Interrupted(signal));
+            }
+            signals::wait(LOCK_RETRY);
         }
-        Ok(Network { dir, _lock: file })
     }
 
-    /// The stored result of `attachment`, if any.
+    /// The stored result of `attachment`, if any. A file that is not a JSON
+    /// object (a damaged disk, a hand edit) counts as none, said in a
+    /// warning: a DEL without it still frees the attachment by its ID.
     pub fn read(&self, attachment: &Attachment) -> Result<Option<Vec<u8>>, Error> {
         let path = self.path(attachment);
         match fs::read(&path) {
-            Ok(result) => Ok(Some(result)),
+            Ok(result) if is_object(&result) => Ok(Some(result)),
+            Ok(_) => {
+                warn!("ignoring {}: not a JSON object", path.display());
+                Ok(None)
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error(&path, e)),
         }
     }
 
     /// Stores `result` for `attachment`: a temporary file, written and
-    /// synced, then renamed over the old one, so a crash leaves the old
-    /// result or the new one, never half of one.
+    /// synced, then renamed over the old one and the directory synced, so
+    /// a crash leaves the old result or the new one, never half of one. On
+    /// failure nothing of the new result is left.
     pub fn write(&self, attachment: &Attachment, result: &[u8]) -> Result<(), Error> {
         let path = self.path(attachment);
         let temporary = self
@@ -97,16 +117,21 @@ impl Network {
                 file.sync_all()
             })
             .and_then(|()| fs::rename(&temporary, &path))
-            .and_then(|()| File::open(&self.dir)?.sync_all());
-        written.map_err(|e| io_error(&path, e))
+            .and_then(|()| sync_dir(&self.dir));
+        written.map_err(|e| {
+            let _ = fs::remove_file(&temporary);
+            let _ = fs::remove_file(&path);
+            io_error(&path, e)
+        })
     }
 
-    /// Forgets `attachment`; forgetting one not kept is no error.
+    /// Forgets `attachment`, durably; forgetting one not kept is no error.
     pub fn remove(&self, attachment: &Attachment) -> Result<(), Error> {
         let path = self.path(attachment);
         match fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(&path, e)),
-            _ => Ok(()),
+            Ok(()) => sync_dir(&self.dir).map_err(|e| io_error(&self.dir, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&path, e)),
         }
     }
 
@@ -140,6 +165,11 @@ impl Network {
     }
 }
 
+/// Whether agent mode can keep attachments for network `name`.
+pub fn check_name(name: &str) -> Result<(), Error> {
+    network_dir(Path::new("/"), name).map(drop)
+}
+
 /// The network's own directory; its name must be one path component, as
 /// the specification's rule for network names (1.0 and later) makes it.
 fn network_dir(root: &Path, name: &str) -> Result<PathBuf, Error> {
@@ -154,6 +184,28 @@ fn network_dir(root: &Path, name: &str) -> Result<PathBuf, Error> {
             "network name {name:?} cannot name a state directory: agent mode needs a name of letters, digits, '_', '.' and '-'"
         )))
     }
+}
+
+/// Makes `dir` and any missing parent, each synced into its own parent so
+/// that a crash cannot lose a directory a kept result was written into.
+fn create_dirs(dir: &Path) -> Result<(), Error> {
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    for made in missing.iter().rev() {
+        if let Some(parent) = made.parent() {
+            sync_dir(parent).map_err(|e| io_error(parent, e))?;
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn is_object(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<&serde_json::value::RawValue>(bytes).is_ok()
+        && bytes.trim_ascii_start().starts_with(b"{")
 }
 
 fn io_error(path: &Path, error: io::Error) -> Error {
@@ -217,10 +269,22 @@ mod tests {
     }
 
     #[test]
-    fn a_network_never_used_has_nothing_to_lock() {
-        let root = Root::new("unused");
-        assert!(Network::lock_existing(&root.0, "agents").unwrap().is_none());
-        assert!(Network::lock_existing(&root.0, "../x").unwrap().is_none());
+    fn gc_locks_every_network_agent_mode_could_use() {
+        let root = Root::new("gc");
+        assert!(Network::lock_for_gc(&root.0, "agents").unwrap().is_some());
+        assert!(root.0.join("agents/.lock").exists());
+        assert!(Network::lock_for_gc(&root.0, "../x").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_damaged_state_file_counts_as_none() {
+        let root = Root::new("damaged");
+        let net = Network::lock(&root.0, "agents").unwrap();
+        let health = attachment("cilium-health", "eth0");
+        for damaged in [&b""[..], b"{\"ips\":[", b"[1]"] {
+            fs::write(root.0.join("agents/cilium-health:eth0"), damaged).unwrap();
+            assert_eq!(net.read(&health).unwrap(), None, "{damaged:?}");
+        }
     }
 
     #[test]

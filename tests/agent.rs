@@ -380,3 +380,179 @@ fn a_single_plugin_configuration_works_too() {
     assert!(out.status.success(), "{out:?}");
     assert!(agent.state_of("agent-x").exists());
 }
+
+/// Sets `ipam.timeout` in the agent's conflist.
+fn with_timeout(agent: &Agent, seconds: f64) {
+    let mut list: Value =
+        serde_json::from_str(&fs::read_to_string(&agent.conflist).unwrap()).unwrap();
+    list["plugins"][0]["ipam"]["timeout"] = json!(seconds);
+    fs::write(&agent.conflist, list.to_string()).unwrap();
+}
+
+#[test]
+fn a_check_without_a_verdict_keeps_the_state_and_allocates_nothing() {
+    let agent = fixture_agent();
+    agent.ensure("agent-health");
+    with_timeout(&agent, 0.5);
+    agent
+        .stack
+        .answer("a", "CHECK", Answer::default().after("sleep 30\n"));
+    let error = agent.run("ensure", "agent-health").assert_error(11);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within"),
+        "{error}"
+    );
+    assert!(agent.state_of("agent-health").exists());
+    // No DEL, no ADD after the CHECK that could not answer.
+    assert_eq!(agent.stack.call_list(), ["a DEL", "a ADD", "a CHECK"]);
+}
+
+#[test]
+fn a_failed_add_after_a_failed_del_keeps_the_state_for_gc() {
+    let agent = fixture_agent();
+    agent.ensure("agent-health");
+    agent
+        .stack
+        .answer("a", "CHECK", Answer::fails(1, r#"{"code":3,"msg":"gone"}"#));
+    agent.stack.answer(
+        "a",
+        "DEL",
+        Answer::fails(1, r#"{"code":5,"msg":"store unreachable"}"#),
+    );
+    fs::remove_file(agent.stack.rec().join("a.ADD.stdout")).unwrap();
+    agent.stack.answer(
+        "a",
+        "ADD",
+        Answer::fails(1, r#"{"code":7,"msg":"no pool"}"#),
+    );
+    agent.run("ensure", "agent-health").assert_error(7);
+    // The DEL could not free what the kept result names: still kept.
+    assert!(agent.state_of("agent-health").exists());
+}
+
+#[test]
+fn gc_holds_the_lock_even_before_the_first_ensure() {
+    let agent = fixture_agent();
+    let rec = agent.stack.rec().display().to_string();
+    agent.stack.answer(
+        "a",
+        "GC",
+        Answer::default().after(&format!("sleep 1\ndate +%s%N > {rec}/gc-end\n")),
+    );
+    agent.stack.answer(
+        "a",
+        "ADD",
+        Answer::prints(r#"{"cniVersion":"1.1.0","ips":[{"address":"10.250.78.9/24"}]}"#)
+            .after(&format!("date +%s%N > {rec}/add-start\n")),
+    );
+    let input = json!({
+        "cniVersion": "1.1.0",
+        "name": "agents",
+        "ipam": {"type": "ipam-delegated", "delegates": ["a"], "stateDir": agent.state},
+        "cni.dev/valid-attachments": [],
+    });
+    let env = agent
+        .stack
+        .env("GC")
+        .unset("CNI_CONTAINERID")
+        .unset("CNI_NETNS")
+        .unset("CNI_IFNAME");
+    std::thread::scope(|scope| {
+        let gc = scope.spawn(|| run_plugin(&env, input.to_string().as_bytes()));
+        // Once GC is running, the first ensure for the network starts.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while agent.stack.calls().is_empty() {
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        agent.ensure("agent-health");
+        gc.join().unwrap().assert_silent_success();
+    });
+    let read = |name: &str| {
+        fs::read_to_string(agent.stack.rec().join(name))
+            .unwrap()
+            .trim()
+            .parse::<u128>()
+            .unwrap()
+    };
+    assert!(
+        read("add-start") > read("gc-end"),
+        "the ADD ran while GC did"
+    );
+}
+
+#[test]
+fn waiting_for_the_lock_stops_on_sigterm() {
+    let agent = fixture_agent();
+    agent.stack.answer(
+        "a",
+        "ADD",
+        Answer::prints(r#"{"cniVersion":"1.1.0","ips":[{"address":"10.250.78.9/24"}]}"#)
+            .after("sleep 5\n"),
+    );
+    let config = agent.conflist.display().to_string();
+    let spawn = |id: &str| {
+        std::process::Command::new(common::PLUGIN)
+            .args(["ensure", "--config", &config, "--id", id])
+            .env_clear()
+            .envs(agent.env().0)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let holder = spawn("agent-one");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !agent.stack.call_list().contains(&"a ADD".to_string()) {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let waiter = spawn("agent-two");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &waiter.id().to_string()])
+        .status();
+    assert!(sent.unwrap().success());
+    let out = waiter.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "waited for the holder"
+    );
+    let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["code"], 105, "{error}");
+    assert!(holder.wait_with_output().unwrap().status.success());
+}
+
+#[test]
+fn a_damaged_state_file_is_replaced_not_fatal() {
+    let agent = fixture_agent();
+    agent.ensure("agent-health");
+    fs::write(agent.state_of("agent-health"), "{\"ips\":[").unwrap();
+    let address = agent.ensure("agent-health");
+    assert_eq!(address, "10.250.78.9/24");
+    let kept: Value =
+        serde_json::from_slice(&fs::read(agent.state_of("agent-health")).unwrap()).unwrap();
+    assert_eq!(kept["ips"][0]["address"], "10.250.78.9/24");
+}
+
+#[test]
+fn empty_interface_or_namespace_values_are_refused() {
+    let agent = fixture_agent();
+    let config = agent.conflist.display().to_string();
+    let error = run_cli(
+        &["ensure", "--config", &config, "--id", "a", "--ifname="],
+        &agent.env(),
+    )
+    .assert_error(4);
+    assert_eq!(error["msg"], "--ifname is invalid: \"\" is empty");
+    let out = run_cli(
+        &["ensure", "--config", &config, "--id", "a", "--netns="],
+        &agent.env(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(agent.stack.calls().is_empty());
+}
