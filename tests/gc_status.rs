@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{config, run_plugin, Answer, Stack};
+use common::{config, run_plugin, with_state_dir, Answer, Stack};
 use serde_json::json;
 
 /// A 1.1.0 GC input as libcni builds it: the runtime's attachments included.
@@ -37,7 +37,7 @@ fn gc_reaches_every_delegate_in_order_with_the_input_byte_for_byte() {
     let stack = Stack::of(&names);
     // A delegate printing something on GC does not change what the next reads.
     stack.answer("a", "GC", Answer::prints(r#"{"cniVersion":"1.1.0"}"#));
-    let input = gc_input(&names);
+    let input = with_state_dir(&stack, &gc_input(&names));
     run_plugin(&env_for(&stack, "GC"), input.as_bytes()).assert_silent_success();
     assert_eq!(stack.call_list(), ["a GC", "b GC", "c GC"]);
     for call in stack.calls() {
@@ -55,7 +55,10 @@ fn gc_is_best_effort_and_reports_every_failure() {
         Answer::fails(1, r#"{"code":11,"msg":"store locked"}"#),
     );
     stack.answer("c", "GC", Answer::fails(2, "crashed"));
-    let out = run_plugin(&env_for(&stack, "GC"), gc_input(&names).as_bytes());
+    let out = run_plugin(
+        &env_for(&stack, "GC"),
+        with_state_dir(&stack, &gc_input(&names)).as_bytes(),
+    );
     let error = out.assert_error(11);
     assert_eq!(stack.call_list(), ["a GC", "b GC", "c GC", "d GC"]);
     assert_eq!(error["msg"], "store locked (and 1 more failure)");
@@ -76,7 +79,7 @@ fn gc_runs_the_delegates_that_exist_when_one_is_missing() {
     let stack = Stack::of(&["a", "c"]);
     let out = run_plugin(
         &env_for(&stack, "GC"),
-        gc_input(&["a", "b", "c"]).as_bytes(),
+        with_state_dir(&stack, &gc_input(&["a", "b", "c"])).as_bytes(),
     );
     let error = out.assert_error(100);
     assert!(error["msg"].as_str().unwrap().contains("\"b\""));
@@ -173,7 +176,7 @@ fn check_needs_0_4_0_and_every_command_runs_at_1_1_0() {
         "ADD",
         Answer::prints(r#"{"cniVersion":"1.1.0","ips":[]}"#),
     );
-    let input = config("1.1.0", &["a"]);
+    let input = with_state_dir(&stack, &config("1.1.0", &["a"]));
     assert!(stack.run("ADD", input.as_bytes()).status.success());
     for command in ["CHECK", "DEL", "GC", "STATUS"] {
         stack.run(command, input.as_bytes()).assert_silent_success();

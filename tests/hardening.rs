@@ -88,7 +88,10 @@ fn del_check_gc_and_status_are_bounded() {
     for command in ["DEL", "CHECK", "GC", "STATUS"] {
         let stack = Stack::of(&["hangs", "b"]);
         stack.answer("hangs", command, Answer::default().after(HANG_WITH_CHILD));
-        let input = with_timeout(&["hangs", "b"], 0.5).replace("1.0.0", "1.1.0");
+        let input = common::with_state_dir(
+            &stack,
+            &with_timeout(&["hangs", "b"], 0.5).replace("1.0.0", "1.1.0"),
+        );
         let env = stack.env(command);
         let started = Instant::now();
         let out = run_plugin(&env, input.as_bytes());

@@ -355,6 +355,14 @@ pub fn config(version: &str, delegates: &[&str]) -> String {
     .to_string()
 }
 
+/// `config` with `ipam.stateDir` in `stack`'s own directory: GC takes
+/// agent mode's lock there, not under the machine's /var/lib.
+pub fn with_state_dir(stack: &Stack, config: &str) -> String {
+    let mut value: Value = serde_json::from_str(config).unwrap();
+    value["ipam"]["stateDir"] = serde_json::json!(stack.dir.path().join("state"));
+    value.to_string()
+}
+
 /// The input with `prevResult` set as the plugin must build it: compact,
 /// keys in order, `result` inserted as printed.
 pub fn with_prev(input: &str, result: &str) -> Vec<u8> {
