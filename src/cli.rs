@@ -67,9 +67,9 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             } else {
                 agent::release(&request, &stdin).map(|()| None)
             };
-            respond(outcome, &config::reply_version(&stdin))
+            respond(outcome, || config::reply_version(&stdin))
         }
-        Err(e) => respond(Err(e), version::NEWEST),
+        Err(e) => respond(Err(e), || version::NEWEST.into()),
     }
 }
 

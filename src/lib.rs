@@ -85,14 +85,18 @@ fn prepare<'a>(env: &Environment, stdin: &'a [u8]) -> Result<Config<'a>, Error> 
 }
 
 /// Writes the one reply for `outcome` on stdout (a result, nothing, or a
-/// CNI error object carrying `cni_version`) and gives the exit status.
-pub fn respond(outcome: Result<Option<Vec<u8>>, Error>, cni_version: &str) -> ExitCode {
+/// CNI error object carrying the version `cni_version` gives, asked for
+/// only then: it parses the input again) and gives the exit status.
+pub fn respond(
+    outcome: Result<Option<Vec<u8>>, Error>,
+    cni_version: impl FnOnce() -> String,
+) -> ExitCode {
     let (reply, status) = match &outcome {
         Ok(result) => (
             Cow::from(result.as_deref().unwrap_or_default()),
             ExitCode::SUCCESS,
         ),
-        Err(e) => (Cow::from(e.to_reply(cni_version)), ExitCode::FAILURE),
+        Err(e) => (Cow::from(e.to_reply(&cni_version())), ExitCode::FAILURE),
     };
     // The reply first: it is what the runtime acts on, whatever the logs do.
     let written = std::io::stdout().lock().write_all(&reply);

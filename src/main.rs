@@ -39,5 +39,5 @@ fn main() -> ExitCode {
         read.map_err(Error::ReadStdin)?;
         ipam_delegated::run(&env, &stdin)
     });
-    respond(outcome, &config::reply_version(&stdin))
+    respond(outcome, || config::reply_version(&stdin))
 }

@@ -183,21 +183,15 @@ fn a_cni_invocation_never_reads_arguments() {
         "ADD",
         Answer::prints(r#"{"cniVersion":"1.0.0","ips":[]}"#),
     );
-    let mut child = std::process::Command::new(PLUGIN)
-        .args(["--frobnicate", "doctor"])
-        .env_clear()
-        .envs(stack.env("ADD").0)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(common::config("1.0.0", &["a"]).as_bytes())
-        .unwrap();
+    let env = stack.env("ADD");
+    let mut child = common::spawn_plugin(
+        Path::new("/"),
+        &["--frobnicate", "doctor"],
+        &env,
+        std::process::Stdio::null(),
+    );
+    let input = common::config("1.0.0", &["a"]);
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert_eq!(stack.call_list(), ["a ADD"]);

@@ -152,21 +152,7 @@ fn a_bad_timeout_is_code_7_and_runs_nothing() {
 
 /// Starts the plugin without waiting for it.
 fn spawn(stack: &Stack, command: &str, input: &str) -> Child {
-    let mut child = Command::new(PLUGIN)
-        .env_clear()
-        .envs(stack.env(command).0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child
+    common::start_plugin(&stack.env(command), input.as_bytes(), Stdio::piped())
 }
 
 /// Waits until the scripted delegates have recorded `n` calls.

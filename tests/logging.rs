@@ -61,27 +61,11 @@ fn warnings_and_errors_reach_stderr_one_line_each_without_colour() {
 
 #[test]
 fn a_closed_stderr_does_not_stop_the_error_reply() {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-
     let stack = failing_stack();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let mut child = Command::new(common::PLUGIN)
-        .env_clear()
-        .envs(stack.env("ADD").0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(writer)
-        .spawn()
-        .unwrap();
     let input = config("1.0.0", &["ipam-ds-one", "ipam-da-two"]);
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    let child = common::start_plugin(&stack.env("ADD"), input.as_bytes(), writer.into());
     let out = child.wait_with_output().unwrap();
     // Exit status 1, as for any error, not a panic's 101 or an abort.
     assert_eq!(out.status.code(), Some(1), "{out:?}");

@@ -29,6 +29,9 @@ use common::{
 };
 use serde_json::{json, Value};
 
+/// What a test container runs: it prints its eth0 address.
+const SHOW_ADDRESS: [&str; 7] = ["/bin/busybox", "ip", "-4", "-o", "addr", "show", "eth0"];
+
 /// What the failing delegate answers; the runtime must pass it on.
 const FAILURE_MSG: &str = "no lease from the e2e lease service";
 
@@ -497,14 +500,11 @@ network_config_dir = "{netd}"
             &net.name,
             "--rootfs",
             rootfs.to_str().unwrap(),
-            "/bin/busybox",
-            "ip",
-            "-4",
-            "-o",
-            "addr",
-            "show",
-            "eth0",
-        ];
+        ]
+        .iter()
+        .chain(&SHOW_ADDRESS)
+        .copied()
+        .collect::<Vec<&str>>();
         let out = run(lab
             .host
             .isolated(&private, &[], &args)
@@ -564,14 +564,11 @@ fn containerd_with_ctr_run_cni() {
             "--rootfs",
             &rootfs,
             &id,
-            "/bin/busybox",
-            "ip",
-            "-4",
-            "-o",
-            "addr",
-            "show",
-            "eth0",
-        ];
+        ]
+        .iter()
+        .chain(&SHOW_ADDRESS)
+        .copied()
+        .collect::<Vec<&str>>();
         let binds = [
             (lab.path("net.d"), "/etc/cni/net.d"),
             (lab.path("bin"), "/opt/cni/bin"),

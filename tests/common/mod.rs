@@ -128,22 +128,37 @@ pub fn run_plugin_in(cwd: &Path, env: &Env, stdin: &[u8]) -> Outcome {
     run_command(cwd, &[], env, stdin)
 }
 
-/// Runs the binary's command line `args` with exactly `env`.
-pub fn run_cli(args: &[&str], env: &Env) -> Outcome {
-    run_command(Path::new("/"), args, env, b"")
-}
-
-fn run_command(cwd: &Path, args: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
-    let mut child = Command::new(PLUGIN)
+/// Starts the plugin in `cwd` with `args`, exactly `env`, and `stderr`;
+/// stdin and stdout are pipes, left to the caller.
+pub fn spawn_plugin(cwd: &Path, args: &[&str], env: &Env, stderr: Stdio) -> std::process::Child {
+    Command::new(PLUGIN)
         .args(args)
         .current_dir(cwd)
         .env_clear()
         .envs(env.0.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
-        .expect("plugin starts");
+        .expect("plugin starts")
+}
+
+/// Starts the plugin with `env` and feeds it `stdin` (small enough for a
+/// pipe), without waiting for it.
+pub fn start_plugin(env: &Env, stdin: &[u8], stderr: Stdio) -> std::process::Child {
+    let mut child = spawn_plugin(Path::new("/"), &[], env, stderr);
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child
+}
+
+/// Runs the binary's command line `args` with exactly `env`.
+pub fn run_cli(args: &[&str], env: &Env) -> Outcome {
+    run_command(Path::new("/"), args, env, b"")
+}
+
+fn run_command(cwd: &Path, args: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
+    let mut child = spawn_plugin(cwd, args, env, Stdio::piped());
+    // Written from a thread: a large input must not block reading the output.
     let mut pipe = child.stdin.take().unwrap();
     let input = stdin.to_vec();
     let writer = std::thread::spawn(move || {
