@@ -595,3 +595,46 @@ fn every_supported_version_runs_add() {
         assert!(out.status.success(), "{version}: {out:?}");
     }
 }
+
+#[test]
+fn stdout_that_is_not_an_object_is_ignored_on_success_except_on_add() {
+    // libcni ignores stdout on success for every command but ADD: a
+    // delegate that logs there works under bridge and must work here.
+    for (command, version) in [
+        ("DEL", "1.1.0"),
+        ("CHECK", "1.1.0"),
+        ("GC", "1.1.0"),
+        ("STATUS", "1.1.0"),
+    ] {
+        let names = ["chatty", "b"];
+        let stack = Stack::of(&names);
+        let input = common::with_state_dir(&stack, &config(version, &names));
+        stack.answer("chatty", command, Answer::prints("released 10.1.2.3\n"));
+        let out = stack.run(command, input.as_bytes());
+        out.assert_silent_success();
+        assert_eq!(
+            stack.call_list(),
+            [format!("chatty {command}"), format!("b {command}")]
+        );
+        // "Printed nothing": the next delegate's input is unchanged.
+        let calls = stack.calls();
+        assert_eq!(
+            stack.stdin_of(&calls[1]),
+            stack.stdin_of(&calls[0]),
+            "{command}"
+        );
+        assert!(
+            out.stderr.contains("chatty") && out.stderr.contains("released 10.1.2.3"),
+            "{command}: the stdout ignored is logged as a warning: {}",
+            out.stderr
+        );
+    }
+
+    // ADD keeps the strict rule: it must print its result.
+    let stack = Stack::of(&["chatty"]);
+    stack.answer("chatty", "ADD", Answer::prints("allocated 10.1.2.3\n"));
+    stack
+        .run("ADD", config("1.1.0", &["chatty"]).as_bytes())
+        .assert_error(6);
+    assert_eq!(stack.call_list(), ["chatty ADD", "chatty DEL"]);
+}

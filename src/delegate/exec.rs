@@ -44,7 +44,7 @@ pub struct Limits {
 
 /// Runs `command` on `delegate` with `stdin`. On success, returns what it
 /// printed (a JSON object, surrounding whitespace trimmed), or `None` if it
-/// printed nothing.
+/// printed nothing, or, for any command but ADD, something else.
 pub fn run(
     delegate: &Delegate,
     command: Command,
@@ -74,7 +74,19 @@ pub fn run(
         );
     }
     let finished = finished?;
-    judge(finished.status, finished.stdout)
+    match judge(finished.status, finished.stdout) {
+        // Only an ADD must print a result. For the other commands libcni
+        // ignores stdout on success, so a log line printed there (a
+        // delegate that works under bridge) must not fail a teardown.
+        Err(Failure::NotObject { reason, stdout }) if command != Command::Add => {
+            tracing::warn!(
+                "{} ({command}): ignoring its stdout, which is not one JSON object ({reason}): {stdout:?}",
+                delegate.name
+            );
+            Ok(None)
+        }
+        judged => judged,
+    }
 }
 
 /// Starts the delegate in a process group of its own and supervises it.
