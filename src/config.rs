@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::environment;
 use crate::error::Error;
 use crate::version;
 
@@ -48,6 +49,12 @@ impl<'a> Config<'a> {
         let name = members.get("name").and_then(string).unwrap_or_default();
         if name.is_empty() {
             return Err(invalid("\"name\" must be a non-empty string"));
+        }
+        if !environment::is_identifier(&name) {
+            return Err(Error::InvalidConfig(format!(
+                "\"name\" {name:?} {}",
+                environment::IDENTIFIER_RULE
+            )));
         }
         let ipam = members
             .get("ipam")
@@ -411,6 +418,23 @@ mod tests {
     }
 
     #[test]
+    fn name_follows_the_specs_rule_for_network_names() {
+        for good in ["n", "0", "pods-v4", "a_b.c-d", "x..y"] {
+            let text = GOOD.replace(r#""name":"n""#, &format!(r#""name":"{good}""#));
+            assert_eq!(Config::parse(text.as_bytes()).unwrap().name, good);
+        }
+        for bad in ["-n", "_n", ".n", "a b", "a/b", "../x", "a:b", "é", "n\\n"] {
+            let text = GOOD.replace(r#""name":"n""#, &format!(r#""name":"{bad}""#));
+            let e = parse_err(&text);
+            assert_eq!(e.code(), code::INVALID_CONFIG, "{bad}");
+            assert!(
+                e.to_string().contains("must start with a letter or digit"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn duplicated_keys_read_as_the_last_one() {
         let text = r#"{"cniVersion":"0.2.0","cniVersion":"1.0.0","name":"n","ipam":{"delegates":["x"],"delegates":["a"]}}"#;
         let c = Config::parse(text.as_bytes()).unwrap();
@@ -433,7 +457,7 @@ mod tests {
     fn numbers_beyond_f64_pass_through_as_written() {
         // Found by fuzzing (fuzz/artifacts/config/crash-802178ff…): valid
         // JSON, out of f64's range, and no business of the plugin's.
-        let input = "   {\"cniVersion\":\"1.0.0\",\"name\":\"::::::(:n\",\"ipam\":{\"delegates\":[\"a\",\"b\"],\n\"4imiiii]]]]]]]iciii.iiiexut\":1E44222222}}";
+        let input = "   {\"cniVersion\":\"1.0.0\",\"name\":\"n\",\"ipam\":{\"delegates\":[\"a\",\"b\"],\n\"4imiiii]]]]]]]iciii.iiiexut\":1E44222222}}";
         let out = spliced(input, "{}");
         assert!(
             out.contains(r#""4imiiii]]]]]]]iciii.iiiexut":1E44222222}"#),

@@ -108,23 +108,34 @@ impl Environment {
 
         let mut container_id = None;
         let mut path = Vec::new();
+        // Every variable is checked, so that one error names them all.
+        let mut problems = Vec::new();
         for &required in command.required() {
-            let value = var(required).filter(|v| !v.is_empty());
-            let value = value.ok_or(Error::MissingVariable(required))?;
-            let value = value
-                .into_string()
-                .map_err(|_| invalid(required, "not valid UTF-8"))?;
-            match required {
+            let Some(value) = var(required).filter(|v| !v.is_empty()) else {
+                problems.push(Error::MissingVariable(required));
+                continue;
+            };
+            let Ok(value) = value.into_string() else {
+                problems.push(invalid(required, "not valid UTF-8"));
+                continue;
+            };
+            let checked = match required {
                 CONTAINER_ID => {
-                    check_container_id(CONTAINER_ID, &value)?;
-                    container_id = Some(value);
+                    check_container_id(CONTAINER_ID, &value).map(|()| container_id = Some(value))
                 }
-                IFNAME => check_ifname(IFNAME, &value)?,
-                PATH => path = split_path(&value)?,
-                _ => {}
-            }
+                IFNAME => check_ifname(IFNAME, &value),
+                PATH => split_path(&value).map(|dirs| path = dirs),
+                _ => Ok(()),
+            };
+            problems.extend(checked.err());
         }
-        let parent = var(PARENT_VARIABLE).map(|p| p.to_string_lossy().into_owned());
+        if let Some(error) = Error::from_variables(problems) {
+            return Err(error);
+        }
+        // Set but empty is no pid: nothing started this one.
+        let parent = var(PARENT_VARIABLE)
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_string_lossy().into_owned());
         Ok(Some(Environment {
             command,
             container_id,
@@ -141,20 +152,26 @@ fn invalid(name: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-/// The specification's rule for a container ID, `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`;
-/// `name` is what the value is called in the error.
+/// The specification's rule for container IDs and network names,
+/// `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`: what can also name a file safely.
+pub fn is_identifier(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// How [`is_identifier`] is explained when a value breaks it.
+pub const IDENTIFIER_RULE: &str =
+    "must start with a letter or digit and hold only letters, digits, '_', '.' and '-'";
+
+/// A container ID must be an identifier; `name` is what the value is
+/// called in the error.
 pub fn check_container_id(name: &'static str, id: &str) -> Result<(), Error> {
-    let first_ok = id.starts_with(|c: char| c.is_ascii_alphanumeric());
-    let rest_ok = id
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if first_ok && rest_ok {
+    if is_identifier(id) {
         Ok(())
     } else {
-        Err(invalid(
-            name,
-            format!("{id:?} must start with a letter or digit and hold only letters, digits, '_', '.' and '-'"),
-        ))
+        Err(invalid(name, format!("{id:?} {IDENTIFIER_RULE}")))
     }
 }
 
@@ -265,6 +282,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_missing_or_invalid_variable_is_named_in_one_error() {
+        let pairs = with(
+            without(without(full("ADD"), NETNS), PATH),
+            CONTAINER_ID,
+            "-bad",
+        );
+        let e = err(&with(pairs, IFNAME, ""));
+        assert_eq!(e.code(), code::INVALID_ENVIRONMENT);
+        assert_eq!(
+            e.to_string(),
+            "CNI_CONTAINERID is invalid: \"-bad\" must start with a letter or digit and hold only letters, digits, '_', '.' and '-'; \
+             CNI_NETNS is not set; CNI_IFNAME is not set; CNI_PATH is not set"
+        );
+    }
+
+    #[test]
+    fn an_empty_parent_variable_is_no_parent() {
+        let env = env_of(&with(full("ADD"), PARENT_VARIABLE, ""))
+            .unwrap()
+            .unwrap();
+        assert_eq!(env.parent, None);
+        let env = env_of(&with(full("ADD"), PARENT_VARIABLE, "42"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(env.parent.as_deref(), Some("42"));
     }
 
     #[test]

@@ -72,6 +72,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// Several variables are missing or invalid: each one named, as skel
+    /// lists them all, so that a runtime's bug is fixed in one go.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Variables(Vec<Error>),
+
     /// A termination request came while waiting for agent mode's lock.
     #[error("stopped: the plugin received signal {0} while waiting for the attachment's lock")]
     Interrupted(i32),
@@ -230,7 +235,8 @@ impl Error {
             }
             Error::UnknownCommand(_)
             | Error::MissingVariable(_)
-            | Error::InvalidVariable { .. } => code::INVALID_ENVIRONMENT,
+            | Error::InvalidVariable { .. }
+            | Error::Variables(_) => code::INVALID_ENVIRONMENT,
             Error::ReadStdin(_) | Error::State { .. } => code::IO_FAILURE,
             Error::Interrupted(_) => code::INTERRUPTED,
             Error::ConfigFile { .. } => code::INVALID_CONFIG,
@@ -343,6 +349,16 @@ impl Error {
         let mut bytes = reply.to_string().into_bytes();
         bytes.push(b'\n');
         bytes
+    }
+
+    /// Folds the variable problems found in an environment into one error
+    /// (the problem itself when there is one), or none.
+    pub fn from_variables(mut problems: Vec<Error>) -> Option<Error> {
+        match problems.len() {
+            0 => None,
+            1 => problems.pop(),
+            _ => Some(Error::Variables(problems)),
+        }
     }
 
     /// Folds the failures of a best-effort command into one error, or none.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
+use crate::environment;
 use crate::error::Error;
 use crate::signals;
 
@@ -165,23 +166,15 @@ impl Network {
     }
 }
 
-/// Whether agent mode can keep attachments for network `name`.
-pub fn check_name(name: &str) -> Result<(), Error> {
-    network_dir(Path::new("/"), name).map(drop)
-}
-
-/// The network's own directory; its name must be one path component, as
-/// the specification's rule for network names (1.0 and later) makes it.
+/// The network's own directory. Its name is one path component: the
+/// configuration's name was checked against the specification's rule.
 fn network_dir(root: &Path, name: &str) -> Result<PathBuf, Error> {
-    let plain = name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if plain {
+    if environment::is_identifier(name) {
         Ok(root.join(name))
     } else {
         Err(Error::InvalidConfig(format!(
-            "network name {name:?} cannot name a state directory: agent mode needs a name of letters, digits, '_', '.' and '-'"
+            "network name {name:?} cannot name a state directory: it {}",
+            environment::IDENTIFIER_RULE
         )))
     }
 }

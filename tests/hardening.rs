@@ -393,6 +393,16 @@ fn delegates_are_told_who_started_them() {
 }
 
 #[test]
+fn an_empty_parent_variable_does_not_make_the_plugin_refuse() {
+    let stack = Stack::of(&["a"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    let env = stack.env("ADD").set("IPAM_DELEGATED_PARENT", "");
+    let out = run_plugin(&env, config("1.0.0", &["a"]).as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.json()["by"], "a");
+}
+
+#[test]
 fn a_file_that_is_not_a_program_is_named() {
     let stack = Stack::new();
     stack.file("garbage", "\u{7f}ELF not really\n", 0o755);

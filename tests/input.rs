@@ -1,4 +1,4 @@
-//! Every bad input the brief names, through the built binary: its code, the
+//! Every bad input, through the built binary: its code, the
 //! thing named in the message, the reply's cniVersion, and no delegate run.
 
 mod common;
@@ -158,6 +158,39 @@ fn a_missing_name_is_code_7() {
     let stack = stack();
     let input = r#"{"cniVersion":"1.0.0","ipam":{"delegates":["a"]}}"#;
     refused(&stack, &stack.env("ADD"), input, 7, "\"name\"");
+}
+
+#[test]
+fn a_name_breaking_the_specs_rule_is_code_7_at_every_version() {
+    let stack = stack();
+    for version in ["0.3.0", "0.4.0", "1.1.0"] {
+        for name in ["-pods", "pods net", "../pods", "pods/v4"] {
+            let input = config(version, &["a"]).replace("\"testnet\"", &format!("{name:?}"));
+            refused(
+                &stack,
+                &stack.env("ADD"),
+                &input,
+                7,
+                "must start with a letter or digit",
+            );
+        }
+    }
+}
+
+#[test]
+fn every_bad_variable_is_named_in_one_error() {
+    let stack = stack();
+    let env = stack
+        .env("ADD")
+        .unset("CNI_NETNS")
+        .set("CNI_CONTAINERID", "ctr/1")
+        .set("CNI_IFNAME", "")
+        .set("CNI_PATH", ":");
+    let error = refused(&stack, &env, &config("1.0.0", &["a"]), 4, "CNI_CONTAINERID");
+    let msg = error["msg"].as_str().unwrap();
+    for named in ["CNI_NETNS", "CNI_IFNAME", "CNI_PATH"] {
+        assert!(msg.contains(named), "{named} not in {msg:?}");
+    }
 }
 
 #[test]
