@@ -77,9 +77,15 @@ pub enum Error {
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Variables(Vec<Error>),
 
-    /// A termination request came while waiting for agent mode's lock.
-    #[error("stopped: the plugin received signal {0} while waiting for the attachment's lock")]
-    Interrupted(i32),
+    /// A termination request came while the plugin was waiting, not
+    /// running a delegate.
+    #[error("stopped: the plugin received signal {signal} while {during}")]
+    Interrupted {
+        /// The signal.
+        signal: i32,
+        /// What it was waiting for.
+        during: &'static str,
+    },
 
     /// Agent mode's state could not be read or written.
     #[error("agent state {}: {error}", path.display())]
@@ -238,7 +244,7 @@ impl Error {
             | Error::InvalidVariable { .. }
             | Error::Variables(_) => code::INVALID_ENVIRONMENT,
             Error::ReadStdin(_) | Error::State { .. } => code::IO_FAILURE,
-            Error::Interrupted(_) => code::INTERRUPTED,
+            Error::Interrupted { .. } => code::INTERRUPTED,
             Error::ConfigFile { .. } => code::INVALID_CONFIG,
             Error::ConfigNotObject(_) => code::DECODING_FAILURE,
             Error::InvalidConfig(_) | Error::SelfReference { .. } | Error::Recursion { .. } => {
@@ -266,7 +272,7 @@ impl Error {
     /// be run) rather than answering with a failure.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Interrupted(_) => true,
+            Error::Interrupted { .. } => true,
             Error::Delegate { failure, .. } => matches!(
                 failure,
                 Failure::TimedOut(_)

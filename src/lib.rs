@@ -15,6 +15,7 @@ pub mod error;
 pub mod logging;
 pub mod signals;
 pub mod state;
+mod sys;
 pub mod version;
 
 use std::borrow::Cow;

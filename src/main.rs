@@ -2,11 +2,9 @@
 //! stdin, runs the command and writes the one reply on stdout; otherwise,
 //! the command line of agent mode.
 
-use std::io::Read;
 use std::process::ExitCode;
 
 use ipam_delegated::environment::{Command, Environment};
-use ipam_delegated::error::Error;
 use ipam_delegated::{cli, config, logging, respond, signals};
 
 fn main() -> ExitCode {
@@ -33,10 +31,12 @@ fn main() -> ExitCode {
     }
     // Stdin is read even when the environment is wrong: the error reply
     // carries the configuration's cniVersion.
-    let mut stdin = Vec::new();
-    let read = std::io::stdin().read_to_end(&mut stdin);
+    let (stdin, read) = match signals::read_to_end(&mut std::io::stdin().lock()) {
+        Ok(stdin) => (stdin, Ok(())),
+        Err(e) => (Vec::new(), Err(e)),
+    };
     let outcome = env.and_then(|env| {
-        read.map_err(Error::ReadStdin)?;
+        read?;
         ipam_delegated::run(&env, &stdin)
     });
     respond(outcome, || config::reply_version(&stdin))

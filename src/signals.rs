@@ -5,10 +5,13 @@
 //! Requests are counted: a first one stops what the runtime asked for, a
 //! second one also cuts the rollback short.
 
-use std::io;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
+
+use crate::error::Error;
+use crate::sys::{poll, pollfd};
 
 /// How many termination requests have been read.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -64,14 +67,50 @@ pub fn fd() -> Option<BorrowedFd<'static>> {
 
 /// Sleeps for `pause`, or less if a termination request comes.
 pub fn wait(pause: std::time::Duration) {
-    let mut fds = [libc::pollfd {
-        fd: fd().map_or(-1, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd)),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let millis = i32::try_from(pause.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: `fds` is a valid array of one pollfd; a negative fd is ignored.
-    unsafe { libc::poll(fds.as_mut_ptr(), 1, millis) };
+    let mut fds = [pollfd(raw_fd(), libc::POLLIN)];
+    // A failed wait is a short sleep: the caller looks again either way.
+    let _ = poll(&mut fds, Some(pause));
+}
+
+/// Reads `input` to its end, unless a termination request comes first: a
+/// runtime that never closes the plugin's stdin must still be able to
+/// stop it, and the requests are blocked, so they cannot end the read.
+pub fn read_to_end(input: &mut (impl Read + AsRawFd)) -> Result<Vec<u8>, Error> {
+    let mut bytes = Vec::new();
+    let Some(requests) = raw_fd() else {
+        // Not watched: a request ends the process as it always would.
+        input.read_to_end(&mut bytes).map_err(Error::ReadStdin)?;
+        return Ok(bytes);
+    };
+    let mut chunk = [0; 64 * 1024];
+    loop {
+        let mut fds = [
+            pollfd(Some(input.as_raw_fd()), libc::POLLIN),
+            pollfd(Some(requests), libc::POLLIN),
+        ];
+        poll(&mut fds, None).map_err(Error::ReadStdin)?;
+        if fds[1].revents != 0 {
+            if let Some(signal) = received(1) {
+                return Err(Error::Interrupted {
+                    signal,
+                    during: "reading the network configuration from stdin",
+                });
+            }
+        }
+        // Ready (data, end of file or an error to report): a read cannot block.
+        if fds[0].revents != 0 {
+            match input.read(&mut chunk) {
+                Ok(0) => return Ok(bytes),
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::ReadStdin(e)),
+            }
+        }
+    }
+}
+
+fn raw_fd() -> Option<RawFd> {
+    fd().map(|fd| fd.as_raw_fd())
 }
 
 /// The signal of the latest request, if at least `count` have come.
@@ -82,8 +121,7 @@ pub fn received(count: usize) -> Option<i32> {
 
 /// Counts the requests waiting in the signalfd.
 fn drain() {
-    let Some(fd) = fd() else { return };
-    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    let Some(raw) = raw_fd() else { return };
     loop {
         // SAFETY: signalfd_siginfo is plain data; zeroed is a valid value.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };

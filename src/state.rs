@@ -81,7 +81,10 @@ impl Network {
                 return Err(io_error(&path, error));
             }
             if let Some(signal) = signals::received(1) {
-                return Err(Error::Interrupted(signal));
+                return Err(Error::Interrupted {
+                    signal,
+                    during: "waiting for agent mode's lock",
+                });
             }
             signals::wait(LOCK_RETRY);
         }

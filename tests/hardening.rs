@@ -244,30 +244,45 @@ fn a_second_signal_cuts_a_hanging_rollback_short() {
 }
 
 #[test]
-fn a_signal_before_the_first_delegate_runs_nothing() {
-    let stack = Stack::of(&["a"]);
-    stack.answer("a", "ADD", Answer::prints(result("a")));
-    let mut child = Command::new(PLUGIN)
-        .env_clear()
-        .envs(stack.env("ADD").0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The plugin takes the signals over before it reads stdin, and is now
-    // waiting for it.
-    std::thread::sleep(Duration::from_millis(500));
-    terminate(&child, "TERM");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(config("1.0.0", &["a"]).as_bytes()).unwrap();
-    drop(stdin);
-    let error = finish(child).assert_error(105);
-    assert_eq!(
-        error["msg"],
-        "a (ADD): was not run: the plugin had received signal 15"
-    );
-    assert!(stack.calls().is_empty(), "{:?}", stack.call_list());
+fn a_signal_while_stdin_is_still_open_is_answered_at_once() {
+    for signal in ["TERM", "INT"] {
+        let stack = Stack::of(&["a"]);
+        stack.answer("a", "ADD", Answer::prints(result("a")));
+        let mut child = Command::new(PLUGIN)
+            .env_clear()
+            .envs(stack.env("ADD").0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Half a configuration, and the runtime never closes stdin: the
+        // plugin has taken the signals over and is waiting for the rest.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(br#"{"cniVersion":"1.0.0","#).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        terminate(&child, signal);
+        // Closed after 5 s all the same, so that a plugin that cannot be
+        // stopped fails this test rather than hanging it.
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(5));
+            drop(stdin);
+        });
+        let out = finish(child);
+        assert!(
+            asked.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            asked.elapsed()
+        );
+        let error = out.assert_error(105);
+        let msg = error["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("while reading the network configuration from stdin"),
+            "{msg}"
+        );
+        assert!(stack.calls().is_empty(), "{:?}", stack.call_list());
+    }
 }
 
 #[test]

@@ -18,6 +18,7 @@ use super::Delegate;
 use crate::environment::{Command, PARENT_VARIABLE};
 use crate::error::Failure;
 use crate::signals;
+use crate::sys::{poll, pollfd};
 
 /// The most a delegate may print on stdout. Results are a few KiB; more
 /// than this is a broken delegate, stopped before it costs us memory.
@@ -356,32 +357,6 @@ impl ExitWatch {
         let pid = unsafe { info.si_pid() };
         pid != 0
     }
-}
-
-/// A pollfd for `fd`, or one poll(2) ignores.
-fn pollfd(fd: Option<RawFd>, events: libc::c_short) -> libc::pollfd {
-    libc::pollfd {
-        fd: fd.unwrap_or(-1),
-        events,
-        revents: 0,
-    }
-}
-
-/// Waits for `fds` for at most `wait` (for ever if `None`).
-fn poll(fds: &mut [libc::pollfd], wait: Option<Duration>) -> io::Result<()> {
-    // Rounded up, so that a deadline is not polled for again and again.
-    let millis = wait.map_or(-1, |w| {
-        i32::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
-    });
-    let count = libc::nfds_t::try_from(fds.len()).unwrap_or(0);
-    // SAFETY: `fds` is a valid array of `count` pollfds.
-    if unsafe { libc::poll(fds.as_mut_ptr(), count, millis) } < 0 {
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
-    Ok(())
 }
 
 /// Puts a descriptor in non-blocking mode.
