@@ -110,6 +110,10 @@ pub enum Error {
     #[error("cannot read the network configuration from stdin: {0}")]
     ReadStdin(#[source] io::Error),
 
+    /// The reply could not be written on stdout (closed, or a full disk).
+    #[error("the reply could not be written on stdout: {0}")]
+    WriteReply(#[source] io::Error),
+
     /// Stdin is not a JSON object.
     #[error("the network configuration is not a JSON object: {0}")]
     ConfigNotObject(#[source] serde_json::Error),
@@ -243,7 +247,7 @@ impl Error {
             | Error::MissingVariable(_)
             | Error::InvalidVariable { .. }
             | Error::Variables(_) => code::INVALID_ENVIRONMENT,
-            Error::ReadStdin(_) | Error::State { .. } => code::IO_FAILURE,
+            Error::ReadStdin(_) | Error::WriteReply(_) | Error::State { .. } => code::IO_FAILURE,
             Error::Interrupted { .. } => code::INTERRUPTED,
             Error::ConfigFile { .. } => code::INVALID_CONFIG,
             Error::ConfigNotObject(_) => code::DECODING_FAILURE,

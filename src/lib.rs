@@ -22,36 +22,43 @@ use std::borrow::Cow;
 use std::io::Write;
 use std::process::ExitCode;
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use config::Config;
 use environment::{Command, Environment};
 use error::Error;
 
-/// Runs one CNI invocation. `Ok(Some(bytes))` is a result to print,
-/// `Ok(None)` a success that prints nothing.
-pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+/// Runs one CNI invocation, writing its result, if it has one, on `stdout`.
+/// An ADD whose result cannot be written is undone: the runtime would never
+/// learn of the address.
+pub fn run(env: &Environment, stdin: &[u8], stdout: &mut impl Write) -> Result<(), Error> {
     debug!(
         command = %env.command,
         container_id = env.container_id.as_deref().unwrap_or(""),
         "invocation"
     );
     match env.command {
-        Command::Version => Ok(Some(version::reply(&config::reply_version(stdin)))),
+        Command::Version => write_reply(stdout, &version::reply(&config::reply_version(stdin)))
+            .map_err(Error::WriteReply),
         Command::Add => {
             let config = prepare(env, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
-            delegate::add(&config, &delegates).map(Some)
+            let result = delegate::add(&config, &delegates)?;
+            write_reply(stdout, &result).map_err(|e| {
+                warn!("the result could not be written ({e}): undoing the ADD");
+                let undone = delegate::undo(&config, &delegates, &result);
+                Error::WriteReply(e).with_rollback(undone)
+            })
         }
         Command::Check => {
             let config = prepare(env, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
-            delegate::check(&config, &delegates).map(|()| None)
+            delegate::check(&config, &delegates)
         }
         Command::Del => {
             let config = prepare(env, stdin)?;
             let delegates = delegate::resolve_each(&config.delegates, &env.path);
-            delegate::del(&config, delegates).map(|()| None)
+            delegate::del(&config, delegates)
         }
         Command::Gc => {
             let config = prepare(env, stdin)?;
@@ -62,14 +69,20 @@ pub fn run(env: &Environment, stdin: &[u8]) -> Result<Option<Vec<u8>>, Error> {
                 Some(input) => delegate::gc(&Config::parse(&input)?, delegates),
                 None => delegate::gc(&config, delegates),
             }
-            .map(|()| None)
         }
         Command::Status => {
             let config = prepare(env, stdin)?;
             let delegates = delegate::resolve(&config.delegates, &env.path)?;
-            delegate::status(&config, &delegates).map(|()| None)
+            delegate::status(&config, &delegates)
         }
     }
+}
+
+/// Writes a reply whole, flushed: a buffered write that fails only at exit
+/// would go unnoticed.
+fn write_reply(stdout: &mut impl Write, reply: &[u8]) -> std::io::Result<()> {
+    stdout.write_all(reply)?;
+    stdout.flush()
 }
 
 /// What every command that runs the stack does first: refuse to run under

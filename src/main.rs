@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     };
     let outcome = env.and_then(|env| {
         read?;
-        ipam_delegated::run(&env, &stdin)
+        ipam_delegated::run(&env, &stdin, &mut std::io::stdout().lock())
     });
-    respond(outcome, || config::reply_version(&stdin))
+    respond(outcome.map(|()| None), || config::reply_version(&stdin))
 }

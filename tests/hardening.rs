@@ -407,6 +407,43 @@ fn delegates_are_told_who_started_them() {
     assert_eq!(env.get("IPAM_DELEGATED_PARENT"), Some(&pid));
 }
 
+/// The two ways a reply cannot reach the runtime: a full device, and a
+/// pipe whose reading end is closed.
+fn unwritable_stdouts() -> Vec<(&'static str, Stdio)> {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    vec![("/dev/full", full.into()), ("a closed pipe", writer.into())]
+}
+
+#[test]
+fn an_add_whose_result_cannot_be_written_is_undone() {
+    for (what, stdout) in unwritable_stdouts() {
+        let stack = Stack::of(&["a", "b"]);
+        stack.answer("a", "ADD", Answer::prints(result("a")));
+        stack.answer("b", "ADD", Answer::prints(result("b")));
+        let input = config("1.0.0", &["a", "b"]);
+        let (status, stderr) = common::run_plugin_to(&stack.env("ADD"), input.as_bytes(), stdout);
+        assert!(!status.success(), "{what}");
+        assert!(stderr.contains("could not be written"), "{what}: {stderr}");
+        // Undone as a runtime's DEL would: every delegate, with the result.
+        assert_eq!(
+            stack.call_list(),
+            ["a ADD", "b ADD", "a DEL", "b DEL"],
+            "{what}"
+        );
+        let calls = stack.calls();
+        assert_eq!(
+            stack.stdin_of(&calls[2]),
+            common::with_prev(&input, &result("b")),
+            "{what}"
+        );
+    }
+}
+
 #[test]
 fn an_empty_parent_variable_does_not_make_the_plugin_refuse() {
     let stack = Stack::of(&["a"]);

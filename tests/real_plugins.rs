@@ -129,6 +129,22 @@ fn a_failure_after_host_local_leaves_no_reservation() {
 }
 
 #[test]
+fn host_local_keeps_nothing_when_the_result_cannot_reach_the_runtime() {
+    let Some(stack) = real_stack(&["host-local"]) else {
+        return;
+    };
+    let data = TempDir::new("hl-data");
+    let input = host_local_config(&["host-local"], data.path());
+    let full = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let (status, stderr) = common::run_plugin_to(&stack.env("ADD"), input.as_bytes(), full.into());
+    assert!(!status.success(), "{stderr}");
+    assert!(reservations(data.path()).is_empty(), "{stderr}");
+}
+
+#[test]
 fn a_fixture_selector_in_front_of_host_local() {
     let Some(stack) = real_stack(&["host-local"]) else {
         return;

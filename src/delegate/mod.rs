@@ -84,6 +84,17 @@ pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
     Err(Error::InvalidConfig("\"ipam.delegates\" is empty".into()))
 }
 
+/// Undoes an ADD that succeeded but whose result the runtime will never
+/// see: DEL on every delegate, in order, the first getting the result as
+/// `prevResult`, as a runtime's DEL would. Returns the DELs that failed.
+pub fn undo(config: &Config, delegates: &[Delegate], result: &[u8]) -> Vec<Error> {
+    rollback(
+        config,
+        delegates,
+        Cow::Owned(config.with_prev_result(result)),
+    )
+}
+
 /// Undoes a failed ADD: DEL on each delegate that was run, failed one
 /// included, in the same order. The first DEL gets what the failed delegate
 /// got; then results thread as in [`del`]. Failures are logged and returned,

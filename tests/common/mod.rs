@@ -151,6 +151,25 @@ pub fn start_plugin(env: &Env, stdin: &[u8], stderr: Stdio) -> std::process::Chi
     child
 }
 
+/// Runs the plugin with `stdin` and `stdout` as its standard output (a
+/// full device, a pipe nobody reads), returning its exit status and stderr.
+pub fn run_plugin_to(env: &Env, stdin: &[u8], stdout: Stdio) -> (ExitStatus, String) {
+    let mut child = Command::new(PLUGIN)
+        .env_clear()
+        .envs(env.0.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("plugin starts");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs the binary's command line `args` with exactly `env`.
 pub fn run_cli(args: &[&str], env: &Env) -> Outcome {
     run_command(Path::new("/"), args, env, b"")
