@@ -3,15 +3,14 @@
 //! delegates with a `prevResult` set.
 
 use std::cell::OnceCell;
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::environment;
 use crate::error::Error;
+use crate::json::{push_member, string, Members};
 use crate::version;
 
 /// The key a delegate finds the previous delegate's result under.
@@ -112,11 +111,6 @@ fn invalid(reason: &str) -> Error {
     Error::InvalidConfig(reason.to_owned())
 }
 
-/// A JSON string's value; `None` for any other JSON.
-fn string(value: &RawValue) -> Option<String> {
-    serde_json::from_str(value.get()).ok()
-}
-
 /// `ipam.delegates`: a non-empty array of names, each safe to look up as a
 /// file name in a CNI_PATH directory.
 fn delegates(ipam: &Members) -> Result<Vec<String>, Error> {
@@ -185,43 +179,6 @@ fn check_name(name: &str) -> Result<(), Error> {
     }
 }
 
-/// A JSON object's members in their order, duplicates included, each value
-/// as the text it was written as. Reading them parses no value.
-#[derive(Debug)]
-struct Members<'a>(Vec<(String, &'a RawValue)>);
-
-impl<'a> Members<'a> {
-    /// The value of `key`; of a duplicated key, the last one, as Go's
-    /// encoding/json (runtimes, Go delegates) reads it.
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-}
-
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct MembersVisitor;
-
-        impl<'de> Visitor<'de> for MembersVisitor {
-            type Value = Members<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut members = Vec::new();
-                while let Some(member) = map.next_entry()? {
-                    members.push(member);
-                }
-                Ok(Members(members))
-            }
-        }
-
-        deserializer.deserialize_map(MembersVisitor)
-    }
-}
-
 /// The configuration written out once without one member (`prevResult`,
 /// mostly), split where that member's value goes, so each delegate's stdin
 /// is both halves copied around a result.
@@ -238,13 +195,13 @@ impl Frame {
         let mut head = b"{".to_vec();
         let mut tail = Vec::new();
         let mut placed = false;
-        for (key, value) in &members.0 {
+        for (key, value) in members.iter() {
             if key == member {
                 // The first one's place takes the new value; duplicates go,
                 // or a reader taking the last would see a stale one.
                 if !placed {
                     separate(&mut head);
-                    push_member(&mut head, key, "");
+                    push_member(&mut head, key, b"");
                     placed = true;
                 }
                 continue;
@@ -255,11 +212,11 @@ impl Frame {
             } else {
                 separate(out);
             }
-            push_member(out, key, value.get());
+            push_member(out, key, value.get().as_bytes());
         }
         if !placed {
             separate(&mut head);
-            push_member(&mut head, member, "");
+            push_member(&mut head, member, b"");
         }
         tail.push(b'}');
         Frame { head, tail }
@@ -275,13 +232,6 @@ fn separate(head: &mut Vec<u8>) {
     if head.len() > 1 {
         head.push(b',');
     }
-}
-
-/// Appends `"key":value`, the key escaped as JSON, the value as given.
-fn push_member(out: &mut Vec<u8>, key: &str, value: &str) {
-    out.extend_from_slice(serde_json::Value::from(key).to_string().as_bytes());
-    out.push(b':');
-    out.extend_from_slice(value.as_bytes());
 }
 
 #[cfg(test)]

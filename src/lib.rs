@@ -12,6 +12,7 @@ pub mod delegate;
 pub mod doctor;
 pub mod environment;
 pub mod error;
+mod json;
 pub mod logging;
 pub mod signals;
 pub mod state;

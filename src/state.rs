@@ -12,6 +12,7 @@ use tracing::warn;
 
 use crate::environment;
 use crate::error::Error;
+use crate::json::is_object;
 use crate::signals;
 
 /// How often a waiter for a network's lock tries again (a flock cannot be
@@ -197,11 +198,6 @@ fn create_dirs(dir: &Path) -> Result<(), Error> {
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
-}
-
-fn is_object(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<&serde_json::value::RawValue>(bytes).is_ok()
-        && bytes.trim_ascii_start().starts_with(b"{")
 }
 
 fn io_error(path: &Path, error: io::Error) -> Error {

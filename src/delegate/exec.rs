@@ -10,13 +10,13 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, ChildStdout, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::value::RawValue;
 use serde_json::Value;
 use tracing::debug;
 
 use super::Delegate;
 use crate::environment::{Command, PARENT_VARIABLE};
 use crate::error::Failure;
+use crate::json;
 use crate::signals;
 use crate::sys::{poll, pollfd};
 
@@ -394,15 +394,13 @@ pub fn judge(status: ExitStatus, stdout: Vec<u8>) -> Result<Option<Vec<u8>>, Fai
             return Ok(None);
         }
         // Checked without building the value: it is passed on as printed.
-        let reason = match serde_json::from_slice::<&RawValue>(&printed) {
-            Ok(_) if printed.starts_with(b"{") => return Ok(Some(printed)),
-            Ok(_) => "JSON, but not an object".to_owned(),
-            Err(error) => error.to_string(),
+        return match json::check_object(&printed) {
+            Ok(()) => Ok(Some(printed)),
+            Err(reason) => Err(Failure::NotObject {
+                reason,
+                stdout: excerpt(&printed),
+            }),
         };
-        return Err(Failure::NotObject {
-            reason,
-            stdout: excerpt(&printed),
-        });
     }
     if let Some(signal) = status.signal() {
         return Err(Failure::Killed(signal));
