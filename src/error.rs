@@ -219,6 +219,24 @@ pub enum Failure {
         /// The start of what it printed.
         stdout: String,
     },
+    /// The last delegate's result is in a spec version the plugin cannot
+    /// convert to the configuration's.
+    #[error("answered in cniVersion {version}, which cannot be converted to the configuration's {wanted}")]
+    ResultVersion {
+        /// The result's cniVersion.
+        version: String,
+        /// The configuration's.
+        wanted: &'static str,
+    },
+    /// The last delegate's result is not one the plugin can convert to the
+    /// configuration's spec version.
+    #[error("printed a result that cannot be converted to the configuration's cniVersion {wanted}: {reason}")]
+    Unconvertible {
+        /// The configuration's cniVersion.
+        wanted: &'static str,
+        /// What stands in the way.
+        reason: String,
+    },
     /// An ADD succeeded but printed no result.
     #[error("succeeded but printed no result")]
     NoResult,
@@ -261,7 +279,10 @@ impl Error {
                 Failure::Exited { .. } => code::DELEGATE_EXITED,
                 Failure::Killed(_) => code::DELEGATE_KILLED,
                 Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
-                Failure::NotObject { .. } | Failure::NoResult => code::DECODING_FAILURE,
+                Failure::NotObject { .. } | Failure::NoResult | Failure::Unconvertible { .. } => {
+                    code::DECODING_FAILURE
+                }
+                Failure::ResultVersion { .. } => code::INCOMPATIBLE_VERSION,
                 Failure::TimedOut(_) => code::TRY_AGAIN_LATER,
                 Failure::Interrupted(_) | Failure::NotRun(_) => code::INTERRUPTED,
                 Failure::Io(_) => code::IO_FAILURE,

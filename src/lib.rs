@@ -14,6 +14,7 @@ pub mod environment;
 pub mod error;
 mod json;
 pub mod logging;
+mod result;
 pub mod signals;
 pub mod state;
 mod sys;

@@ -638,3 +638,42 @@ fn stdout_that_is_not_an_object_is_ignored_on_success_except_on_add() {
         .assert_error(6);
     assert_eq!(stack.call_list(), ["chatty ADD", "chatty DEL"]);
 }
+
+#[test]
+fn the_reply_is_converted_to_the_configurations_version() {
+    let stack = Stack::of(&["a", "b"]);
+    stack.answer("a", "ADD", Answer::prints(result_of("a")));
+    let printed = r#"{"cniVersion":"1.1.0","ips":[{"address":"10.1.0.5/16","gateway":"10.1.0.1"}],"pools":[{"name":"p","n":2.50}]}"#;
+    stack.answer("b", "ADD", Answer::prints(printed));
+    let out = stack.run("ADD", config("0.4.0", &["a", "b"]).as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        r#"{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.5/16","gateway":"10.1.0.1"}],"pools":[{"name":"p","n":2.50}]}"#
+    );
+    // Only the reply: b got a's result as a printed it.
+    let calls = stack.calls();
+    assert_eq!(
+        stack.stdin_of(&calls[1]),
+        with_prev(&config("0.4.0", &["a", "b"]), &result_of("a"))
+    );
+}
+
+#[test]
+fn a_reply_in_a_version_that_cannot_be_converted_is_rolled_back() {
+    let stack = Stack::of(&["a", "b"]);
+    stack.answer("a", "ADD", Answer::prints(result_of("a")));
+    stack.answer(
+        "b",
+        "ADD",
+        Answer::prints(r#"{"cniVersion":"0.2.0","ip4":{"ip":"10.1.0.5/16"}}"#),
+    );
+    let error = stack
+        .run("ADD", config("1.0.0", &["a", "b"]).as_bytes())
+        .assert_error(1);
+    assert_eq!(
+        error["msg"],
+        "b (ADD): answered in cniVersion 0.2.0, which cannot be converted to the configuration's 1.0.0"
+    );
+    assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
+}

@@ -168,7 +168,7 @@ impl Lab {
         }
         fs::copy(PLUGIN, bin.join("ipam-delegated")).unwrap();
         let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-delegate");
-        for name in ["ipam-ds-pool", "ipam-da-fail"] {
+        for name in ["ipam-ds-pool", "ipam-da-fail", "ipam-da-other-version"] {
             std::os::unix::fs::symlink(&fake, bin.join(name)).unwrap();
         }
         let rootfs = dir.path().join("rootfs/bin");
@@ -432,6 +432,66 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
                 output,
             }
         });
+    }
+}
+
+#[test]
+fn bridge_under_libcni_gets_the_reply_in_the_configurations_version() {
+    let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
+    if !prerequisites(&["go", "nsenter"], &[libcni]) {
+        return;
+    }
+    let driver = libcni_driver();
+    let lab = Lab::new("ver");
+    // Debian's bridge (libcni 1.1) knows no 1.1.0 result: a delegate
+    // answering 1.1.0 to a 1.0.0 configuration fails it unless the plugin
+    // converts. The 0.4.0 case needs `ips[].version` added.
+    for (fixture, octet, answers_in) in [
+        ("crio.conflist", 61, "1.1.0"),
+        ("podman.conflist", 62, "1.0.0"),
+    ] {
+        let mut net = lab.network(fixture, Case::OneDelegate, octet);
+        let mut list: Value = serde_json::from_str(&net.conflist).unwrap();
+        list["plugins"][0]["ipam"]["delegates"] = json!(["ipam-da-other-version"]);
+        net.conflist = list.to_string();
+        let address = format!("{}9/24", net.prefix);
+        let result = json!({
+            "cniVersion": answers_in,
+            "ips": [{"address": address, "gateway": format!("{}1", net.prefix)}],
+            "pools": [{"name": "kept"}],
+        });
+        write_answer(
+            &net.rec,
+            "ipam-da-other-version",
+            "ADD",
+            Answer::prints(result.to_string()),
+        );
+        let file = lab.path(&format!("{}.conflist", net.name));
+        fs::write(&file, &net.conflist).unwrap();
+        let container = Netns::new(format!("{}-ctr-{}", net.name, std::process::id()));
+        let call = |command: &str| {
+            run(lab
+                .host
+                .bounded(driver.to_str().unwrap())
+                .args([
+                    command,
+                    file.to_str().unwrap(),
+                    "ctr-e2e",
+                    &container.path(),
+                    "eth0",
+                ])
+                .env("CNI_PATH", lab.path("bin"))
+                .env("CNI_CACHE_DIR", lab.path("libcni-cache"))
+                .env("FAKE_DELEGATE_DIR", &net.rec)
+                .env("IPAM_DELEGATED_LOG_FILE", net.log()))
+        };
+        let add = call("add");
+        assert!(add.status.success(), "{fixture}: {}", text(&add));
+        let shown =
+            ok(bounded("ip").args(["-n", &container.0, "-4", "-o", "addr", "show", "eth0"]));
+        assert_eq!(inet(&shown).as_deref(), Some(address.as_str()), "{fixture}");
+        let del = call("del");
+        assert!(del.status.success(), "{fixture}: {}", text(&del));
     }
 }
 

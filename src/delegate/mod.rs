@@ -15,6 +15,7 @@ pub use lookup::{resolve, resolve_each, Delegate};
 use crate::config::Config;
 use crate::environment::Command;
 use crate::error::{Error, Failure};
+use crate::result;
 
 /// The limits of every call the runtime asked for: stopped by a termination
 /// request, and bounded by `ipam.timeout` when the configuration sets one.
@@ -56,7 +57,8 @@ impl Delegate {
 }
 
 /// ADD: delegate 1 gets the input as it came, each next one the previous
-/// one's result as `prevResult`; the last result is the answer, as printed.
+/// one's result as `prevResult`; the last result is the answer, as printed
+/// or, if printed in another spec version, converted to the configuration's.
 /// If delegate k fails, delegates 1..=k get a DEL (see [`rollback`]) and
 /// delegate k's error is the answer; if it was never started (the plugin
 /// was asked to stop first), 1..k.
@@ -64,7 +66,12 @@ pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
     let mut stdin = Cow::Borrowed(config.raw);
     for (k, delegate) in delegates.iter().enumerate() {
         let error = match delegate.call(Command::Add, &stdin, asked(config)) {
-            Ok(Some(result)) if k + 1 == delegates.len() => return Ok(result),
+            Ok(Some(result)) if k + 1 == delegates.len() => {
+                match result::in_version(result, config.cni_version) {
+                    Ok(reply) => return Ok(reply),
+                    Err(failure) => delegate.failed(Command::Add, failure),
+                }
+            }
             Ok(Some(result)) => {
                 stdin = Cow::Owned(config.with_prev_result(&result));
                 continue;

@@ -1,0 +1,223 @@
+//! The ADD reply in the configuration's spec version: a result printed in
+//! another version is converted as libcni converts results, and every
+//! member the conversion does not touch is kept as written, in its place.
+
+use serde_json::value::RawValue;
+
+use crate::error::Failure;
+use crate::json::{self, push_member, Members};
+
+/// The result shapes of the versions the plugin speaks: results did not
+/// change within 0.3.0–0.4.0, nor within 1.0.0–1.1.0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// 0.3.0, 0.3.1 and 0.4.0: each of `ips` says its IP `version`.
+    Legacy,
+    /// 1.0.0 and 1.1.0: `ips` entries have no `version`.
+    Current,
+}
+
+fn shape(version: &str) -> Option<Shape> {
+    match version {
+        "0.3.0" | "0.3.1" | "0.4.0" => Some(Shape::Legacy),
+        "1.0.0" | "1.1.0" => Some(Shape::Current),
+        _ => None,
+    }
+}
+
+/// `result` (a JSON object) as the reply to a configuration of version
+/// `wanted`. A result already in that version, or with no cniVersion
+/// (which libcni reads as the configuration's), is returned as it is.
+pub fn in_version(result: Vec<u8>, wanted: &'static str) -> Result<Vec<u8>, Failure> {
+    Ok(converted(&result, wanted)?.unwrap_or(result))
+}
+
+/// `result` converted to `wanted`, or `None` when it needs no conversion.
+fn converted(result: &[u8], wanted: &'static str) -> Result<Option<Vec<u8>>, Failure> {
+    let unconvertible = |reason: String| Failure::Unconvertible { wanted, reason };
+    let members: Members = serde_json::from_slice(result)
+        .map_err(|e| unconvertible(format!("it is not a JSON object: {e}")))?;
+    let Some(from) = members
+        .get("cniVersion")
+        .and_then(json::string)
+        .filter(|v| !v.is_empty() && v != wanted)
+    else {
+        return Ok(None);
+    };
+    let (Some(from_shape), Some(to_shape)) = (shape(&from), shape(wanted)) else {
+        return Err(Failure::ResultVersion {
+            version: from,
+            wanted,
+        });
+    };
+    rewrite(&members, wanted, from_shape != to_shape)
+        .map(Some)
+        .map_err(unconvertible)
+}
+
+/// The object with every `cniVersion` set to `wanted` and, when the shape
+/// changes, each of `ips` converted; other members as written.
+fn rewrite(members: &Members, wanted: &str, reshape: bool) -> Result<Vec<u8>, String> {
+    let version = serde_json::Value::from(wanted).to_string();
+    let mut out = Vec::with_capacity(256);
+    out.push(b'{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match key {
+            "cniVersion" => push_member(&mut out, key, version.as_bytes()),
+            "ips" if reshape => push_member(&mut out, key, &ips(value, wanted)?),
+            _ => push_member(&mut out, key, value.get().as_bytes()),
+        }
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+/// The `ips` array in the shape of `wanted`: a 1.x entry gains the
+/// `version` a 0.3.x/0.4.0 entry must have ("4" for an IPv4 address, as
+/// libcni decides it, IPv4-mapped IPv6 included), placed first as libcni
+/// writes it; a 0.3.x/0.4.0 entry loses it.
+fn ips(value: &RawValue, wanted: &str) -> Result<Vec<u8>, String> {
+    let entries: Vec<Members> = serde_json::from_str(value.get())
+        .map_err(|_| "\"ips\" is not an array of objects".to_owned())?;
+    let legacy = shape(wanted) == Some(Shape::Legacy);
+    let mut out = vec![b'['];
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'{');
+        let mut first = true;
+        let mut member = |out: &mut Vec<u8>, key: &str, value: &[u8]| {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            push_member(out, key, value);
+        };
+        if legacy {
+            let ip_version =
+                ip_version(entry).ok_or_else(|| format!("ips[{i}] has no IP address"))?;
+            member(&mut out, "version", ip_version.as_bytes());
+        }
+        for (key, value) in entry.iter().filter(|(key, _)| *key != "version") {
+            member(&mut out, key, value.get().as_bytes());
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    Ok(out)
+}
+
+/// `"4"` or `"6"` (as JSON) for an entry's `address` (`IP/prefix`).
+fn ip_version(entry: &Members) -> Option<&'static str> {
+    let address = json::string(entry.get("address")?)?;
+    let ip: std::net::IpAddr = address.split_once('/')?.0.parse().ok()?;
+    let v4 = match ip {
+        std::net::IpAddr::V4(_) => true,
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some(),
+    };
+    Some(if v4 { "\"4\"" } else { "\"6\"" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::environment::Command;
+    use crate::error::{code, Error};
+
+    fn convert(result: &str, wanted: &'static str) -> String {
+        String::from_utf8(in_version(result.as_bytes().to_vec(), wanted).unwrap()).unwrap()
+    }
+
+    fn refused(result: &str, wanted: &'static str) -> Error {
+        let failure = in_version(result.as_bytes().to_vec(), wanted).unwrap_err();
+        Error::Delegate {
+            delegate: "d".into(),
+            command: Command::Add,
+            failure,
+        }
+    }
+
+    #[test]
+    fn a_result_in_the_wanted_version_or_none_passes_as_written() {
+        for result in [
+            r#"{"cniVersion":"1.0.0", "ips":[{"address":"10.0.0.2/24"}], "x":1.50}"#,
+            r#"{ "ips": [ {"address":"10.0.0.2/24"} ] }"#,
+            r#"{"cniVersion":"", "ips":[]}"#,
+            r#"{"cniVersion":1, "ips":[]}"#,
+        ] {
+            assert_eq!(convert(result, "1.0.0"), result);
+        }
+    }
+
+    #[test]
+    fn within_a_shape_only_the_version_changes() {
+        assert_eq!(
+            convert(
+                r#"{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.2/24"}],"pools":[{"name":"p"}],"n":1e3}"#,
+                "1.0.0"
+            ),
+            r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}],"pools":[{"name":"p"}],"n":1e3}"#
+        );
+        assert_eq!(
+            convert(
+                r#"{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.0.0.2/24"}]}"#,
+                "0.4.0"
+            ),
+            r#"{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.0.0.2/24"}]}"#
+        );
+    }
+
+    #[test]
+    fn from_1_x_to_0_x_each_ip_gains_its_version_first() {
+        let result = r#"{"cniVersion":"1.1.0","interfaces":[{"name":"eth0"}],"ips":[{"interface":0,"address":"10.0.0.2/24","gateway":"10.0.0.1"},{"address":"fd00::2/64","x":{"k":2.50}},{"address":"::ffff:10.1.1.1/120"}],"routes":[{"dst":"0.0.0.0/0","mtu":1400}],"dns":{},"pools":[{"name":"p"}]}"#;
+        assert_eq!(
+            convert(result, "0.4.0"),
+            r#"{"cniVersion":"0.4.0","interfaces":[{"name":"eth0"}],"ips":[{"version":"4","interface":0,"address":"10.0.0.2/24","gateway":"10.0.0.1"},{"version":"6","address":"fd00::2/64","x":{"k":2.50}},{"version":"4","address":"::ffff:10.1.1.1/120"}],"routes":[{"dst":"0.0.0.0/0","mtu":1400}],"dns":{},"pools":[{"name":"p"}]}"#
+        );
+    }
+
+    #[test]
+    fn from_0_x_to_1_x_each_ip_loses_its_version() {
+        let result = r#"{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.0.0.2/24","gateway":"10.0.0.1"}],"routes":[],"pools":[]}"#;
+        assert_eq!(
+            convert(result, "1.1.0"),
+            r#"{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.2/24","gateway":"10.0.0.1"}],"routes":[],"pools":[]}"#
+        );
+    }
+
+    #[test]
+    fn an_unknown_version_is_code_1() {
+        for version in ["0.2.0", "2.0.0", "1.0"] {
+            let result = format!(r#"{{"cniVersion":"{version}","ips":[]}}"#);
+            let e = refused(&result, "1.0.0");
+            assert_eq!(e.code(), code::INCOMPATIBLE_VERSION, "{version}");
+            assert_eq!(
+                e.to_string(),
+                format!("d (ADD): answered in cniVersion {version}, which cannot be converted to the configuration's 1.0.0")
+            );
+        }
+    }
+
+    #[test]
+    fn a_result_that_cannot_be_converted_is_code_6() {
+        for (result, why) in [
+            (r#"{"cniVersion":"1.0.0","ips":{}}"#, "not an array"),
+            (
+                r#"{"cniVersion":"1.0.0","ips":[{"gateway":"10.0.0.1"}]}"#,
+                "ips[0] has no IP address",
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.300/24"}]}"#,
+                "ips[0] has no IP address",
+            ),
+        ] {
+            let e = refused(result, "0.4.0");
+            assert_eq!(e.code(), code::DECODING_FAILURE, "{result}");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+    }
+}
