@@ -246,6 +246,11 @@ pub enum Failure {
     /// A termination request stopped it.
     #[error("was stopped: the plugin received signal {0}")]
     Interrupted(i32),
+    /// It finished in the grace a termination request gives, but the ADD
+    /// it was the last step of is undone all the same: the runtime that
+    /// asked the plugin to stop will not take the address.
+    #[error("finished after the plugin received signal {0}; its ADD is undone")]
+    FinishedAfterStop(i32),
     /// A termination request came before it was started, so it was not.
     #[error("was not run: the plugin had received signal {0}")]
     NotRun(i32),
@@ -284,7 +289,9 @@ impl Error {
                 }
                 Failure::ResultVersion { .. } => code::INCOMPATIBLE_VERSION,
                 Failure::TimedOut(_) => code::TRY_AGAIN_LATER,
-                Failure::Interrupted(_) | Failure::NotRun(_) => code::INTERRUPTED,
+                Failure::Interrupted(_) | Failure::FinishedAfterStop(_) | Failure::NotRun(_) => {
+                    code::INTERRUPTED
+                }
                 Failure::Io(_) => code::IO_FAILURE,
             },
             Error::RollbackFailed { error, .. } => error.code(),
@@ -302,6 +309,7 @@ impl Error {
                 failure,
                 Failure::TimedOut(_)
                     | Failure::Interrupted(_)
+                    | Failure::FinishedAfterStop(_)
                     | Failure::NotRun(_)
                     | Failure::NotStarted(_)
                     | Failure::Io(_)

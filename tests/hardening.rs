@@ -297,6 +297,127 @@ fn a_delegate_flooding_stdout_and_staying_alive_is_killed() {
     assert_eq!(stack.call_list(), ["floods ADD", "floods DEL"]);
 }
 
+#[test]
+fn a_child_left_holding_stderr_or_stdout_does_not_hold_the_plugin() {
+    // Each delegate succeeds at once but leaves a child behind holding one
+    // of its pipes: the plugin's own pipe, not the runtime's, for stderr;
+    // for stdout, everything the delegate printed is in it already.
+    for (holds, snippet) in [
+        ("stderr", "sleep 8 >/dev/null &\n"),
+        ("stdout", "sleep 8 2>/dev/null &\n"),
+    ] {
+        let stack = Stack::of(&["lingers"]);
+        stack.answer(
+            "lingers",
+            "ADD",
+            Answer {
+                stderr: Some("lingers: one line\nand a last one without its newline".into()),
+                ..Answer::prints(result("lingers")).after(snippet)
+            },
+        );
+        // The run ends once both of the plugin's pipes close.
+        let (out, took) = timed(&stack, "ADD", &config("1.0.0", &["lingers"]));
+        assert!(took < Duration::from_secs(5), "{holds}: took {took:?}");
+        assert!(out.status.success(), "{holds}: {out:?}");
+        assert_eq!(out.json()["by"], "lingers", "{holds}");
+        assert!(
+            out.stderr
+                .contains("lingers: one line\nand a last one without its newline\n"),
+            "{holds}: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn a_first_signal_lets_the_running_delegate_finish_then_undoes_the_add() {
+    // b takes a while after the request comes: it is not killed mid-way
+    // (a torn reservation could be left), c is not started, and the ADD
+    // is rolled back, b included.
+    for (names, answer) in [
+        (
+            &["a", "b", "c"][..],
+            "c (ADD): was not run: the plugin had received signal 15",
+        ),
+        (
+            &["a", "b"][..],
+            "b (ADD): finished after the plugin received signal 15; its ADD is undone",
+        ),
+    ] {
+        let stack = Stack::of(names);
+        let rec = stack.rec().display().to_string();
+        stack.answer("a", "ADD", Answer::prints(result("a")));
+        stack.answer(
+            "b",
+            "ADD",
+            Answer::prints(result("b")).after(&format!("sleep 0.7\ntouch {rec}/b-finished\n")),
+        );
+        let child = spawn(&stack, "ADD", &config("1.0.0", names));
+        wait_for_calls(&stack, 2);
+        terminate(&child, "TERM");
+        let error = finish(child).assert_error(105);
+        assert_eq!(error["msg"], answer);
+        assert!(stack.rec().join("b-finished").exists(), "b was cut short");
+        assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
+    }
+}
+
+#[test]
+fn a_second_signal_kills_the_running_delegate_at_once() {
+    let stack = Stack::of(&["a", "hangs"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    stack.answer("hangs", "ADD", Answer::default().after(HANG_WITH_CHILD));
+    let child = spawn(&stack, "ADD", &config("1.0.0", &["a", "hangs"]));
+    wait_for_calls(&stack, 2);
+    let asked = Instant::now();
+    terminate(&child, "TERM");
+    std::thread::sleep(Duration::from_millis(100));
+    terminate(&child, "INT");
+    let error = finish(child).assert_error(105);
+    // Well within the grace a first request gives.
+    assert!(
+        asked.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        error["msg"],
+        "hangs (ADD): was stopped: the plugin received signal 2"
+    );
+}
+
+#[test]
+fn a_timeout_sends_sigterm_first_then_sigkill() {
+    // One delegate finishes its work on SIGTERM; one ignores it and is
+    // killed all the same.
+    let stack = Stack::of(&["cleans-up", "ignores-term"]);
+    let rec = stack.rec().display().to_string();
+    stack.answer(
+        "cleans-up",
+        "ADD",
+        Answer::default().after(&format!(
+            "trap 'touch {rec}/got-term; exit 1' TERM\nsleep 300 &\nwait\n"
+        )),
+    );
+    stack.answer(
+        "ignores-term",
+        "ADD",
+        Answer::default().after("trap '' TERM\nsleep 300\n"),
+    );
+    let (out, took) = timed(&stack, "ADD", &with_timeout(&["cleans-up"], 0.3));
+    out.assert_error(11);
+    assert!(stack.rec().join("got-term").exists(), "no SIGTERM first");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+
+    let (out, took) = timed(&stack, "ADD", &with_timeout(&["ignores-term"], 0.3));
+    let error = out.assert_error(11);
+    assert_eq!(
+        error["msg"],
+        "ignores-term (ADD): did not finish within 300ms and was killed"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
 /// Sends `signal` to the plugin.
 fn terminate(child: &Child, signal: &str) {
     let sent = Command::new("kill")

@@ -496,6 +496,56 @@ fn bridge_under_libcni_gets_the_reply_in_the_configurations_version() {
 }
 
 #[test]
+fn libcni_does_not_wait_for_what_a_delegate_leaves_running() {
+    let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
+    if !prerequisites(&["go"], &[libcni]) {
+        return;
+    }
+    let driver = libcni_driver();
+    let dir = TempDir::new("lingers");
+    let bin = dir.path().join("bin");
+    let rec = dir.path().join("rec");
+    fs::create_dir_all(&bin).unwrap();
+    fs::create_dir_all(&rec).unwrap();
+    fs::copy(PLUGIN, bin.join("ipam-delegated")).unwrap();
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-delegate");
+    std::os::unix::fs::symlink(&fake, bin.join("lingers")).unwrap();
+    // Done in milliseconds, but it leaves a child holding its stderr.
+    let result = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.250.63.2/24"}]}"#;
+    write_answer(
+        &rec,
+        "lingers",
+        "ADD",
+        Answer::prints(result).after("sleep 8 >/dev/null &\n"),
+    );
+    // ipam-delegated as the only plugin of the list: libcni itself waits
+    // on its stderr, no main plugin or namespace in between.
+    let list = json!({
+        "cniVersion": "1.0.0",
+        "name": "lingers",
+        "plugins": [{"type": "ipam-delegated", "ipam": {"type": "ipam-delegated", "delegates": ["lingers"]}}],
+    });
+    let file = dir.path().join("lingers.conflist");
+    fs::write(&file, list.to_string()).unwrap();
+    let started = Instant::now();
+    let add = run(bounded(driver.to_str().unwrap())
+        .args([
+            "add",
+            file.to_str().unwrap(),
+            "ctr-lingers",
+            "/run/netns/none",
+            "eth0",
+        ])
+        .env("CNI_PATH", &bin)
+        .env("CNI_CACHE_DIR", dir.path().join("cache"))
+        .env("FAKE_DELEGATE_DIR", &rec)
+        .env("IPAM_DELEGATED_LOG_FILE", rec.join("plugin.log")));
+    let took = started.elapsed();
+    assert!(add.status.success(), "{}", text(&add));
+    assert!(took < Duration::from_secs(4), "libcni waited {took:?}");
+}
+
+#[test]
 fn podman_with_its_cni_backend() {
     if !prerequisites(&["podman", "runc", "conmon", "nsenter", "unshare"], &[]) {
         return;

@@ -1,17 +1,17 @@
 //! Calling one delegate: one process in a process group of its own, with the
-//! plugin's environment, the configuration on its stdin, its stderr passed
-//! through and its stdout captured up to a cap, bounded in time and stopped
-//! on a termination request, all in one poll(2) loop; then judged as a
-//! result or a failure.
+//! plugin's environment, the configuration on its stdin, its stdout captured
+//! up to a cap and its stderr copied to the plugin's line by line, bounded
+//! in time and wound down on a termination request, all in one poll(2)
+//! loop; then judged as a result or a failure.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStdin, ChildStdout, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::Delegate;
 use crate::environment::{Command, PARENT_VARIABLE};
@@ -24,10 +24,23 @@ use crate::sys::{poll, pollfd};
 /// than this is a broken delegate, stopped before it costs us memory.
 pub const STDOUT_CAP: usize = 4 << 20;
 
-/// How long to wait, after killing a delegate, for its process to end and
-/// its stdout to close. Past it, whatever still holds the pipe (a process
-/// that left the group) is abandoned rather than waited for.
-const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long a delegate may go on after a first termination request: most
+/// finish in milliseconds, and one killed mid-write can leave a torn
+/// reservation that no DEL frees (host-local's file made but still empty).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a delegate has between SIGTERM and SIGKILL, to finish a write
+/// if it handles SIGTERM.
+const TERM_GRACE: Duration = Duration::from_millis(500);
+
+/// How long to wait for stdout to close once the process it belongs to has
+/// ended (it exited, or was killed). Past it, whatever still holds the pipe
+/// (a child left behind, a process that left the group) is abandoned
+/// rather than waited for.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The longest stderr line kept whole; a longer one is copied in parts.
+const STDERR_LINE_CAP: usize = 64 * 1024;
 
 /// How much of a failed delegate's stdout an error quotes.
 const EXCERPT_LEN: usize = 512;
@@ -35,12 +48,21 @@ const EXCERPT_LEN: usize = 512;
 /// What bounds one call.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Kill the delegate (and everything in its group) after this long.
+    /// Stop the delegate (and everything in its group) after this long.
     pub timeout: Option<Duration>,
-    /// How many termination requests stop the call: 1 for what the runtime
-    /// asked for; 2 for a rollback DEL, which a first request must not cut
-    /// short (that would leak what the ADD allocated) but a second may.
+    /// How many termination requests wind the call down: 1 for what the
+    /// runtime asked for (the delegate gets [`STOP_GRACE`] to finish, a
+    /// second request kills it at once); 2 for a rollback DEL, which a
+    /// first request must not cut short (that would leak what the ADD
+    /// allocated) but a second kills.
     pub stopped_by: usize,
+}
+
+impl Limits {
+    /// The count of requests that kills the delegate at once.
+    fn killed_by(self) -> usize {
+        self.stopped_by.max(2)
+    }
 }
 
 /// Runs `command` on `delegate` with `stdin`. On success, returns what it
@@ -100,11 +122,14 @@ fn spawn(
     std::process::Command::new(&delegate.path)
         .env("CNI_COMMAND", command.as_str())
         .env(PARENT_VARIABLE, std::process::id().to_string())
-        // Its own group, so that killing it reaches whatever it started.
+        // Its own group, so that stopping it reaches whatever it started.
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        // A pipe of the plugin's own, not the runtime's stderr: a child the
+        // delegate leaves behind would hold that open, and a Go runtime
+        // waits for every holder to close it.
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(Failure::NotStarted)
         .and_then(|child| supervise(child, stdin, limits))
@@ -116,7 +141,7 @@ struct Finished {
     stdout: Vec<u8>,
 }
 
-/// Why the plugin killed a delegate.
+/// Why the plugin stopped a delegate.
 #[derive(Clone, Copy)]
 enum Stop {
     Timeout(Duration),
@@ -124,100 +149,154 @@ enum Stop {
     OverCap,
 }
 
-/// Feeds the delegate's stdin, reads its stdout and waits for its exit and
-/// for termination requests, all in one poll(2) loop (no thread, no pipe
-/// that can deadlock), within the limits; on expiry, a termination request
-/// or too much output, it kills the delegate's process group.
+/// How far stopping the delegate has gone.
+#[derive(Clone, Copy)]
+enum Stopping {
+    /// Nobody asked.
+    No,
+    /// A first termination request: the delegate may finish until then.
+    Grace { signal: i32, until: Instant },
+    /// SIGTERM sent to its group; SIGKILL at `until`.
+    Terminated { why: Stop, until: Instant },
+    /// SIGKILL sent; its stdout may take until `until` to close.
+    Killed { why: Stop, until: Instant },
+}
+
+/// The places of the descriptors in the poll(2) array.
+const STDOUT: usize = 0;
+const STDIN: usize = 1;
+const STDERR: usize = 2;
+const EXIT: usize = 3;
+const REQUESTS: usize = 4;
+
+/// Feeds the delegate's stdin, reads its stdout, copies its stderr, and
+/// waits for its exit and for termination requests, all in one poll(2)
+/// loop (no thread, no pipe that can deadlock), within the limits.
 ///
+/// A timeout sends SIGTERM to its process group, then SIGKILL after
+/// [`TERM_GRACE`]; output over the cap, or a request that kills, sends
+/// SIGKILL at once; a first request gives it [`STOP_GRACE`] to finish.
 /// The delegate is reaped only after the last kill: until then its zombie
-/// keeps its pid, and so its process group id, from being reused, so the
+/// keeps its pid, and so its process group id, from being reused, so a
 /// kill cannot reach a stranger.
 fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished, Failure> {
     let group = Group(child.id());
-    // Both are Some: the caller asked for piped stdin and stdout.
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        group.kill();
-        let _ = child.wait();
-        return Err(Failure::Io(io::Error::other("delegate pipes missing")));
-    };
-    let mut pipes = match Pipes::new(input, stdin, stdout) {
+    let mut pipes = match Pipes::new(&mut child, input) {
         Ok(pipes) => pipes,
         Err(e) => {
-            group.kill();
+            group.signal(libc::SIGKILL);
             let _ = child.wait();
             return Err(Failure::Io(e));
         }
     };
     let exit = ExitWatch::new(child.id());
-    let mut exited = false;
+    let mut exited: Option<Instant> = None;
     let deadline = limits.timeout.and_then(|t| Instant::now().checked_add(t));
-    let mut stopped: Option<(Stop, Instant)> = None;
-    let stop = |why: Stop, stopped: &mut Option<(Stop, Instant)>| {
-        if stopped.is_none() {
-            group.kill();
-            *stopped = Some((why, Instant::now() + KILL_GRACE));
-        }
-    };
-    if let Some(signal) = signals::received(limits.stopped_by) {
-        stop(Stop::Signal(signal), &mut stopped);
-    }
+    let mut stopping = Stopping::No;
+    stopping = on_requests(stopping, limits, group);
 
-    while pipes.stdout.is_some() || !exited {
-        let until = stopped.map(|(_, grace)| grace).or(deadline);
+    loop {
         let now = Instant::now();
-        if until.is_some_and(|until| now >= until) {
-            match stopped {
-                // The grace after a kill is over: abandon what still holds the pipe.
-                Some(_) => break,
-                None => {
-                    if let Some(limit) = limits.timeout {
-                        stop(Stop::Timeout(limit), &mut stopped);
-                    }
-                    continue;
-                }
-            }
+        if pipes.stdout.is_none() && exited.is_some() {
+            break;
         }
-        let mut wait = until.map(|until| until - now);
+        match stopping {
+            Stopping::No if deadline.is_some_and(|d| now >= d) => {
+                let limit = limits.timeout.unwrap_or_default();
+                stopping = terminate(Stop::Timeout(limit), group);
+                continue;
+            }
+            Stopping::Grace { signal, until } if now >= until => {
+                stopping = terminate(Stop::Signal(signal), group);
+                continue;
+            }
+            Stopping::Terminated { why, until } if now >= until => {
+                stopping = kill(why, group);
+                continue;
+            }
+            // The grace after a kill is over: abandon what still holds stdout.
+            Stopping::Killed { until, .. } if now >= until => break,
+            _ => {}
+        }
+        // Ended, but something it left behind holds stdout: all it printed
+        // is in the pipe already.
+        if exited.is_some_and(|at| now >= at + CLOSE_GRACE) {
+            warn!("a process the delegate left behind holds its stdout; not waiting for it");
+            break;
+        }
+        let timer = match stopping {
+            Stopping::No => deadline,
+            Stopping::Grace { until, .. }
+            | Stopping::Terminated { until, .. }
+            | Stopping::Killed { until, .. } => Some(until),
+        };
+        let timer = [timer, exited.map(|at| at + CLOSE_GRACE)]
+            .into_iter()
+            .flatten()
+            .min();
+        let mut wait = timer.map(|t| t.saturating_duration_since(now));
         // Without a pidfd, the exit is asked for; it only matters once stdout is closed.
-        if !exited && pipes.stdout.is_none() && exit.needs_polling() {
+        if exited.is_none() && pipes.stdout.is_none() && exit.needs_polling() {
             wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
         }
-        let mut fds = [
-            pollfd(pipes.stdout.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN),
-            pollfd(pipes.stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT),
-            pollfd(exit.fd().filter(|_| !exited), libc::POLLIN),
-            pollfd(signals::fd().map(|fd| fd.as_raw_fd()), libc::POLLIN),
-        ];
+        let mut fds = [libc::pollfd {
+            fd: -1,
+            events: 0,
+            revents: 0,
+        }; 5];
+        fds[STDOUT] = pollfd(pipes.stdout.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+        fds[STDIN] = pollfd(pipes.stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
+        fds[STDERR] = pollfd(pipes.stderr.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+        fds[EXIT] = pollfd(exit.fd().filter(|_| exited.is_none()), libc::POLLIN);
+        fds[REQUESTS] = pollfd(signals::fd().map(|fd| fd.as_raw_fd()), libc::POLLIN);
         if let Err(e) = poll(&mut fds, wait) {
             // Not left running unsupervised, where a rollback could overtake it.
-            group.kill();
+            group.signal(libc::SIGKILL);
             let _ = child.wait();
             return Err(Failure::Io(e));
         }
-        if fds[1].revents != 0 {
+        if fds[STDIN].revents != 0 {
             pipes.feed();
         }
-        if fds[0].revents != 0 {
+        if fds[STDERR].revents != 0 {
+            pipes.copy_stderr();
+        }
+        if fds[STDOUT].revents != 0 {
             pipes.drain();
             if pipes.output.len() > STDOUT_CAP {
                 pipes.stdout = None;
-                stop(Stop::OverCap, &mut stopped);
+                if !matches!(stopping, Stopping::Killed { .. }) {
+                    stopping = kill(Stop::OverCap, group);
+                }
             }
         }
-        exited = exited || fds[2].revents != 0 || exit.has_exited();
-        if fds[3].revents != 0 {
-            if let Some(signal) = signals::received(limits.stopped_by) {
-                stop(Stop::Signal(signal), &mut stopped);
-            }
+        if exited.is_none() && (fds[EXIT].revents != 0 || exit.has_exited()) {
+            exited = Some(Instant::now());
+        }
+        if fds[REQUESTS].revents != 0 {
+            stopping = on_requests(stopping, limits, group);
         }
     }
-    // No kill can come now: reap it, unless it outlived the grace.
-    let status = if exited {
+
+    let stopped = match stopping {
+        Stopping::Terminated { why, .. } | Stopping::Killed { why, .. } => {
+            // Whatever it left running goes too, before the reaping frees
+            // the group's id.
+            group.signal(libc::SIGKILL);
+            Some(why)
+        }
+        Stopping::No | Stopping::Grace { .. } => None,
+    };
+    // What it wrote on stderr before it ended is in the pipe: copied, then
+    // the pipe closed, whoever else still holds it.
+    pipes.copy_stderr();
+    pipes.finish_stderr();
+    let status = if exited.is_some() {
         Some(child.wait())
     } else {
         child.try_wait().transpose()
     };
-    match stopped.map(|(why, _)| why) {
+    match stopped {
         Some(Stop::Timeout(limit)) => return Err(Failure::TimedOut(limit)),
         Some(Stop::Signal(signal)) => return Err(Failure::Interrupted(signal)),
         Some(Stop::OverCap) => return Err(Failure::TooMuchOutput(STDOUT_CAP)),
@@ -226,7 +305,7 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
     if let Some(e) = pipes.read_error {
         return Err(Failure::Io(e));
     }
-    // Not stopped for a timeout or a signal, the loop ended with its exit.
+    // Not stopped, the loop ended with its exit.
     let status = status.ok_or_else(|| Failure::Io(io::Error::other("delegate vanished")))?;
     Ok(Finished {
         status: status.map_err(Failure::Io)?,
@@ -234,26 +313,77 @@ fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished,
     })
 }
 
-/// The plugin's ends of a delegate's stdin and stdout, non-blocking: what
-/// is left to write, and what was read.
+/// Acts on the termination requests received so far: one that kills
+/// kills at once; a first one for a call it stops starts the grace.
+fn on_requests(stopping: Stopping, limits: Limits, group: Group) -> Stopping {
+    if let Some(signal) = signals::received(limits.killed_by()) {
+        return match stopping {
+            Stopping::Killed { .. } => stopping,
+            _ => kill(Stop::Signal(signal), group),
+        };
+    }
+    match (stopping, signals::received(limits.stopped_by)) {
+        (Stopping::No, Some(signal)) => {
+            let grace = limits.timeout.map_or(STOP_GRACE, |t| t.min(STOP_GRACE));
+            Stopping::Grace {
+                signal,
+                until: Instant::now() + grace,
+            }
+        }
+        _ => stopping,
+    }
+}
+
+/// Sends SIGTERM to the group; SIGKILL follows after [`TERM_GRACE`].
+fn terminate(why: Stop, group: Group) -> Stopping {
+    group.signal(libc::SIGTERM);
+    Stopping::Terminated {
+        why,
+        until: Instant::now() + TERM_GRACE,
+    }
+}
+
+/// Sends SIGKILL to the group.
+fn kill(why: Stop, group: Group) -> Stopping {
+    group.signal(libc::SIGKILL);
+    Stopping::Killed {
+        why,
+        until: Instant::now() + CLOSE_GRACE,
+    }
+}
+
+/// The plugin's ends of a delegate's pipes, non-blocking: what is left to
+/// write, what was read from stdout, and the part of a stderr line not
+/// yet copied.
 struct Pipes<'a> {
     input: &'a [u8],
     stdin: Option<ChildStdin>,
     stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
     output: Vec<u8>,
+    line: Vec<u8>,
     read_error: Option<io::Error>,
 }
 
 impl<'a> Pipes<'a> {
-    fn new(input: &'a [u8], stdin: ChildStdin, stdout: ChildStdout) -> io::Result<Self> {
-        nonblocking(stdin.as_raw_fd())?;
-        nonblocking(stdout.as_raw_fd())?;
+    fn new(child: &mut Child, input: &'a [u8]) -> io::Result<Self> {
+        // All Some: the caller asked for three pipes.
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(io::Error::other("delegate pipes missing"));
+        };
+        for fd in [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()] {
+            nonblocking(fd)?;
+        }
         Ok(Pipes {
             input,
             // Nothing to write: close it now, the delegate sees EOF at once.
             stdin: (!input.is_empty()).then_some(stdin),
             stdout: Some(stdout),
+            stderr: Some(stderr),
             output: Vec::new(),
+            line: Vec::new(),
             read_error: None,
         })
     }
@@ -301,6 +431,46 @@ impl<'a> Pipes<'a> {
                 }
             }
         }
+    }
+
+    /// Copies what is there of the delegate's stderr to the plugin's, whole
+    /// lines at a time, so that they do not interleave with the plugin's
+    /// own; closes it at EOF.
+    fn copy_stderr(&mut self) {
+        let Some(stderr) = self.stderr.as_mut() else {
+            return;
+        };
+        let mut chunk = [0; 16 * 1024];
+        loop {
+            match stderr.read(&mut chunk) {
+                Ok(0) => break self.finish_stderr(),
+                Ok(n) => {
+                    self.line.extend_from_slice(&chunk[..n]);
+                    let whole = match self.line.iter().rposition(|b| *b == b'\n') {
+                        Some(end) => end + 1,
+                        None if self.line.len() > STDERR_LINE_CAP => self.line.len(),
+                        None => continue,
+                    };
+                    // A closed stderr loses the lines and nothing else.
+                    let _ = io::stderr().write_all(&self.line[..whole]);
+                    self.line.drain(..whole);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Empty for now; an error is the end of it.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => break self.finish_stderr(),
+            }
+        }
+    }
+
+    /// Copies a last line left without its newline, and closes stderr.
+    fn finish_stderr(&mut self) {
+        if !self.line.is_empty() {
+            self.line.push(b'\n');
+            let _ = io::stderr().write_all(&self.line);
+            self.line.clear();
+        }
+        self.stderr = None;
     }
 }
 
@@ -375,11 +545,12 @@ fn nonblocking(fd: RawFd) -> io::Result<()> {
 struct Group(u32);
 
 impl Group {
-    /// Kills every process in the group. A group already gone is no error.
-    fn kill(self) {
+    /// Sends `signal` to every process in the group. A group already gone
+    /// is no error.
+    fn signal(self, signal: libc::c_int) {
         if let Ok(pgid) = libc::pid_t::try_from(self.0) {
             // SAFETY: kill has no memory effects; a negative pid names the group.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            unsafe { libc::kill(-pgid, signal) };
         }
     }
 }

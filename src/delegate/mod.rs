@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::environment::Command;
 use crate::error::{Error, Failure};
 use crate::result;
+use crate::signals;
 
 /// The limits of every call the runtime asked for: stopped by a termination
 /// request, and bounded by `ipam.timeout` when the configuration sets one.
@@ -67,7 +68,13 @@ pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
     for (k, delegate) in delegates.iter().enumerate() {
         let error = match delegate.call(Command::Add, &stdin, asked(config)) {
             Ok(Some(result)) if k + 1 == delegates.len() => {
-                match result::in_version(result, config.cni_version) {
+                // Finished in the grace of a termination request: the ADD
+                // is undone all the same, as it would have been earlier.
+                let converted = match signals::received(asked(config).stopped_by) {
+                    Some(signal) => Err(Failure::FinishedAfterStop(signal)),
+                    None => result::in_version(result, config.cni_version),
+                };
+                match converted {
                     Ok(reply) => return Ok(reply),
                     Err(failure) => delegate.failed(Command::Add, failure),
                 }
