@@ -119,35 +119,31 @@ pub fn release(request: &Request, stdin: &[u8]) -> Result<(), Error> {
 }
 
 /// GC's input with every attachment kept for the network added to the
-/// runtime's `cni.dev/valid-attachments`, so that GC frees none of them,
-/// and the network's lock, to hold until the delegates are done (an
-/// `ensure` could otherwise allocate between the listing and the GC).
-/// `None` for the input when nothing is kept: the runtime's input stands.
-pub fn gc_input(config: &Config) -> Result<(Option<Network>, Option<Vec<u8>>), Error> {
-    let Some(network) = Network::lock_for_gc(&state_root(config), &config.name)? else {
-        return Ok((None, None));
-    };
-    let kept = network.attachments()?;
-    if kept.is_empty() {
-        return Ok((Some(network), None));
-    }
+/// runtime's `cni.dev/valid-attachments`, so that GC frees none of them
+/// (`None` when nothing is kept: the runtime's input stands), and the lock
+/// to hold until the delegates are done (an `ensure` could otherwise
+/// allocate between the listing and the GC). Creates nothing; waits for
+/// the lock no longer than `ipam.timeout` when set.
+pub fn gc_input(config: &Config) -> Result<(state::Kept, Option<Vec<u8>>), Error> {
     let mut valid: Vec<Value> = match config.member(VALID_ATTACHMENTS) {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|_| {
             Error::InvalidConfig(format!("\"{VALID_ATTACHMENTS}\" must be an array"))
         })?,
         None => Vec::new(),
     };
-    for attachment in kept {
+    let kept = state::kept_for_gc(&state_root(config), &config.name, config.timeout)?;
+    if kept.attachments.is_empty() {
+        return Ok((kept, None));
+    }
+    for attachment in &kept.attachments {
         let entry = serde_json::json!({"containerID": attachment.id, "ifname": attachment.ifname});
         if !valid.contains(&entry) {
             valid.push(entry);
         }
     }
     let list = Value::Array(valid).to_string();
-    Ok((
-        Some(network),
-        Some(config.with_member(VALID_ATTACHMENTS, list.as_bytes())),
-    ))
+    let input = config.with_member(VALID_ATTACHMENTS, list.as_bytes());
+    Ok((kept, Some(input)))
 }
 
 /// The stdin a main plugin would give the plugin for `file`: from a list,

@@ -131,7 +131,7 @@ fn delegates(ipam: &Members) -> Result<Vec<String>, Error> {
                     entry.get()
                 ))
             })?;
-            check_name(&name)?;
+            check_delegate_name(&name)?;
             Ok(name)
         })
         .collect()
@@ -168,7 +168,7 @@ fn state_dir(value: &RawValue) -> Result<PathBuf, Error> {
 }
 
 /// Names select files inside CNI_PATH directories and must not leave them.
-fn check_name(name: &str) -> Result<(), Error> {
+fn check_delegate_name(name: &str) -> Result<(), Error> {
     let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']);
     if bad {
         Err(Error::InvalidConfig(format!(
@@ -359,11 +359,11 @@ mod tests {
     #[test]
     fn names_that_could_leave_cni_path_are_refused() {
         for name in ["", ".", "..", "../x", "a/b", "/bin/sh", "a\\b", "a\u{0}b"] {
-            let e = check_name(name).unwrap_err();
+            let e = check_delegate_name(name).unwrap_err();
             assert_eq!(e.code(), code::INVALID_CONFIG, "{name:?}");
         }
         for name in ["host-local", "ipam-ds-x", "...", "a.b", "é"] {
-            assert!(check_name(name).is_ok(), "{name:?}");
+            assert!(check_delegate_name(name).is_ok(), "{name:?}");
         }
     }
 

@@ -87,6 +87,15 @@ pub enum Error {
         during: &'static str,
     },
 
+    /// Agent mode's lock was held past the time the configuration allows.
+    #[error("agent mode's lock on {} is still held after {waited:?}: try again later", path.display())]
+    LockTimeout {
+        /// The directory locked.
+        path: std::path::PathBuf,
+        /// How long the plugin waited.
+        waited: std::time::Duration,
+    },
+
     /// Agent mode's state could not be read or written.
     #[error("agent state {}: {error}", path.display())]
     State {
@@ -272,6 +281,7 @@ impl Error {
             | Error::Variables(_) => code::INVALID_ENVIRONMENT,
             Error::ReadStdin(_) | Error::WriteReply(_) | Error::State { .. } => code::IO_FAILURE,
             Error::Interrupted { .. } => code::INTERRUPTED,
+            Error::LockTimeout { .. } => code::TRY_AGAIN_LATER,
             Error::ConfigFile { .. } => code::INVALID_CONFIG,
             Error::ConfigNotObject(_) => code::DECODING_FAILURE,
             Error::InvalidConfig(_) | Error::SelfReference { .. } | Error::Recursion { .. } => {
@@ -304,7 +314,7 @@ impl Error {
     /// be run) rather than answering with a failure.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Interrupted { .. } => true,
+            Error::Interrupted { .. } | Error::LockTimeout { .. } => true,
             Error::Delegate { failure, .. } => matches!(
                 failure,
                 Failure::TimedOut(_)

@@ -1,12 +1,19 @@
 //! The attachments agent mode keeps: one file per (network, container ID,
 //! interface) under the state directory, holding the last ADD result,
-//! written atomically; and the lock that serialises everything that reads
+//! written atomically; and the locks that serialise everything that reads
 //! or changes a network's attachments, GC included.
+//!
+//! Inside the state directory nothing is opened by path: the network's
+//! directory and every file in it are opened relative to a descriptor,
+//! without following a symbolic link, so a link planted there cannot send
+//! a write elsewhere. The locks are flock(2)s on directories, so taking one
+//! creates nothing.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use tracing::warn;
 
@@ -14,10 +21,11 @@ use crate::environment;
 use crate::error::Error;
 use crate::json::is_object;
 use crate::signals;
+use crate::sys::{self, Lock};
 
-/// How often a waiter for a network's lock tries again (a flock cannot be
-/// waited for alongside the signalfd).
-const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+/// How often a waiter for a lock tries again (a flock cannot be waited for
+/// alongside the signalfd).
+const LOCK_RETRY: Duration = Duration::from_millis(20);
 
 /// Where attachments are kept when `ipam.stateDir` does not say.
 pub const DEFAULT_DIR: &str = "/var/lib/cni/ipam-delegated";
@@ -25,9 +33,11 @@ pub const DEFAULT_DIR: &str = "/var/lib/cni/ipam-delegated";
 /// A network's attachments, locked for as long as this lives.
 #[derive(Debug)]
 pub struct Network {
-    dir: PathBuf,
-    // Held for its lock; closing it releases the lock.
-    _lock: File,
+    /// The network's directory, opened without following a link; its
+    /// flock is the network's lock, released when it closes.
+    dir: File,
+    /// Its path, for messages only.
+    path: PathBuf,
 }
 
 /// One attachment: which container ID and interface.
@@ -39,148 +49,255 @@ pub struct Attachment {
     pub ifname: String,
 }
 
+impl Attachment {
+    /// Its file's name: a ':' is in neither a container ID nor an
+    /// interface name, so it separates them without ambiguity.
+    fn file_name(&self) -> String {
+        format!("{}:{}", self.id, self.ifname)
+    }
+}
+
+/// What GC must keep of agent mode's state: the attachments kept for the
+/// network, and a shared lock held while the delegates run, so that no
+/// `ensure` allocates meanwhile.
+#[derive(Debug)]
+pub struct Kept {
+    /// Every attachment kept for the network.
+    pub attachments: Vec<Attachment>,
+    // Held for its lock: the network's directory, or the nearest one
+    // above it that exists.
+    _lock: File,
+}
+
 impl Network {
-    /// Locks network `name`'s attachments under `root`, creating the
-    /// directory. Waits for any other holder, unless asked to stop.
+    /// Locks network `name`'s attachments under `root` for `ensure` or
+    /// `release`, making the directories that are missing. Waits for any
+    /// other holder, unless asked to stop.
+    ///
+    /// The network's directory is made while the nearest existing
+    /// directory above it is locked: a GC that found no directory holds
+    /// that same lock, shared, until its delegates are done, so the first
+    /// `ensure` of a network cannot allocate while such a GC runs.
     pub fn lock(root: &Path, name: &str) -> Result<Network, Error> {
-        let dir = network_dir(root, name)?;
-        create_dirs(&dir)?;
-        Self::lock_dir(dir)
-    }
-
-    /// For GC: the network's lock, made if need be, so that no `ensure`
-    /// can allocate while GC runs, even the first one for this network;
-    /// `None` (nothing to keep safe) for a name agent mode refuses, or a
-    /// state directory that cannot be made, which no agent can use either.
-    pub fn lock_for_gc(root: &Path, name: &str) -> Result<Option<Network>, Error> {
-        match network_dir(root, name) {
-            Ok(dir) if create_dirs(&dir).is_ok() => Self::lock_dir(dir).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    fn lock_dir(dir: PathBuf) -> Result<Network, Error> {
-        let path = dir.join(".lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_error(&path, e))?;
-        // Not a plain blocking flock: the plugin's termination signals are
-        // blocked (it reads them from a signalfd), so a request to stop
-        // must be looked for while waiting.
+        check_directory_name(name)?;
+        let path = root.join(name);
         loop {
-            // SAFETY: flock on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(Network { dir, _lock: file });
+            if let Some(dir) = open_network(root, name)? {
+                wait_for(&dir, Lock::Exclusive, &path, None)?;
+                return Ok(Network { dir, path });
             }
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::WouldBlock
-                && error.kind() != io::ErrorKind::Interrupted
-            {
-                return Err(io_error(&path, error));
+            let (above, missing) = nearest_existing(&path)?;
+            wait_for(&above.file, Lock::Exclusive, &above.path, None)?;
+            if above.still_missing(missing).is_err() {
+                // Made by someone else meanwhile: start again from there.
+                continue;
             }
-            if let Some(signal) = signals::received(1) {
-                return Err(Error::Interrupted {
-                    signal,
-                    during: "waiting for agent mode's lock",
-                });
+            create_dirs(root)?;
+            let root_dir = open_dir(root)?;
+            match sys::mkdirat(&root_dir, name, 0o755) {
+                Ok(()) => root_dir.sync_all().map_err(|e| io_error(root, e))?,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error(&path, e)),
             }
-            signals::wait(LOCK_RETRY);
+            // Still holding the lock above, so no GC starts in between.
+            let dir = open_network(root, name)?
+                .ok_or_else(|| io_error(&path, io::ErrorKind::NotFound.into()))?;
+            wait_for(&dir, Lock::Exclusive, &path, None)?;
+            return Ok(Network { dir, path });
         }
     }
 
     /// The stored result of `attachment`, if any. A file that is not a JSON
     /// object (a damaged disk, a hand edit) counts as none, said in a
-    /// warning: a DEL without it still frees the attachment by its ID.
+    /// warning: a DEL without it still frees the attachment by its ID. A
+    /// link or anything but a regular file is refused.
     pub fn read(&self, attachment: &Attachment) -> Result<Option<Vec<u8>>, Error> {
-        let path = self.path(attachment);
-        match fs::read(&path) {
-            Ok(result) if is_object(&result) => Ok(Some(result)),
-            Ok(_) => {
-                warn!("ignoring {}: not a JSON object", path.display());
-                Ok(None)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_error(&path, e)),
+        let name = attachment.file_name();
+        let path = self.path.join(&name);
+        // Non-blocking, so that a FIFO planted there cannot hang the open.
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+        let mut file = match sys::openat(&self.dir, &name, flags, 0) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(refused_or(&path, e)),
+        };
+        if !file.metadata().map_err(|e| io_error(&path, e))?.is_file() {
+            return Err(Error::State {
+                path,
+                error: io::Error::other("not a regular file: refused"),
+            });
+        }
+        let mut result = Vec::new();
+        file.read_to_end(&mut result)
+            .map_err(|e| io_error(&path, e))?;
+        if is_object(&result) {
+            Ok(Some(result))
+        } else {
+            warn!("ignoring {}: not a JSON object", path.display());
+            Ok(None)
         }
     }
 
-    /// Stores `result` for `attachment`: a temporary file, written and
-    /// synced, then renamed over the old one and the directory synced, so
-    /// a crash leaves the old result or the new one, never half of one. On
-    /// failure nothing of the new result is left.
+    /// Stores `result` for `attachment`: a new temporary file (never one
+    /// that is there already, nor through a link), written and synced,
+    /// then renamed over the old one and the directory synced, so a crash
+    /// leaves the old result or the new one, never half of one. On failure
+    /// nothing of the new result is left.
     pub fn write(&self, attachment: &Attachment, result: &[u8]) -> Result<(), Error> {
-        let path = self.path(attachment);
-        let temporary = self
-            .dir
-            .join(format!(".{}:{}.tmp", attachment.id, attachment.ifname));
-        let written = File::create(&temporary)
+        let name = attachment.file_name();
+        let path = self.path.join(&name);
+        // Dot-files are not attachments: no container ID starts with a dot.
+        let temporary = format!(".{name}.tmp");
+        let written = self
+            .create_new(&temporary)
             .and_then(|mut file| {
                 file.write_all(result)?;
                 file.sync_all()
             })
-            .and_then(|()| fs::rename(&temporary, &path))
-            .and_then(|()| sync_dir(&self.dir));
+            .and_then(|()| sys::renameat(&self.dir, &temporary, &name))
+            .and_then(|()| self.dir.sync_all());
         written.map_err(|e| {
-            let _ = fs::remove_file(&temporary);
-            let _ = fs::remove_file(&path);
+            let _ = sys::unlinkat(&self.dir, &temporary);
+            let _ = sys::unlinkat(&self.dir, &name);
             io_error(&path, e)
         })
     }
 
+    /// A file of this name made anew. One left by a crash, or put there by
+    /// someone else (a link included), is removed first, not opened.
+    fn create_new(&self, name: &str) -> io::Result<File> {
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        match sys::openat(&self.dir, name, flags, 0o644) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                sys::unlinkat(&self.dir, name)?;
+                sys::openat(&self.dir, name, flags, 0o644)
+            }
+            opened => opened,
+        }
+    }
+
     /// Forgets `attachment`, durably; forgetting one not kept is no error.
     pub fn remove(&self, attachment: &Attachment) -> Result<(), Error> {
-        let path = self.path(attachment);
-        match fs::remove_file(&path) {
-            Ok(()) => sync_dir(&self.dir).map_err(|e| io_error(&self.dir, e)),
+        let name = attachment.file_name();
+        match sys::unlinkat(&self.dir, &name) {
+            Ok(()) => self.dir.sync_all().map_err(|e| io_error(&self.path, e)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error(&path, e)),
+            Err(e) => Err(io_error(&self.path.join(name), e)),
         }
     }
 
     /// Every attachment kept for this network.
     pub fn attachments(&self) -> Result<Vec<Attachment>, Error> {
-        let entries = fs::read_dir(&self.dir).map_err(|e| io_error(&self.dir, e))?;
-        let mut found: Vec<Attachment> = entries
-            .filter_map(|entry| {
-                let name = entry.ok()?.file_name().into_string().ok()?;
-                // Dot-files are the lock and temporary files: no container
-                // ID starts with a dot.
-                if name.starts_with('.') {
-                    return None;
-                }
-                let (id, ifname) = name.split_once(':')?;
-                Some(Attachment {
-                    id: id.to_owned(),
-                    ifname: ifname.to_owned(),
-                })
-            })
-            .collect();
-        found.sort_by(|a, b| (&a.id, &a.ifname).cmp(&(&b.id, &b.ifname)));
-        Ok(found)
-    }
-
-    /// A ':' is in neither a container ID nor an interface name, so it
-    /// separates them without ambiguity.
-    fn path(&self, attachment: &Attachment) -> PathBuf {
-        self.dir
-            .join(format!("{}:{}", attachment.id, attachment.ifname))
+        list(&self.dir, &self.path)
     }
 }
 
-/// The network's own directory. Its name is one path component: the
-/// configuration's name was checked against the specification's rule.
-fn network_dir(root: &Path, name: &str) -> Result<PathBuf, Error> {
+/// For GC: the attachments kept for network `name` under `root`, and a
+/// shared lock to hold while the delegates run. Nothing is created: a
+/// network with no directory has nothing kept, and its lock is the
+/// nearest existing directory's above it (see [`Network::lock`]). Waits
+/// no longer than `timeout` when given.
+pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result<Kept, Error> {
+    check_directory_name(name)?;
+    let path = root.join(name);
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    loop {
+        if let Some(dir) = open_network(root, name)? {
+            wait_for(&dir, Lock::Shared, &path, deadline)?;
+            return Ok(Kept {
+                attachments: list(&dir, &path)?,
+                _lock: dir,
+            });
+        }
+        let (above, missing) = nearest_existing(&path)?;
+        wait_for(&above.file, Lock::Shared, &above.path, deadline)?;
+        if above.still_missing(missing).is_ok() {
+            return Ok(Kept {
+                attachments: Vec::new(),
+                _lock: above.file,
+            });
+        }
+    }
+}
+
+/// Refuses a network name that is not one plain path component. The
+/// configuration's name was checked against the specification's rule,
+/// which makes it one; checked again here, where it names a directory.
+fn check_directory_name(name: &str) -> Result<(), Error> {
     if environment::is_identifier(name) {
-        Ok(root.join(name))
+        Ok(())
     } else {
         Err(Error::InvalidConfig(format!(
             "network name {name:?} cannot name a state directory: it {}",
             environment::IDENTIFIER_RULE
         )))
     }
+}
+
+/// The network's directory under `root`, opened without following a link
+/// (a link there is refused); `None` if it or `root` does not exist.
+fn open_network(root: &Path, name: &str) -> Result<Option<File>, Error> {
+    let path = root.join(name);
+    let root_dir = match open_dir(root) {
+        Ok(dir) => dir,
+        Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    match sys::openat(&root_dir, name, flags, 0) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(refused_or(&path, e)),
+    }
+}
+
+/// A directory above the network's, that exists.
+struct Above {
+    file: File,
+    path: PathBuf,
+}
+
+impl Above {
+    /// Whether `missing`, the next directory down, is still missing; once
+    /// this directory is locked, nothing of ours makes it.
+    fn still_missing(&self, missing: PathBuf) -> Result<(), ()> {
+        match fs::metadata(missing) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            _ => Err(()),
+        }
+    }
+}
+
+/// The nearest directory above `path` that exists, opened, and the one
+/// below it on the way to `path` that does not.
+fn nearest_existing(path: &Path) -> Result<(Above, PathBuf), Error> {
+    let mut missing = path.to_path_buf();
+    for dir in path.ancestors().skip(1) {
+        match open_dir(dir) {
+            Ok(file) => {
+                let path = dir.to_path_buf();
+                return Ok((Above { file, path }, missing));
+            }
+            Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
+                missing = dir.to_path_buf();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io_error(path, io::ErrorKind::NotFound.into()))
+}
+
+/// Opens a directory by path: the state directory and those above it,
+/// which are the operator's to place, links and all.
+fn open_dir(dir: &Path) -> Result<File, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(|e| io_error(dir, e))
 }
 
 /// Makes `dir` and any missing parent, each synced into its own parent so
@@ -190,14 +307,77 @@ fn create_dirs(dir: &Path) -> Result<(), Error> {
     fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     for made in missing.iter().rev() {
         if let Some(parent) = made.parent() {
-            sync_dir(parent).map_err(|e| io_error(parent, e))?;
+            File::open(parent)
+                .and_then(|p| p.sync_all())
+                .map_err(|e| io_error(parent, e))?;
         }
     }
     Ok(())
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// Takes `lock` on directory `dir`, waiting for other holders, but not
+/// past `deadline` (code 11) nor past a termination request (code 105).
+fn wait_for(dir: &File, lock: Lock, path: &Path, deadline: Option<Instant>) -> Result<(), Error> {
+    // Not a plain blocking flock: the plugin's termination signals are
+    // blocked (it reads them from a signalfd), so a request to stop must
+    // be looked for while waiting.
+    let started = Instant::now();
+    loop {
+        if sys::try_flock(dir, lock).map_err(|e| io_error(path, e))? {
+            return Ok(());
+        }
+        if let Some(signal) = signals::received(1) {
+            return Err(Error::Interrupted {
+                signal,
+                during: "waiting for agent mode's lock",
+            });
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::LockTimeout {
+                path: path.to_owned(),
+                waited: started.elapsed(),
+            });
+        }
+        signals::wait(LOCK_RETRY);
+    }
+}
+
+/// The attachments in network directory `dir`, by their files' names;
+/// read through the descriptor, so it is that very directory.
+fn list(dir: &File, path: &Path) -> Result<Vec<Attachment>, Error> {
+    let by_descriptor = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let entries = fs::read_dir(by_descriptor).map_err(|e| io_error(path, e))?;
+    let mut found: Vec<Attachment> = entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            // Dot-files are temporary files: no container ID starts with a dot.
+            if name.starts_with('.') {
+                return None;
+            }
+            let (id, ifname) = name.split_once(':')?;
+            Some(Attachment {
+                id: id.to_owned(),
+                ifname: ifname.to_owned(),
+            })
+        })
+        .collect();
+    found.sort_by(|a, b| (&a.id, &a.ifname).cmp(&(&b.id, &b.ifname)));
+    Ok(found)
+}
+
+/// An open with O_NOFOLLOW fails on a link where a file or directory of
+/// ours should be (ELOOP, or ENOTDIR with O_DIRECTORY): said so. Anything
+/// else as it is.
+fn refused_or(path: &Path, error: io::Error) -> Error {
+    let is_link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link && matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) {
+        Error::State {
+            path: path.to_owned(),
+            error: io::Error::other("a symbolic link: refused"),
+        }
+    } else {
+        io_error(path, error)
+    }
 }
 
 fn io_error(path: &Path, error: io::Error) -> Error {
@@ -210,6 +390,7 @@ fn io_error(path: &Path, error: io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::symlink;
 
     struct Root(PathBuf);
 
@@ -261,11 +442,46 @@ mod tests {
     }
 
     #[test]
-    fn gc_locks_every_network_agent_mode_could_use() {
+    fn gc_makes_nothing_and_finds_nothing_kept_for_a_new_network() {
         let root = Root::new("gc");
-        assert!(Network::lock_for_gc(&root.0, "agents").unwrap().is_some());
-        assert!(root.0.join("agents/.lock").exists());
-        assert!(Network::lock_for_gc(&root.0, "../x").unwrap().is_none());
+        let kept = kept_for_gc(&root.0, "agents", None).unwrap();
+        assert!(kept.attachments.is_empty());
+        assert!(!root.0.exists(), "GC made the state directory");
+        drop(kept);
+        fs::create_dir_all(&root.0).unwrap();
+        assert!(kept_for_gc(&root.0, "agents", None)
+            .unwrap()
+            .attachments
+            .is_empty());
+        assert!(!root.0.join("agents").exists());
+        assert!(kept_for_gc(&root.0, "../x", None).is_err());
+    }
+
+    #[test]
+    fn gc_sees_what_is_kept_and_shares_the_lock() {
+        let root = Root::new("gc-kept");
+        let net = Network::lock(&root.0, "agents").unwrap();
+        net.write(&attachment("a", "eth0"), b"{}").unwrap();
+        drop(net);
+        let first = kept_for_gc(&root.0, "agents", None).unwrap();
+        let second = kept_for_gc(&root.0, "agents", Some(Duration::ZERO)).unwrap();
+        assert_eq!(first.attachments, [attachment("a", "eth0")]);
+        assert_eq!(second.attachments, first.attachments);
+    }
+
+    #[test]
+    fn waiting_for_the_lock_is_bounded_when_asked() {
+        let root = Root::new("bounded");
+        let _held = Network::lock(&root.0, "agents").unwrap();
+        let started = Instant::now();
+        let e = kept_for_gc(&root.0, "agents", Some(Duration::from_millis(100))).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(e.code(), crate::error::code::TRY_AGAIN_LATER);
+        // The first ensure of a network waits for a GC that found nothing.
+        let root = Root::new("bounded-new");
+        let _gc = kept_for_gc(&root.0, "agents", None).unwrap();
+        let e = kept_for_gc(&root.0, "agents", Some(Duration::ZERO));
+        assert!(e.is_ok(), "GC shares the lock with GC");
     }
 
     #[test]
@@ -277,6 +493,55 @@ mod tests {
             fs::write(root.0.join("agents/cilium-health:eth0"), damaged).unwrap();
             assert_eq!(net.read(&health).unwrap(), None, "{damaged:?}");
         }
+    }
+
+    #[test]
+    fn links_in_the_state_directory_are_never_followed() {
+        let root = Root::new("links");
+        let net = Network::lock(&root.0, "agents").unwrap();
+        let health = attachment("cilium-health", "eth0");
+        let target = root.0.join("target");
+        fs::write(&target, "precious").unwrap();
+        // A link at the temporary file's path: replaced, not written through.
+        symlink(&target, root.0.join("agents/.cilium-health:eth0.tmp")).unwrap();
+        net.write(&health, b"{}").unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+        // A state file that is a link: refused, its target untouched.
+        fs::remove_file(root.0.join("agents/cilium-health:eth0")).unwrap();
+        symlink(&target, root.0.join("agents/cilium-health:eth0")).unwrap();
+        let e = net.read(&health).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        // Writing replaces the link itself.
+        net.write(&health, b"{\"ips\":[]}").unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+        assert_eq!(
+            net.read(&health).unwrap().as_deref(),
+            Some(&b"{\"ips\":[]}"[..])
+        );
+        // A network directory that is a link: refused.
+        drop(net);
+        fs::create_dir(root.0.join("elsewhere")).unwrap();
+        symlink(root.0.join("elsewhere"), root.0.join("planted")).unwrap();
+        let e = Network::lock(&root.0, "planted").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(kept_for_gc(&root.0, "planted", None).is_err());
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_state_file_is_refused_not_waited_on() {
+        let root = Root::new("fifo");
+        let net = Network::lock(&root.0, "agents").unwrap();
+        let path = std::ffi::CString::new(
+            root.0
+                .join("agents/x:eth0")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o644) }, 0);
+        let e = net.read(&attachment("x", "eth0")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]

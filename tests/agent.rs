@@ -556,3 +556,110 @@ fn empty_interface_or_namespace_values_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(agent.stack.calls().is_empty());
 }
+
+/// The GC input a CNI 1.1 runtime sends for the agent's network, with
+/// `valid` as `cni.dev/valid-attachments` and `ipam` keys added.
+fn gc_of(agent: &Agent, valid: Value, ipam: Value) -> (Env, String) {
+    let mut input = json!({
+        "cniVersion": "1.1.0",
+        "name": "agents",
+        "ipam": {"type": "ipam-delegated", "delegates": ["a"], "stateDir": agent.state},
+        "cni.dev/valid-attachments": valid,
+    });
+    for (key, value) in ipam.as_object().unwrap() {
+        input["ipam"][key] = value.clone();
+    }
+    let env = agent
+        .stack
+        .env("GC")
+        .unset("CNI_CONTAINERID")
+        .unset("CNI_NETNS")
+        .unset("CNI_IFNAME");
+    (env, input.to_string())
+}
+
+#[test]
+fn gc_creates_nothing_for_a_network_without_agent_attachments() {
+    let agent = fixture_agent();
+    let (env, input) = gc_of(&agent, json!([]), json!({}));
+    run_plugin(&env, input.as_bytes()).assert_silent_success();
+    assert!(!agent.state.exists(), "GC made {}", agent.state.display());
+    // With a state directory, but none for this network, alike.
+    fs::create_dir_all(&agent.state).unwrap();
+    run_plugin(&env, input.as_bytes()).assert_silent_success();
+    assert_eq!(fs::read_dir(&agent.state).unwrap().count(), 0);
+    assert_eq!(agent.stack.call_list(), ["a GC", "a GC"]);
+}
+
+#[test]
+fn gc_waits_for_agent_modes_lock_no_longer_than_the_timeout() {
+    let agent = fixture_agent();
+    agent.ensure("agent-health");
+    // An ensure that holds the network's lock for 5 s.
+    agent
+        .stack
+        .answer("a", "CHECK", Answer::default().after("sleep 5\n"));
+    let config = agent.conflist.display().to_string();
+    let holder = std::process::Command::new(common::PLUGIN)
+        .args(["ensure", "--config", &config, "--id", "agent-health"])
+        .env_clear()
+        .envs(agent.env().0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !agent.stack.call_list().contains(&"a CHECK".to_string()) {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (env, input) = gc_of(&agent, json!([]), json!({"timeout": 0.5}));
+    let started = std::time::Instant::now();
+    let error = run_plugin(&env, input.as_bytes()).assert_error(11);
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    assert!(error["msg"].as_str().unwrap().contains("lock"), "{error}");
+    assert!(!agent.stack.call_list().contains(&"a GC".to_string()));
+    let _ = holder.wait_with_output();
+}
+
+#[test]
+fn valid_attachments_that_are_not_an_array_are_refused_with_or_without_state() {
+    let agent = fixture_agent();
+    let (env, input) = gc_of(&agent, json!({"containerID": "pod-1"}), json!({}));
+    for with_state in [false, true] {
+        if with_state {
+            agent.ensure("agent-health");
+        }
+        let error = run_plugin(&env, input.as_bytes()).assert_error(7);
+        assert_eq!(
+            error["msg"],
+            "invalid network configuration: \"cni.dev/valid-attachments\" must be an array"
+        );
+    }
+    assert!(!agent.stack.call_list().contains(&"a GC".to_string()));
+}
+
+#[test]
+fn a_link_planted_in_the_state_directory_redirects_nothing() {
+    let agent = fixture_agent();
+    agent.ensure("agent-health");
+    let target = agent.state.join("precious");
+    fs::write(&target, "precious").unwrap();
+    let network = agent.state.join("agents");
+    // At the temporary file's path: ensure writes its own file instead.
+    std::os::unix::fs::symlink(&target, network.join(".agent-dns:eth0.tmp")).unwrap();
+    agent.ensure("agent-dns");
+    assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+    assert!(!network.join("agent-dns:eth0").is_symlink());
+    // A state file that is a link: refused, nothing run, the target kept.
+    fs::remove_file(agent.state_of("agent-health")).unwrap();
+    std::os::unix::fs::symlink(&target, agent.state_of("agent-health")).unwrap();
+    let calls = agent.stack.calls().len();
+    let error = agent.run("ensure", "agent-health").assert_error(5);
+    assert!(
+        error["msg"].as_str().unwrap().contains("symbolic link"),
+        "{error}"
+    );
+    assert_eq!(agent.stack.calls().len(), calls);
+    assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+}
