@@ -15,6 +15,10 @@ use crate::error::Error;
 use crate::state::{self, Attachment, Network};
 use crate::version;
 
+/// What tells a plugin built on libcni 1.2 or later that CNI_NETNS being
+/// its own namespace is meant.
+const NETNS_OVERRIDE: &str = "CNI_NETNS_OVERRIDE";
+
 /// Where delegates are looked for when CNI_PATH is not set.
 pub const DEFAULT_CNI_PATH: &str = "/opt/cni/bin";
 
@@ -211,12 +215,26 @@ fn prepare<'a>(request: &Request, stdin: &'a [u8]) -> Result<(Config<'a>, Vec<Pa
     ] {
         std::env::set_var(name, value);
     }
+    // Plugins built on libcni 1.2 or later fail ADD and DEL (code 8) when
+    // CNI_NETNS is their own namespace, unless told it is meant: an
+    // agent's address is in its own namespace on purpose.
+    if is_own_netns(&request.netns) {
+        std::env::set_var(NETNS_OVERRIDE, "1");
+    }
     let dirs = path
         .split(':')
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .collect();
     Ok((config, dirs))
+}
+
+/// Whether `netns` is the network namespace this process runs in (as
+/// libcni compares them: the same namespace file, however named).
+fn is_own_netns(netns: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |path: &str| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    identity(netns).is_some_and(|id| identity("/proc/self/ns/net") == Some(id))
 }
 
 fn find_each(config: &Config, dirs: &[PathBuf]) -> Vec<Result<delegate::Delegate, Error>> {

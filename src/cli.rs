@@ -12,7 +12,7 @@ use crate::{config, doctor, respond, signals, version};
 
 const USAGE: &str = "usage:
   ipam-delegated ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
-  ipam-delegated release --config FILE --id ID [--ifname NAME]
+  ipam-delegated release --config FILE --id ID [--ifname NAME] [--netns PATH]
   ipam-delegated doctor  --config FILE
   ipam-delegated --help | --version
 ";
@@ -27,8 +27,11 @@ Commands (CNI_PATH names the delegates' directories, /opt/cni/bin if unset):
   ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
           Make sure the attachment (network of FILE, ID, interface NAME,
           eth0 by default) holds an address, for a node agent; print it.
-  release --config FILE --id ID [--ifname NAME]
+  release --config FILE --id ID [--ifname NAME] [--netns PATH]
           Give that address back and forget it.
+--netns is the CNI_NETNS delegates get, the agent's own namespace by
+default (then CNI_NETNS_OVERRIDE=1 is set for them, as plugins built on
+libcni 1.2 or later require).
   doctor  --config FILE
           Check FILE and its delegates without allocating anything.
 FILE is a conflist (its plugin whose ipam.type is ipam-delegated is used)
@@ -53,7 +56,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Some("--version" | "-V") if args.len() == 1 => return print(&version_text()),
         _ => return usage(&format!("unknown command {:?}", command.to_string_lossy())),
     };
-    let request = match parse(&args[1..], ensuring) {
+    let request = match parse(&args[1..]) {
         Ok(request) => request,
         Err(problem) => return usage(&problem),
     };
@@ -116,8 +119,8 @@ fn print(text: &str) -> ExitCode {
     }
 }
 
-/// The options of `ensure` (all) or `release` (no --netns).
-fn parse(options: &[OsString], ensuring: bool) -> Result<Request, String> {
+/// The options of `ensure` and `release`.
+fn parse(options: &[OsString]) -> Result<Request, String> {
     let mut request = Request {
         config: PathBuf::new(),
         id: String::new(),
@@ -145,7 +148,7 @@ fn parse(options: &[OsString], ensuring: bool) -> Result<Request, String> {
             "--config" => request.config = PathBuf::from(value()?),
             "--id" => request.id = value()?,
             "--ifname" => request.ifname = value()?,
-            "--netns" if ensuring => request.netns = value()?,
+            "--netns" => request.netns = value()?,
             _ => return Err(format!("unknown option {option:?}")),
         }
     }
@@ -174,17 +177,14 @@ mod tests {
 
     #[test]
     fn ensure_takes_every_option_in_either_form() {
-        let request = parse(
-            &args(&[
-                "--config",
-                "/etc/x.conflist",
-                "--id=agent-health",
-                "--ifname",
-                "net1",
-                "--netns=/run/netns/x",
-            ]),
-            true,
-        )
+        let request = parse(&args(&[
+            "--config",
+            "/etc/x.conflist",
+            "--id=agent-health",
+            "--ifname",
+            "net1",
+            "--netns=/run/netns/x",
+        ]))
         .unwrap();
         assert_eq!(request.config, PathBuf::from("/etc/x.conflist"));
         assert_eq!(
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn defaults_are_eth0_and_the_hosts_namespace() {
-        let request = parse(&args(&["--id", "a", "--config", "f"]), false).unwrap();
+        let request = parse(&args(&["--id", "a", "--config", "f"])).unwrap();
         assert_eq!(
             (request.ifname.as_str(), request.netns.as_str()),
             ("eth0", "/proc/self/ns/net")
@@ -208,18 +208,13 @@ mod tests {
 
     #[test]
     fn bad_command_lines_are_named() {
-        for (list, ensuring, problem) in [
-            (&["--id", "a"][..], true, "--config and --id are required"),
-            (&["--config", "f"], true, "--config and --id are required"),
-            (&["--config"], true, "--config needs a value"),
-            (
-                &["--config", "f", "--id", "a", "--netns", "x"],
-                false,
-                "unknown option \"--netns\"",
-            ),
-            (&["--bogus"], true, "unknown option \"--bogus\""),
+        for (list, problem) in [
+            (&["--id", "a"][..], "--config and --id are required"),
+            (&["--config", "f"], "--config and --id are required"),
+            (&["--config"], "--config needs a value"),
+            (&["--bogus"], "unknown option \"--bogus\""),
         ] {
-            assert_eq!(parse(&args(list), ensuring).unwrap_err(), problem);
+            assert_eq!(parse(&args(list)).unwrap_err(), problem);
         }
     }
 }

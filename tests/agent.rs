@@ -63,8 +63,14 @@ impl Agent {
     }
 
     fn run(&self, command: &str, id: &str) -> common::Outcome {
+        self.run_with(command, id, &[])
+    }
+
+    fn run_with(&self, command: &str, id: &str, more: &[&str]) -> common::Outcome {
         let config = self.conflist.display().to_string();
-        run_cli(&[command, "--config", &config, "--id", id], &self.env())
+        let mut args = vec![command, "--config", &config, "--id", id];
+        args.extend(more);
+        run_cli(&args, &self.env())
     }
 
     fn ensure(&self, id: &str) -> String {
@@ -348,7 +354,7 @@ fn command_line_errors_are_clear() {
     for args in [
         &["frobnicate"][..],
         &["ensure", "--id", "a"],
-        &["release", "--config", "f", "--id", "a", "--netns", "x"],
+        &["release", "--config", "f", "--id", "a", "--netns"],
     ] {
         let out = run_cli(args, &agent.env());
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -662,4 +668,103 @@ fn a_link_planted_in_the_state_directory_redirects_nothing() {
     );
     assert_eq!(agent.stack.calls().len(), calls);
     assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+}
+
+/// An agent over host-local as a plugin built on libcni 1.2 or later
+/// behaves: it fails ADD and DEL whose CNI_NETNS is its own namespace,
+/// unless CNI_NETNS_OVERRIDE says it is meant.
+fn libcni_1_2_agent() -> Option<Agent> {
+    real_plugins()?;
+    let stack = Stack::new();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/libcni-1.2-plugin");
+    stack.link("host-local", &fixture);
+    Some(Agent::new(stack, &["host-local"]))
+}
+
+#[test]
+fn the_libcni_1_2_fixture_refuses_the_plugins_own_namespace() {
+    let Some(agent) = libcni_1_2_agent() else {
+        return;
+    };
+    // A runtime's ADD into the plugin's own namespace, no override: code 8,
+    // as from host-local v1.6.0.
+    let input = fs::read_to_string(&agent.conflist).unwrap();
+    let list: Value = serde_json::from_str(&input).unwrap();
+    let mut plugin = list["plugins"][0].clone();
+    plugin["cniVersion"] = list["cniVersion"].clone();
+    plugin["name"] = list["name"].clone();
+    let env = agent.stack.env("ADD").set("CNI_NETNS", "/proc/self/ns/net");
+    let error = run_plugin(&env, plugin.to_string().as_bytes()).assert_error(8);
+    assert_eq!(
+        error["msg"],
+        "plugin's netns and netns from CNI_NETNS should not be the same"
+    );
+    for allowed in ["1", "true", "TRUE"] {
+        let env = env.clone().set("CNI_NETNS_OVERRIDE", allowed);
+        let out = run_plugin(&env, plugin.to_string().as_bytes());
+        assert!(out.status.success(), "{allowed}: {out:?}");
+        run_plugin(
+            &env.set("CNI_COMMAND", "DEL"),
+            plugin.to_string().as_bytes(),
+        )
+        .assert_silent_success();
+    }
+    assert!(agent.reservations().is_empty());
+}
+
+#[test]
+fn ensure_and_release_work_with_plugins_built_on_libcni_1_2() {
+    let Some(agent) = libcni_1_2_agent() else {
+        return;
+    };
+    // The agent's own namespace, by default and named.
+    for netns in [&[][..], &["--netns", "/proc/self/ns/net"]] {
+        let first = agent.run_with("ensure", "agent-health", netns);
+        assert!(first.status.success(), "{first:?}");
+        let again = agent.run_with("ensure", "agent-health", netns);
+        assert_eq!(again.json(), first.json());
+        assert_eq!(agent.reservations().len(), 1);
+        agent
+            .run_with("release", "agent-health", netns)
+            .assert_silent_success();
+        assert!(!agent.state_of("agent-health").exists());
+        assert!(agent.reservations().is_empty());
+    }
+    // Another namespace at ensure: release, with it or without, frees it.
+    for release in [&["--netns", "/run/netns/ipamd-absent"][..], &[]] {
+        let ensured = agent.run_with(
+            "ensure",
+            "agent-health",
+            &["--netns", "/run/netns/ipamd-absent"],
+        );
+        assert!(ensured.status.success(), "{ensured:?}");
+        agent
+            .run_with("release", "agent-health", release)
+            .assert_silent_success();
+        assert!(!agent.state_of("agent-health").exists());
+        assert!(agent.reservations().is_empty());
+    }
+}
+
+#[test]
+fn the_override_is_set_only_for_the_agents_own_namespace() {
+    let agent = fixture_agent();
+    agent.ensure("agent-own");
+    let ensured = agent.run_with(
+        "ensure",
+        "agent-other",
+        &["--netns", "/run/netns/ipamd-absent"],
+    );
+    assert!(ensured.status.success(), "{ensured:?}");
+    let override_of = |id: &str| {
+        let call = agent
+            .stack
+            .calls()
+            .into_iter()
+            .find(|c| c.command == "ADD" && agent.stack.env_of(c)["CNI_CONTAINERID"] == id)
+            .unwrap();
+        agent.stack.env_of(&call).get("CNI_NETNS_OVERRIDE").cloned()
+    };
+    assert_eq!(override_of("agent-own").as_deref(), Some("1"));
+    assert_eq!(override_of("agent-other"), None);
 }
