@@ -4,7 +4,8 @@
 //! rounds, the variants interleaved within each round so that machine
 //! noise falls on all of them alike), for the binary cargo built for the
 //! bench (dynamically linked) and for a statically linked one the bench
-//! builds (`-C target-feature=+crt-static`); the peak RSS of one ADD; the
+//! builds (`-C target-feature=+crt-static`); the peak RSS of one ADD, and
+//! of chains of delegates printing results near the 4 MiB cap; the
 //! stripped binaries' sizes; and, for information, host-local with and
 //! without the plugin in front. Run with `cargo bench --bench overhead`.
 
@@ -44,6 +45,15 @@ fn main() {
     }
     let host_local = Path::new("/usr/lib/cni/host-local");
 
+    let large = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/large-result-delegate");
+    for i in 1..=32 {
+        std::os::unix::fs::symlink(&large, work.join(format!("bin/large-{i}"))).expect("link");
+    }
+    let stack_of = |name: &str, n: usize| {
+        let names: Vec<String> = (1..=n).map(|i| format!("{name}-{i}")).collect();
+        serde_json::json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {"type": "ipam-delegated", "delegates": names}})
+            .to_string()
+    };
     let stack = |n: usize| {
         let names: Vec<String> = (1..=n).map(|i| format!("noop-{i}")).collect();
         serde_json::json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {"type": "ipam-delegated", "delegates": names}})
@@ -192,6 +202,35 @@ fn main() {
         println!(
             "peak RSS of one ADD, {label}, 1 no-op delegate: {}  (target <= 3072 KiB)",
             peak_rss(by_label(prefix).0)
+        );
+    }
+    // What bounds memory is the 4 MiB cap on what a delegate prints: the
+    // plugin holds the input it feeds (the configuration and the previous
+    // result) and the output it reads, whatever the chain's length.
+    for (n, bytes) in [
+        (1, 4_000_000),
+        (2, 4_000_000),
+        (32, 4_000_000),
+        (1, 6_000_000),
+    ] {
+        let mut env = env(&work.join("bin"));
+        env.push(("RESULT_BYTES", bytes.to_string()));
+        let variant = Variant {
+            label: "large results",
+            program: static_plugin.clone(),
+            stdin: stack_of("large", n),
+            env,
+            per_call_id: false,
+            target: None,
+        };
+        let what = if bytes > 4 << 20 {
+            "printing 6,000,000 bytes (stopped at the cap)".to_string()
+        } else {
+            format!("each printing a {bytes}-byte result")
+        };
+        println!(
+            "peak RSS, static, {n} delegate(s) {what}: {}  (bound: about 2 x 4 MiB + the configuration + 2 MiB, whatever the chain's length)",
+            peak_rss(&variant)
         );
     }
     for (label, binary) in [

@@ -80,10 +80,22 @@ impl<'a> Config<'a> {
     /// its place and is copied byte for byte; a `prevResult` the runtime sent
     /// is replaced where it stood.
     pub fn with_prev_result(&self, result: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_with_prev_result(result, &mut out);
+        out
+    }
+
+    /// [`Self::with_prev_result`] written into `out`, replacing what it
+    /// held and reusing its allocation.
+    pub fn write_with_prev_result(&self, result: &[u8], out: &mut Vec<u8>) {
         let frame = self
             .frame
             .get_or_init(|| Frame::new(&self.members, PREV_RESULT));
-        frame.around(result)
+        out.clear();
+        out.reserve_exact(frame.head.len() + result.len() + frame.tail.len());
+        out.extend_from_slice(&frame.head);
+        out.extend_from_slice(result);
+        out.extend_from_slice(&frame.tail);
     }
 
     /// The configuration with member `key` set to `value` (JSON text), in

@@ -65,20 +65,22 @@ impl Limits {
     }
 }
 
-/// Runs `command` on `delegate` with `stdin`. On success, returns what it
-/// printed (a JSON object, surrounding whitespace trimmed), or `None` if it
-/// printed nothing, or, for any command but ADD, something else.
+/// Runs `command` on `delegate` with `stdin`, reading its stdout into
+/// `buffer` (cleared first). On success, returns what it printed (a JSON
+/// object, surrounding whitespace trimmed: the buffer itself), or `None`
+/// if it printed nothing, or, for any command but ADD, something else.
 pub fn run(
     delegate: &Delegate,
     command: Command,
     stdin: &[u8],
     limits: Limits,
+    buffer: Vec<u8>,
 ) -> Result<Option<Vec<u8>>, Failure> {
     let started = Instant::now();
     let finished = match signals::received(limits.stopped_by) {
         // Asked to stop before it started: no process at all.
         Some(signal) => Err(Failure::NotRun(signal)),
-        None => spawn(delegate, command, stdin, limits),
+        None => spawn(delegate, command, stdin, limits, buffer),
     };
     // Formatted only when someone will read it: every pod start pays for this.
     if tracing::enabled!(tracing::Level::DEBUG) {
@@ -118,6 +120,7 @@ fn spawn(
     command: Command,
     stdin: &[u8],
     limits: Limits,
+    buffer: Vec<u8>,
 ) -> Result<Finished, Failure> {
     std::process::Command::new(&delegate.path)
         .env("CNI_COMMAND", command.as_str())
@@ -132,7 +135,7 @@ fn spawn(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(Failure::NotStarted)
-        .and_then(|child| supervise(child, stdin, limits))
+        .and_then(|child| supervise(child, stdin, limits, buffer))
 }
 
 /// A delegate process that has ended.
@@ -179,9 +182,14 @@ const REQUESTS: usize = 4;
 /// The delegate is reaped only after the last kill: until then its zombie
 /// keeps its pid, and so its process group id, from being reused, so a
 /// kill cannot reach a stranger.
-fn supervise(mut child: Child, input: &[u8], limits: Limits) -> Result<Finished, Failure> {
+fn supervise(
+    mut child: Child,
+    input: &[u8],
+    limits: Limits,
+    output: Vec<u8>,
+) -> Result<Finished, Failure> {
     let group = Group(child.id());
-    let mut pipes = match Pipes::new(&mut child, input) {
+    let mut pipes = match Pipes::new(&mut child, input, output) {
         Ok(pipes) => pipes,
         Err(e) => {
             group.signal(libc::SIGKILL);
@@ -366,7 +374,7 @@ struct Pipes<'a> {
 }
 
 impl<'a> Pipes<'a> {
-    fn new(child: &mut Child, input: &'a [u8]) -> io::Result<Self> {
+    fn new(child: &mut Child, input: &'a [u8], mut output: Vec<u8>) -> io::Result<Self> {
         // All Some: the caller asked for three pipes.
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -382,7 +390,10 @@ impl<'a> Pipes<'a> {
             stdin: (!input.is_empty()).then_some(stdin),
             stdout: Some(stdout),
             stderr: Some(stderr),
-            output: Vec::new(),
+            output: {
+                output.clear();
+                output
+            },
             line: Vec::new(),
             read_error: None,
         })
@@ -418,7 +429,15 @@ impl<'a> Pipes<'a> {
                 Ok(0) => break self.stdout = None,
                 Ok(n) => {
                     let room = STDOUT_CAP + 1 - self.output.len().min(STDOUT_CAP + 1);
-                    self.output.extend_from_slice(&chunk[..n.min(room)]);
+                    let taken = &chunk[..n.min(room)];
+                    // Doubling as Vec does, but never past the cap: a 4 MiB
+                    // result costs 4 MiB, not 8.
+                    let needed = self.output.len() + taken.len();
+                    if needed > self.output.capacity() {
+                        let grown = (self.output.capacity() * 2).clamp(needed, STDOUT_CAP + 1);
+                        self.output.reserve_exact(grown - self.output.len());
+                    }
+                    self.output.extend_from_slice(taken);
                     if self.output.len() > STDOUT_CAP {
                         break;
                     }

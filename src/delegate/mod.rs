@@ -4,7 +4,6 @@
 mod exec;
 mod lookup;
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use tracing::warn;
@@ -38,14 +37,18 @@ fn undoing(config: &Config) -> Limits {
 }
 
 impl Delegate {
-    /// Runs `command` with `stdin`; a failure comes back naming this delegate.
+    /// Runs `command` with `stdin`, reading what it prints into `buffer`
+    /// (cleared first; handed back as the result, so a chain reuses one
+    /// allocation); a failure comes back naming this delegate.
     fn call(
         &self,
         command: Command,
         stdin: &[u8],
         limits: Limits,
+        buffer: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, Error> {
-        exec::run(self, command, stdin, limits).map_err(|failure| self.failed(command, failure))
+        exec::run(self, command, stdin, limits, buffer)
+            .map_err(|failure| self.failed(command, failure))
     }
 
     fn failed(&self, command: Command, failure: Failure) -> Error {
@@ -64,9 +67,10 @@ impl Delegate {
 /// delegate k's error is the answer; if it was never started (the plugin
 /// was asked to stop first), 1..k.
 pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
-    let mut stdin = Cow::Borrowed(config.raw);
+    let mut thread = Thread::new(config);
     for (k, delegate) in delegates.iter().enumerate() {
-        let error = match delegate.call(Command::Add, &stdin, asked(config)) {
+        let buffer = thread.take_buffer();
+        let error = match delegate.call(Command::Add, thread.input(), asked(config), buffer) {
             Ok(Some(result)) if k + 1 == delegates.len() => {
                 // Finished in the grace of a termination request: the ADD
                 // is undone all the same, as it would have been earlier.
@@ -80,7 +84,7 @@ pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
                 }
             }
             Ok(Some(result)) => {
-                stdin = Cow::Owned(config.with_prev_result(&result));
+                thread.pass_on(result);
                 continue;
             }
             Ok(None) => delegate.failed(Command::Add, Failure::NoResult),
@@ -92,7 +96,7 @@ pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
             "ADD failed, rolling back {ran} delegate(s): {}",
             error.summary()
         );
-        return Err(error.with_rollback(rollback(config, &delegates[..ran], stdin)));
+        return Err(error.with_rollback(rollback(&delegates[..ran], thread)));
     }
     // Only reachable with no delegates, which Config::parse refuses.
     Err(Error::InvalidConfig("\"ipam.delegates\" is empty".into()))
@@ -102,22 +106,21 @@ pub fn add(config: &Config, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
 /// see: DEL on every delegate, in order, the first getting the result as
 /// `prevResult`, as a runtime's DEL would. Returns the DELs that failed.
 pub fn undo(config: &Config, delegates: &[Delegate], result: &[u8]) -> Vec<Error> {
-    rollback(
-        config,
-        delegates,
-        Cow::Owned(config.with_prev_result(result)),
-    )
+    let mut thread = Thread::new(config);
+    thread.input = Some(config.with_prev_result(result));
+    rollback(delegates, thread)
 }
 
 /// Undoes a failed ADD: DEL on each delegate that was run, failed one
-/// included, in the same order. The first DEL gets what the failed delegate
-/// got; then results thread as in [`del`]. Failures are logged and returned,
-/// and never stop the remaining DELs.
-fn rollback(config: &Config, delegates: &[Delegate], mut stdin: Cow<[u8]>) -> Vec<Error> {
+/// included, in the same order. The first DEL gets `thread`'s input, what
+/// the failed delegate got; then results thread as in [`del`]. Failures
+/// are logged and returned, and never stop the remaining DELs.
+fn rollback(delegates: &[Delegate], mut thread: Thread) -> Vec<Error> {
+    let limits = undoing(thread.config);
     delegates
         .iter()
         .filter_map(|delegate| {
-            let error = step(config, delegate, Command::Del, &mut stdin, undoing(config)).err()?;
+            let error = thread.step(delegate, Command::Del, limits).err()?;
             warn!("rollback: {}", error.summary());
             Some(error)
         })
@@ -127,14 +130,12 @@ fn rollback(config: &Config, delegates: &[Delegate], mut stdin: Cow<[u8]>) -> Ve
 /// DEL, best effort: every delegate that was found runs, in order, whatever
 /// the others did. The first failure's code is the answer; all are listed.
 pub fn del(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<(), Error> {
-    let mut stdin = Cow::Borrowed(config.raw);
+    let mut thread = Thread::new(config);
     let failures = delegates
         .into_iter()
         .filter_map(|found| {
             found
-                .and_then(|delegate| {
-                    step(config, &delegate, Command::Del, &mut stdin, asked(config))
-                })
+                .and_then(|delegate| thread.step(&delegate, Command::Del, asked(config)))
                 .err()
         })
         .collect();
@@ -143,9 +144,9 @@ pub fn del(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<(
 
 /// CHECK: in order, threading results as DEL does; the first failure is the answer.
 pub fn check(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
-    let mut stdin = Cow::Borrowed(config.raw);
+    let mut thread = Thread::new(config);
     for delegate in delegates {
-        step(config, delegate, Command::Check, &mut stdin, asked(config))?;
+        thread.step(delegate, Command::Check, asked(config))?;
     }
     Ok(())
 }
@@ -159,7 +160,9 @@ pub fn gc(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<()
         .into_iter()
         .filter_map(|found| {
             found
-                .and_then(|delegate| delegate.call(Command::Gc, config.raw, asked(config)))
+                .and_then(|delegate| {
+                    delegate.call(Command::Gc, config.raw, asked(config), Vec::new())
+                })
                 .err()
         })
         .collect();
@@ -170,7 +173,7 @@ pub fn gc(config: &Config, delegates: Vec<Result<Delegate, Error>>) -> Result<()
 /// first one not ready (50, 51 or any failure) is the answer, code kept.
 pub fn status(config: &Config, delegates: &[Delegate]) -> Result<(), Error> {
     for delegate in delegates {
-        delegate.call(Command::Status, config.raw, asked(config))?;
+        delegate.call(Command::Status, config.raw, asked(config), Vec::new())?;
     }
     Ok(())
 }
@@ -187,7 +190,7 @@ pub fn supported_versions(
         timeout: Some(timeout),
         stopped_by: 1,
     };
-    let answer = delegate.call(Command::Version, question.as_bytes(), limits)?;
+    let answer = delegate.call(Command::Version, question.as_bytes(), limits, Vec::new())?;
     let versions = answer
         .and_then(|a| serde_json::from_slice::<serde_json::Value>(&a).ok())
         .and_then(|a| {
@@ -199,18 +202,52 @@ pub fn supported_versions(
     versions.ok_or_else(|| delegate.failed(Command::Version, Failure::NoResult))
 }
 
-/// One call of a threaded DEL or CHECK: a delegate that printed a result
-/// makes it the next one's `prevResult`; one that printed nothing leaves the
-/// next one's input as it was.
-fn step(
-    config: &Config,
-    delegate: &Delegate,
-    command: Command,
-    stdin: &mut Cow<[u8]>,
-    limits: Limits,
-) -> Result<(), Error> {
-    if let Some(printed) = delegate.call(command, stdin, limits)? {
-        *stdin = Cow::Owned(config.with_prev_result(&printed));
+/// A chain's threading: the input the next delegate reads, and the buffer
+/// the next output is read into. A result becomes the next input's
+/// `prevResult`, and its allocation the next output's buffer, so two
+/// buffers serve a chain of any length: memory stays at about the
+/// configuration plus twice [`STDOUT_CAP`], the input being fed and the
+/// output being read.
+struct Thread<'a> {
+    config: &'a Config<'a>,
+    /// The next input; `None` for the configuration as it came.
+    input: Option<Vec<u8>>,
+    /// Where the next output is read.
+    spare: Vec<u8>,
+}
+
+impl<'a> Thread<'a> {
+    fn new(config: &'a Config<'a>) -> Thread<'a> {
+        Thread {
+            config,
+            input: None,
+            spare: Vec::new(),
+        }
     }
-    Ok(())
+
+    fn input(&self) -> &[u8] {
+        self.input.as_deref().unwrap_or(self.config.raw)
+    }
+
+    fn take_buffer(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.spare)
+    }
+
+    /// Makes `result` the next input's `prevResult`.
+    fn pass_on(&mut self, result: Vec<u8>) {
+        let input = self.input.get_or_insert_with(Vec::new);
+        self.config.write_with_prev_result(&result, input);
+        self.spare = result;
+    }
+
+    /// One call of a threaded DEL or CHECK: a delegate that printed a
+    /// result makes it the next one's `prevResult`; one that printed
+    /// nothing leaves the next one's input as it was.
+    fn step(&mut self, delegate: &Delegate, command: Command, limits: Limits) -> Result<(), Error> {
+        let buffer = self.take_buffer();
+        if let Some(printed) = delegate.call(command, self.input(), limits, buffer)? {
+            self.pass_on(printed);
+        }
+        Ok(())
+    }
 }
