@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use ipam_delegated::environment::{Command, Environment};
+use ipam_delegated::environment::Environment;
 use ipam_delegated::{cli, config, logging, respond, signals};
 
 fn main() -> ExitCode {
@@ -18,16 +18,11 @@ fn main() -> ExitCode {
         Ok(None) => return cli::main(std::env::args_os().skip(1)),
         Err(e) => Err(e),
     };
-    // From here a termination request is honoured, not fatal: it stops the
-    // stack cleanly. On failure the signals keep their default and end the
-    // plugin where it stands.
-    if env
-        .as_ref()
-        .is_ok_and(|env| env.command != Command::Version)
-    {
-        if let Err(e) = signals::watch() {
-            tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
-        }
+    // From here a termination request is answered, not fatal: it stops the
+    // stack cleanly, or the wait for stdin. On failure the signals keep
+    // their default and end the plugin where it stands.
+    if let Err(e) = signals::watch() {
+        tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
     }
     // Stdin is read even when the environment is wrong: the error reply
     // carries the configuration's cniVersion.

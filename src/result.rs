@@ -67,7 +67,10 @@ fn rewrite(members: &Members, wanted: &str, reshape: bool) -> Result<Vec<u8>, St
         }
         match key {
             "cniVersion" => push_member(&mut out, key, version.as_bytes()),
-            "ips" if reshape => push_member(&mut out, key, &ips(value, wanted)?),
+            // null, as libcni reads it, is no addresses: nothing to convert.
+            "ips" if reshape && value.get() != "null" => {
+                push_member(&mut out, key, &ips(value, wanted)?)
+            }
             _ => push_member(&mut out, key, value.get().as_bytes()),
         }
     }
@@ -168,6 +171,10 @@ mod tests {
                 "0.4.0"
             ),
             r#"{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.0.0.2/24"}]}"#
+        );
+        assert_eq!(
+            convert(r#"{"cniVersion":"1.0.0","ips":null}"#, "0.4.0"),
+            r#"{"cniVersion":"0.4.0","ips":null}"#
         );
     }
 

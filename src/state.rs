@@ -65,8 +65,9 @@ pub struct Kept {
     /// Every attachment kept for the network.
     pub attachments: Vec<Attachment>,
     // Held for its lock: the network's directory, or the nearest one
-    // above it that exists.
-    _lock: File,
+    // above it that exists; none where this user cannot read the state
+    // directory, which no agent of this user can keep anything in either.
+    _lock: Option<File>,
 }
 
 impl Network {
@@ -74,10 +75,12 @@ impl Network {
     /// `release`, making the directories that are missing. Waits for any
     /// other holder, unless asked to stop.
     ///
-    /// The network's directory is made while the nearest existing
-    /// directory above it is locked: a GC that found no directory holds
+    /// Each missing directory is made while the nearest existing one above
+    /// it is locked: a GC that found no directory for the network holds
     /// that same lock, shared, until its delegates are done, so the first
-    /// `ensure` of a network cannot allocate while such a GC runs.
+    /// `ensure` of a network cannot allocate while such a GC runs. The
+    /// network's own directory is always made under the state directory's
+    /// lock, the state directory under its parent's.
     pub fn lock(root: &Path, name: &str) -> Result<Network, Error> {
         check_directory_name(name)?;
         let path = root.join(name);
@@ -86,20 +89,24 @@ impl Network {
                 wait_for(&dir, Lock::Exclusive, &path, None)?;
                 return Ok(Network { dir, path });
             }
-            let (above, missing) = nearest_existing(&path)?;
-            wait_for(&above.file, Lock::Exclusive, &above.path, None)?;
-            if above.still_missing(missing).is_err() {
+            let above = Nearest::find(&path)?;
+            wait_for(&above.dir, Lock::Exclusive, &above.path, None)?;
+            if !above.still_missing() {
                 // Made by someone else meanwhile: start again from there.
                 continue;
             }
-            create_dirs(root)?;
-            let root_dir = open_dir(root)?;
-            match sys::mkdirat(&root_dir, name, 0o755) {
-                Ok(()) => root_dir.sync_all().map_err(|e| io_error(root, e))?,
+            if above.missing != path {
+                // The state directory (or one above it) first; the
+                // network's under the state directory's own lock, next time.
+                create_dirs(root)?;
+                continue;
+            }
+            match sys::mkdirat(&above.dir, name, 0o755) {
+                Ok(()) => above.dir.sync_all().map_err(|e| io_error(root, e))?,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_error(&path, e)),
             }
-            // Still holding the lock above, so no GC starts in between.
+            // Still holding the state directory's lock: no GC in between.
             let dir = open_network(root, name)?
                 .ok_or_else(|| io_error(&path, io::ErrorKind::NotFound.into()))?;
             wait_for(&dir, Lock::Exclusive, &path, None)?;
@@ -185,11 +192,6 @@ impl Network {
             Err(e) => Err(io_error(&self.path.join(name), e)),
         }
     }
-
-    /// Every attachment kept for this network.
-    pub fn attachments(&self) -> Result<Vec<Attachment>, Error> {
-        list(&self.dir, &self.path)
-    }
 }
 
 /// For GC: the attachments kept for network `name` under `root`, and a
@@ -202,20 +204,35 @@ pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result
     let path = root.join(name);
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
-        if let Some(dir) = open_network(root, name)? {
-            wait_for(&dir, Lock::Shared, &path, deadline)?;
-            return Ok(Kept {
-                attachments: list(&dir, &path)?,
-                _lock: dir,
-            });
-        }
-        let (above, missing) = nearest_existing(&path)?;
-        wait_for(&above.file, Lock::Shared, &above.path, deadline)?;
-        if above.still_missing(missing).is_ok() {
-            return Ok(Kept {
-                attachments: Vec::new(),
-                _lock: above.file,
-            });
+        let found = open_network(root, name).and_then(|dir| match dir {
+            Some(dir) => Ok(Ok(dir)),
+            None => Nearest::find(&path).map(Err),
+        });
+        match found {
+            Ok(Ok(dir)) => {
+                wait_for(&dir, Lock::Shared, &path, deadline)?;
+                return Ok(Kept {
+                    attachments: list(&dir, &path)?,
+                    _lock: Some(dir),
+                });
+            }
+            Ok(Err(above)) => {
+                wait_for(&above.dir, Lock::Shared, &above.path, deadline)?;
+                if above.still_missing() {
+                    return Ok(Kept {
+                        attachments: Vec::new(),
+                        _lock: Some(above.dir),
+                    });
+                }
+                // Made meanwhile: start again from there.
+            }
+            Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::PermissionDenied => {
+                return Ok(Kept {
+                    attachments: Vec::new(),
+                    _lock: None,
+                })
+            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -253,40 +270,40 @@ fn open_network(root: &Path, name: &str) -> Result<Option<File>, Error> {
     }
 }
 
-/// A directory above the network's, that exists.
-struct Above {
-    file: File,
+/// The nearest directory above the network's that exists, opened, and
+/// the first one below it, on the way to the network's, that does not.
+struct Nearest {
+    dir: File,
     path: PathBuf,
+    missing: PathBuf,
 }
 
-impl Above {
-    /// Whether `missing`, the next directory down, is still missing; once
-    /// this directory is locked, nothing of ours makes it.
-    fn still_missing(&self, missing: PathBuf) -> Result<(), ()> {
-        match fs::metadata(missing) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            _ => Err(()),
+impl Nearest {
+    fn find(network: &Path) -> Result<Nearest, Error> {
+        let mut missing = network.to_path_buf();
+        for dir in network.ancestors().skip(1) {
+            match open_dir(dir) {
+                Ok(file) => {
+                    return Ok(Nearest {
+                        dir: file,
+                        path: dir.to_path_buf(),
+                        missing,
+                    })
+                }
+                Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
+                    missing = dir.to_path_buf();
+                }
+                Err(e) => return Err(e),
+            }
         }
+        Err(io_error(network, io::ErrorKind::NotFound.into()))
     }
-}
 
-/// The nearest directory above `path` that exists, opened, and the one
-/// below it on the way to `path` that does not.
-fn nearest_existing(path: &Path) -> Result<(Above, PathBuf), Error> {
-    let mut missing = path.to_path_buf();
-    for dir in path.ancestors().skip(1) {
-        match open_dir(dir) {
-            Ok(file) => {
-                let path = dir.to_path_buf();
-                return Ok((Above { file, path }, missing));
-            }
-            Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
-                missing = dir.to_path_buf();
-            }
-            Err(e) => return Err(e),
-        }
+    /// Whether the missing directory is still missing: once the one above
+    /// is locked, nothing of ours makes it.
+    fn still_missing(&self) -> bool {
+        matches!(fs::metadata(&self.missing), Err(e) if e.kind() == io::ErrorKind::NotFound)
     }
-    Err(io_error(path, io::ErrorKind::NotFound.into()))
 }
 
 /// Opens a directory by path: the state directory and those above it,
@@ -430,13 +447,13 @@ mod tests {
             Some(&b"{\"ips\":[]}"[..])
         );
         assert_eq!(
-            net.attachments().unwrap(),
+            list(&net.dir, &net.path).unwrap(),
             [health.clone(), attachment("dns.cache", "net1.100")]
         );
         net.remove(&health).unwrap();
         net.remove(&health).unwrap();
         assert_eq!(
-            net.attachments().unwrap(),
+            list(&net.dir, &net.path).unwrap(),
             [attachment("dns.cache", "net1.100")]
         );
     }
@@ -477,11 +494,30 @@ mod tests {
         let e = kept_for_gc(&root.0, "agents", Some(Duration::from_millis(100))).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(e.code(), crate::error::code::TRY_AGAIN_LATER);
-        // The first ensure of a network waits for a GC that found nothing.
-        let root = Root::new("bounded-new");
-        let _gc = kept_for_gc(&root.0, "agents", None).unwrap();
-        let e = kept_for_gc(&root.0, "agents", Some(Duration::ZERO));
-        assert!(e.is_ok(), "GC shares the lock with GC");
+    }
+
+    #[test]
+    fn the_first_ensure_of_a_network_waits_for_a_gc_that_found_nothing() {
+        // With no state directory at all, and with one but no network's.
+        for make_root in [false, true] {
+            let root = Root::new(&format!("first-{make_root}"));
+            fs::create_dir_all(root.0.parent().unwrap()).unwrap();
+            if make_root {
+                fs::create_dir_all(&root.0).unwrap();
+            }
+            let gc = kept_for_gc(&root.0, "agents", None).unwrap();
+            assert!(gc.attachments.is_empty());
+            // GC shares its lock with GC.
+            assert!(kept_for_gc(&root.0, "agents", Some(Duration::ZERO)).is_ok());
+            let path = root.0.clone();
+            let ensure = std::thread::spawn(move || Network::lock(&path, "agents").map(drop));
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(!ensure.is_finished(), "ensure went ahead while GC ran");
+            assert!(!root.0.join("agents").exists());
+            drop(gc);
+            ensure.join().unwrap().unwrap();
+            assert!(root.0.join("agents").is_dir());
+        }
     }
 
     #[test]

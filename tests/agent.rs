@@ -674,10 +674,11 @@ fn a_link_planted_in_the_state_directory_redirects_nothing() {
 /// behaves: it fails ADD and DEL whose CNI_NETNS is its own namespace,
 /// unless CNI_NETNS_OVERRIDE says it is meant.
 fn libcni_1_2_agent() -> Option<Agent> {
-    real_plugins()?;
+    let plugins = real_plugins()?;
     let stack = Stack::new();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/libcni-1.2-plugin");
     stack.link("host-local", &fixture);
+    stack.link("host-local.real", &plugins.join("host-local"));
     Some(Agent::new(stack, &["host-local"]))
 }
 
@@ -767,4 +768,48 @@ fn the_override_is_set_only_for_the_agents_own_namespace() {
     };
     assert_eq!(override_of("agent-own").as_deref(), Some("1"));
     assert_eq!(override_of("agent-other"), None);
+}
+
+#[test]
+fn gc_by_a_user_who_cannot_read_the_state_directory_goes_on() {
+    // A rootless runtime's GC: no agent of that user can keep anything in
+    // a state directory it cannot read, so there is nothing to protect.
+    use std::os::unix::fs::PermissionsExt;
+    if !common::is_root() {
+        common::skip("needs root, to run the plugin as another user");
+        return;
+    }
+    let agent = fixture_agent();
+    agent.ensure("agent-health");
+    fs::set_permissions(&agent.state, fs::Permissions::from_mode(0o700)).unwrap();
+    // The scripted delegate records its calls there, as that user too.
+    fs::set_permissions(agent.stack.rec(), fs::Permissions::from_mode(0o777)).unwrap();
+    for entry in fs::read_dir(agent.stack.rec()).unwrap() {
+        fs::set_permissions(entry.unwrap().path(), fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let (env, input) = gc_of(&agent, json!([]), json!({}));
+    let mut child = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            common::PLUGIN,
+        ])
+        .env_clear()
+        .envs(env.0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let gc = agent
+        .stack
+        .calls()
+        .into_iter()
+        .rfind(|c| c.command == "GC")
+        .unwrap();
+    assert_eq!(agent.stack.stdin_of(&gc), input.as_bytes());
 }

@@ -245,12 +245,19 @@ fn a_second_signal_cuts_a_hanging_rollback_short() {
 
 #[test]
 fn a_signal_while_stdin_is_still_open_is_answered_at_once() {
-    for signal in ["TERM", "INT"] {
+    // Whatever the command, and even when the environment is wrong: the
+    // answer comes at once, with the code it would have had.
+    for (signal, command, unset, code) in [
+        ("TERM", "ADD", "", 105),
+        ("INT", "ADD", "", 105),
+        ("TERM", "VERSION", "", 105),
+        ("TERM", "DEL", "CNI_PATH", 4),
+    ] {
         let stack = Stack::of(&["a"]);
         stack.answer("a", "ADD", Answer::prints(result("a")));
         let mut child = Command::new(PLUGIN)
             .env_clear()
-            .envs(stack.env("ADD").0)
+            .envs(stack.env(command).unset(unset).0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -275,12 +282,14 @@ fn a_signal_while_stdin_is_still_open_is_answered_at_once() {
             "took {:?}",
             asked.elapsed()
         );
-        let error = out.assert_error(105);
+        let error = out.assert_error(code);
         let msg = error["msg"].as_str().unwrap();
-        assert!(
-            msg.contains("while reading the network configuration from stdin"),
-            "{msg}"
-        );
+        if code == 105 {
+            assert!(
+                msg.contains("while reading the network configuration from stdin"),
+                "{msg}"
+            );
+        }
         assert!(stack.calls().is_empty(), "{:?}", stack.call_list());
     }
 }
@@ -360,6 +369,30 @@ fn a_first_signal_lets_the_running_delegate_finish_then_undoes_the_add() {
         assert!(stack.rec().join("b-finished").exists(), "b was cut short");
         assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
     }
+}
+
+#[test]
+fn the_grace_after_a_signal_ends_at_the_calls_deadline() {
+    let stack = Stack::of(&["a", "hangs"]);
+    stack.answer("a", "ADD", Answer::prints(result("a")));
+    stack.answer("hangs", "ADD", Answer::default().after(HANG_WITH_CHILD));
+    let started = Instant::now();
+    let child = spawn(&stack, "ADD", &with_timeout(&["a", "hangs"], 2.0));
+    wait_for_calls(&stack, 2);
+    // 1.5 s into a 2 s call: the grace would run to 3.5 s if the
+    // deadline did not still stand.
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
+    terminate(&child, "TERM");
+    let error = finish(child).assert_error(105);
+    assert!(
+        started.elapsed() < Duration::from_millis(3300),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        error["msg"],
+        "hangs (ADD): was stopped: the plugin received signal 15"
+    );
 }
 
 #[test]

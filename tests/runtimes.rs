@@ -18,7 +18,6 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -907,7 +906,7 @@ fn libcni_driver() -> PathBuf {
 /// Root, every tool and file named, a static busybox and the plugins every
 /// test uses; or a skip (a failure under CI=true).
 fn prerequisites(tools: &[&str], files: &[&str]) -> bool {
-    if fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 {
+    if !common::is_root() {
         return skip("runtime tests need root (network namespaces, bridges, containers)");
     }
     let mut needed: Vec<&str> = tools.to_vec();

@@ -42,6 +42,10 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// The longest stderr line kept whole; a longer one is copied in parts.
 const STDERR_LINE_CAP: usize = 64 * 1024;
 
+/// How many reads of a delegate's stderr (16 KiB each) one wake-up copies:
+/// a pipe's worth.
+const STDERR_READS: usize = 4;
+
 /// How much of a failed delegate's stdout an error quotes.
 const EXCERPT_LEN: usize = 512;
 
@@ -99,6 +103,12 @@ pub fn run(
         );
     }
     let finished = finished?;
+    if finished.abandoned {
+        warn!(
+            "{} ({command}): a process it left behind holds its stdout; not waiting for it",
+            delegate.name
+        );
+    }
     match judge(finished.status, finished.stdout) {
         // Only an ADD must print a result. For the other commands libcni
         // ignores stdout on success, so a log line printed there (a
@@ -142,6 +152,8 @@ fn spawn(
 struct Finished {
     status: ExitStatus,
     stdout: Vec<u8>,
+    /// Something it left behind still held its stdout, and was not waited for.
+    abandoned: bool,
 }
 
 /// Why the plugin stopped a delegate.
@@ -199,9 +211,9 @@ fn supervise(
     };
     let exit = ExitWatch::new(child.id());
     let mut exited: Option<Instant> = None;
+    let mut abandoned = false;
     let deadline = limits.timeout.and_then(|t| Instant::now().checked_add(t));
-    let mut stopping = Stopping::No;
-    stopping = on_requests(stopping, limits, group);
+    let mut stopping = on_requests(Stopping::No, limits, deadline, group);
 
     loop {
         let now = Instant::now();
@@ -229,7 +241,7 @@ fn supervise(
         // Ended, but something it left behind holds stdout: all it printed
         // is in the pipe already.
         if exited.is_some_and(|at| now >= at + CLOSE_GRACE) {
-            warn!("a process the delegate left behind holds its stdout; not waiting for it");
+            abandoned = true;
             break;
         }
         let timer = match stopping {
@@ -243,8 +255,9 @@ fn supervise(
             .flatten()
             .min();
         let mut wait = timer.map(|t| t.saturating_duration_since(now));
-        // Without a pidfd, the exit is asked for; it only matters once stdout is closed.
-        if exited.is_none() && pipes.stdout.is_none() && exit.needs_polling() {
+        // Without a pidfd, the exit is asked for: it ends the loop once
+        // stdout is closed, and starts the wait for a stdout held open.
+        if exited.is_none() && exit.needs_polling() {
             wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
         }
         let mut fds = [libc::pollfd {
@@ -267,7 +280,7 @@ fn supervise(
             pipes.feed();
         }
         if fds[STDERR].revents != 0 {
-            pipes.copy_stderr();
+            pipes.copy_stderr(&mut io::stderr());
         }
         if fds[STDOUT].revents != 0 {
             pipes.drain();
@@ -282,7 +295,7 @@ fn supervise(
             exited = Some(Instant::now());
         }
         if fds[REQUESTS].revents != 0 {
-            stopping = on_requests(stopping, limits, group);
+            stopping = on_requests(stopping, limits, deadline, group);
         }
     }
 
@@ -297,8 +310,8 @@ fn supervise(
     };
     // What it wrote on stderr before it ended is in the pipe: copied, then
     // the pipe closed, whoever else still holds it.
-    pipes.copy_stderr();
-    pipes.finish_stderr();
+    pipes.copy_stderr(&mut io::stderr());
+    pipes.finish_stderr(&mut io::stderr());
     let status = if exited.is_some() {
         Some(child.wait())
     } else {
@@ -318,12 +331,19 @@ fn supervise(
     Ok(Finished {
         status: status.map_err(Failure::Io)?,
         stdout: pipes.output,
+        abandoned,
     })
 }
 
 /// Acts on the termination requests received so far: one that kills
-/// kills at once; a first one for a call it stops starts the grace.
-fn on_requests(stopping: Stopping, limits: Limits, group: Group) -> Stopping {
+/// kills at once; a first one for a call it stops starts the grace, which
+/// ends at the call's deadline if that comes first.
+fn on_requests(
+    stopping: Stopping,
+    limits: Limits,
+    deadline: Option<Instant>,
+    group: Group,
+) -> Stopping {
     if let Some(signal) = signals::received(limits.killed_by()) {
         return match stopping {
             Stopping::Killed { .. } => stopping,
@@ -332,10 +352,11 @@ fn on_requests(stopping: Stopping, limits: Limits, group: Group) -> Stopping {
     }
     match (stopping, signals::received(limits.stopped_by)) {
         (Stopping::No, Some(signal)) => {
-            let grace = limits.timeout.map_or(STOP_GRACE, |t| t.min(STOP_GRACE));
+            // The call's own deadline still stands within the grace.
+            let grace_end = Instant::now() + STOP_GRACE;
             Stopping::Grace {
                 signal,
-                until: Instant::now() + grace,
+                until: deadline.map_or(grace_end, |d| d.min(grace_end)),
             }
         }
         _ => stopping,
@@ -452,17 +473,19 @@ impl<'a> Pipes<'a> {
         }
     }
 
-    /// Copies what is there of the delegate's stderr to the plugin's, whole
-    /// lines at a time, so that they do not interleave with the plugin's
-    /// own; closes it at EOF.
-    fn copy_stderr(&mut self) {
+    /// Copies what is there of the delegate's stderr to `sink` (the
+    /// plugin's stderr), whole lines at a time, so that they do not interleave with the plugin's
+    /// own; closes it at EOF. Reads a bounded amount: a delegate (or what
+    /// it left behind) writing without pause must not keep the loop from
+    /// its deadline and its signals.
+    fn copy_stderr(&mut self, sink: &mut impl Write) {
         let Some(stderr) = self.stderr.as_mut() else {
             return;
         };
         let mut chunk = [0; 16 * 1024];
-        loop {
+        for _ in 0..STDERR_READS {
             match stderr.read(&mut chunk) {
-                Ok(0) => break self.finish_stderr(),
+                Ok(0) => return self.finish_stderr(sink),
                 Ok(n) => {
                     self.line.extend_from_slice(&chunk[..n]);
                     let whole = match self.line.iter().rposition(|b| *b == b'\n') {
@@ -471,22 +494,22 @@ impl<'a> Pipes<'a> {
                         None => continue,
                     };
                     // A closed stderr loses the lines and nothing else.
-                    let _ = io::stderr().write_all(&self.line[..whole]);
+                    let _ = sink.write_all(&self.line[..whole]);
                     self.line.drain(..whole);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Empty for now; an error is the end of it.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => break self.finish_stderr(),
+                Err(_) => return self.finish_stderr(sink),
             }
         }
     }
 
     /// Copies a last line left without its newline, and closes stderr.
-    fn finish_stderr(&mut self) {
+    fn finish_stderr(&mut self, sink: &mut impl Write) {
         if !self.line.is_empty() {
             self.line.push(b'\n');
-            let _ = io::stderr().write_all(&self.line);
+            let _ = sink.write_all(&self.line);
             self.line.clear();
         }
         self.stderr = None;
@@ -774,6 +797,41 @@ mod tests {
             // Not reaped by the watch: the status is still there to collect.
             assert_eq!(child.wait().unwrap().code(), Some(3), "asking: {asking}");
         }
+    }
+
+    #[test]
+    fn one_wake_up_copies_a_bounded_part_of_stderr_in_whole_lines() {
+        use std::os::unix::net::UnixStream;
+        // A socket holds more than a pipe: more is there than one copy takes.
+        let (mut writer, reader) = UnixStream::pair().unwrap();
+        writer.set_nonblocking(true).unwrap();
+        let line = [&[b'x'; 999][..], b"\n"].concat();
+        let mut written = 0;
+        while let Ok(n) = writer.write(&line) {
+            written += n;
+        }
+        reader.set_nonblocking(true).unwrap();
+        let mut pipes = Pipes {
+            input: b"",
+            stdin: None,
+            stdout: None,
+            stderr: Some(ChildStderr::from(OwnedFd::from(reader))),
+            output: Vec::new(),
+            line: Vec::new(),
+            read_error: None,
+        };
+        let mut sink = Vec::new();
+        pipes.copy_stderr(&mut sink);
+        let bound = STDERR_READS * 16 * 1024;
+        assert!(written > bound, "only {written} bytes buffered");
+        assert!(!sink.is_empty() && sink.len() <= bound, "{}", sink.len());
+        assert!(sink.ends_with(b"\n") && sink.len() % 1000 == 0);
+        // The rest comes with the next wake-ups, nothing lost or split.
+        drop(writer);
+        while pipes.stderr.is_some() {
+            pipes.copy_stderr(&mut sink);
+        }
+        assert_eq!(sink.len(), written);
     }
 
     #[test]

@@ -425,6 +425,12 @@ pub fn write_answer(rec: &Path, name: &str, command: &str, answer: Answer) {
     }
 }
 
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
 /// Says why a test does not run and returns false; under CI=true, where
 /// everything must run, it fails the test instead.
 pub fn skip(why: &str) -> bool {
