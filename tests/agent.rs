@@ -193,6 +193,31 @@ fn fixture_agent() -> Agent {
     agent
 }
 
+/// The GC input a CNI 1.1 runtime sends for the agent's network, with
+/// `valid` as `cni.dev/valid-attachments` and `ipam` keys added.
+fn gc_of(agent: &Agent, valid: Value, ipam: Value) -> (Env, String) {
+    let mut input = json!({
+        "cniVersion": "1.1.0",
+        "name": "agents",
+        "ipam": {"type": "ipam-delegated", "delegates": ["a"], "stateDir": agent.state},
+        "cni.dev/valid-attachments": valid,
+    });
+    for (key, value) in ipam.as_object().unwrap() {
+        input["ipam"][key] = value.clone();
+    }
+    (gc_env(agent), input.to_string())
+}
+
+/// A CNI 1.1 runtime's GC environment: only CNI_PATH of the CNI_* ones.
+fn gc_env(agent: &Agent) -> Env {
+    agent
+        .stack
+        .env("GC")
+        .unset("CNI_CONTAINERID")
+        .unset("CNI_NETNS")
+        .unset("CNI_IFNAME")
+}
+
 #[test]
 fn gc_gets_the_runtimes_list_plus_the_agents_attachments() {
     let agent = fixture_agent();
@@ -204,12 +229,7 @@ fn gc_gets_the_runtimes_list_plus_the_agents_attachments() {
         "ipam": {"type": "ipam-delegated", "delegates": ["a"], "stateDir": agent.state},
         "cni.dev/valid-attachments": [{"containerID": "pod-1", "ifname": "eth0"}],
     });
-    let env = agent
-        .stack
-        .env("GC")
-        .unset("CNI_CONTAINERID")
-        .unset("CNI_NETNS")
-        .unset("CNI_IFNAME");
+    let env = gc_env(&agent);
     run_plugin(&env, input.to_string().as_bytes()).assert_silent_success();
     let gc = agent
         .stack
@@ -460,12 +480,7 @@ fn gc_holds_the_lock_even_before_the_first_ensure() {
         "ipam": {"type": "ipam-delegated", "delegates": ["a"], "stateDir": agent.state},
         "cni.dev/valid-attachments": [],
     });
-    let env = agent
-        .stack
-        .env("GC")
-        .unset("CNI_CONTAINERID")
-        .unset("CNI_NETNS")
-        .unset("CNI_IFNAME");
+    let env = gc_env(&agent);
     std::thread::scope(|scope| {
         let gc = scope.spawn(|| run_plugin(&env, input.to_string().as_bytes()));
         // Once GC is running, the first ensure for the network starts.
@@ -561,27 +576,6 @@ fn empty_interface_or_namespace_values_are_refused() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(agent.stack.calls().is_empty());
-}
-
-/// The GC input a CNI 1.1 runtime sends for the agent's network, with
-/// `valid` as `cni.dev/valid-attachments` and `ipam` keys added.
-fn gc_of(agent: &Agent, valid: Value, ipam: Value) -> (Env, String) {
-    let mut input = json!({
-        "cniVersion": "1.1.0",
-        "name": "agents",
-        "ipam": {"type": "ipam-delegated", "delegates": ["a"], "stateDir": agent.state},
-        "cni.dev/valid-attachments": valid,
-    });
-    for (key, value) in ipam.as_object().unwrap() {
-        input["ipam"][key] = value.clone();
-    }
-    let env = agent
-        .stack
-        .env("GC")
-        .unset("CNI_CONTAINERID")
-        .unset("CNI_NETNS")
-        .unset("CNI_IFNAME");
-    (env, input.to_string())
 }
 
 #[test]

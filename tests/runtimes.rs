@@ -231,6 +231,32 @@ impl Lab {
         }
     }
 
+    /// `command` (add, check, del) on conflist `file` through libcni (the
+    /// driver), in the host namespace, for container ctr-e2e in `container`.
+    fn libcni(
+        &self,
+        driver: &Path,
+        command: &str,
+        file: &Path,
+        container: &Netns,
+        network: &Network,
+    ) -> Output {
+        run(self
+            .host
+            .bounded(driver.to_str().unwrap())
+            .args([
+                command,
+                file.to_str().unwrap(),
+                "ctr-e2e",
+                &container.path(),
+                "eth0",
+            ])
+            .env("CNI_PATH", self.path("bin"))
+            .env("CNI_CACHE_DIR", self.path("libcni-cache"))
+            .env("FAKE_DELEGATE_DIR", &network.rec)
+            .env("IPAM_DELEGATED_LOG_FILE", network.log()))
+    }
+
     /// The addresses host-local holds for `network`.
     fn reservations(&self, network: &Network) -> BTreeSet<String> {
         let Ok(entries) = fs::read_dir(self.path("data").join(&network.name)) else {
@@ -377,22 +403,7 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
             let file = lab.path(&format!("{}.conflist", net.name));
             fs::write(&file, &net.conflist).unwrap();
             let container = Netns::new(format!("{}-ctr-{}", net.name, std::process::id()));
-            let call = |command: &str| {
-                run(lab
-                    .host
-                    .bounded(driver.to_str().unwrap())
-                    .args([
-                        command,
-                        file.to_str().unwrap(),
-                        "ctr-e2e",
-                        &container.path(),
-                        "eth0",
-                    ])
-                    .env("CNI_PATH", lab.path("bin"))
-                    .env("CNI_CACHE_DIR", lab.path("libcni-cache"))
-                    .env("FAKE_DELEGATE_DIR", &net.rec)
-                    .env("IPAM_DELEGATED_LOG_FILE", net.log()))
-            };
+            let call = |command: &str| lab.libcni(&driver, command, &file, &container, net);
             let add = call("add");
             let mut output = text(&add);
             let mut address = None;
@@ -468,22 +479,7 @@ fn bridge_under_libcni_gets_the_reply_in_the_configurations_version() {
         let file = lab.path(&format!("{}.conflist", net.name));
         fs::write(&file, &net.conflist).unwrap();
         let container = Netns::new(format!("{}-ctr-{}", net.name, std::process::id()));
-        let call = |command: &str| {
-            run(lab
-                .host
-                .bounded(driver.to_str().unwrap())
-                .args([
-                    command,
-                    file.to_str().unwrap(),
-                    "ctr-e2e",
-                    &container.path(),
-                    "eth0",
-                ])
-                .env("CNI_PATH", lab.path("bin"))
-                .env("CNI_CACHE_DIR", lab.path("libcni-cache"))
-                .env("FAKE_DELEGATE_DIR", &net.rec)
-                .env("IPAM_DELEGATED_LOG_FILE", net.log()))
-        };
+        let call = |command: &str| lab.libcni(&driver, command, &file, &container, &net);
         let add = call("add");
         assert!(add.status.success(), "{fixture}: {}", text(&add));
         let shown =
