@@ -208,6 +208,15 @@ fn gc_of(agent: &Agent, valid: Value, ipam: Value) -> (Env, String) {
     (gc_env(agent), input.to_string())
 }
 
+/// The last GC call the scripted delegate recorded.
+fn last_gc(agent: &Agent) -> common::Call {
+    let calls = agent.stack.calls();
+    calls
+        .into_iter()
+        .rfind(|c| c.command == "GC")
+        .expect("a GC call")
+}
+
 /// A CNI 1.1 runtime's GC environment: only CNI_PATH of the CNI_* ones.
 fn gc_env(agent: &Agent) -> Env {
     agent
@@ -231,12 +240,7 @@ fn gc_gets_the_runtimes_list_plus_the_agents_attachments() {
     });
     let env = gc_env(&agent);
     run_plugin(&env, input.to_string().as_bytes()).assert_silent_success();
-    let gc = agent
-        .stack
-        .calls()
-        .into_iter()
-        .find(|c| c.command == "GC")
-        .unwrap();
+    let gc = last_gc(&agent);
     let seen: Value = serde_json::from_slice(&agent.stack.stdin_of(&gc)).unwrap();
     assert_eq!(
         seen["cni.dev/valid-attachments"],
@@ -245,12 +249,7 @@ fn gc_gets_the_runtimes_list_plus_the_agents_attachments() {
     // Released, it is no longer kept from GC.
     agent.run("release", "agent-health").assert_silent_success();
     run_plugin(&env, input.to_string().as_bytes()).assert_silent_success();
-    let gc = agent
-        .stack
-        .calls()
-        .into_iter()
-        .rfind(|c| c.command == "GC")
-        .unwrap();
+    let gc = last_gc(&agent);
     assert_eq!(agent.stack.stdin_of(&gc), input.to_string().as_bytes());
 }
 
@@ -799,11 +798,6 @@ fn gc_by_a_user_who_cannot_read_the_state_directory_goes_on() {
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let gc = agent
-        .stack
-        .calls()
-        .into_iter()
-        .rfind(|c| c.command == "GC")
-        .unwrap();
+    let gc = last_gc(&agent);
     assert_eq!(agent.stack.stdin_of(&gc), input.as_bytes());
 }
