@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::delegate::{self, Delegate};
 use crate::error::Error;
 use crate::state;
+use crate::sys;
 
 /// How long a delegate may take to answer VERSION when the configuration
 /// sets no `ipam.timeout`.
@@ -162,12 +163,7 @@ fn not_found(name: &str, dirs: &[PathBuf]) -> String {
 /// directory above it that exists, is not a directory it can write to.
 fn state_dir_problem(root: &Path) -> Option<String> {
     let existing = root.ancestors().find(|d| d.exists())?;
-    let writable = existing.is_dir() && {
-        let path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()).ok()?;
-        // SAFETY: access only reads the NUL-terminated path.
-        let answer = unsafe { libc::access(path.as_ptr(), libc::W_OK) };
-        answer == 0
-    };
+    let writable = existing.is_dir() && sys::can_write(existing);
     (!writable).then(|| {
         format!(
             "ipam.stateDir {} cannot be made or written ({} is not a writable directory): fix its permissions or set ipam.stateDir elsewhere",

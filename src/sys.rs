@@ -1,12 +1,15 @@
-//! The operating-system calls std does not offer, as safe functions: one
-//! poll(2) wrapper for every loop that waits on descriptors, and the
-//! calls relative to a directory descriptor and the file locks that agent
-//! mode's state is kept with.
+//! Every call into the operating system that std does not offer, and so
+//! every `unsafe` block of the crate, behind safe functions: poll(2), the
+//! signalfd that termination requests are read from, watching and
+//! signalling a delegate's process, and the calls relative to a directory
+//! descriptor and the file locks that agent mode's state is kept with.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::time::Duration;
 
 /// A poll(2) slot watching `fd` for `events`, or, for `None`, a slot poll
@@ -35,6 +38,116 @@ pub fn poll(fds: &mut [libc::pollfd], wait: Option<Duration>) -> io::Result<()> 
         }
     }
     Ok(())
+}
+
+/// Sets SIGCHLD back to its default disposition. A runtime that ignores it
+/// passes that on through exec, and the kernel would then reap children by
+/// itself: their exit status lost, their pid free for reuse.
+pub fn default_sigchld() {
+    // SAFETY: setting a standard disposition for a valid signal.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+}
+
+/// A new non-blocking signalfd for `signals`, which are then blocked for
+/// the process (for its one thread): from then on they are read from the
+/// descriptor instead of acting. Children started later do not inherit the
+/// block: std clears the signal mask of the processes it starts.
+pub fn block_into_signalfd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it below.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is valid for writing; both calls only fail for invalid
+    // signal numbers, and the callers pass valid ones.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in signals {
+            libc::sigaddset(&mut set, *signal);
+        }
+    }
+    // SAFETY: -1 asks for a new descriptor; `set` is valid for the call.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: signalfd returned a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Blocked only once the signalfd exists: without it nothing would ever
+    // read them, and the process would ignore every request to stop. (On
+    // failure the descriptor closes as it drops.)
+    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
+    check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
+    Ok(fd)
+}
+
+/// The next signal waiting in `signalfd`, if one is.
+pub fn read_signal(signalfd: &OwnedFd) -> Option<libc::c_int> {
+    // SAFETY: signalfd_siginfo is plain data; zeroed is a valid value.
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    let buffer = (&mut info as *mut libc::signalfd_siginfo).cast();
+    // SAFETY: `buffer` is valid for `size` bytes of writing.
+    let read = unsafe { libc::read(signalfd.as_raw_fd(), buffer, size) };
+    // Empty (EAGAIN), interrupted or short: nothing to count now.
+    (usize::try_from(read) == Ok(size)).then(|| libc::c_int::try_from(info.ssi_signo).ok())?
+}
+
+/// A pidfd for child `pid`, which poll(2) reports readable once the child
+/// has ended; `None` on kernels without pidfd_open(2) (before Linux 5.3).
+pub fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let flags: libc::c_uint = 0;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
+    let fd = RawFd::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: a non-negative result is a new descriptor that nothing else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether child `pid` has ended, leaving it unreaped (its status still
+/// to be collected, its pid still taken).
+pub fn has_exited(pid: u32) -> bool {
+    // SAFETY: siginfo_t is plain data that waitid fills in; zeroed is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    // SAFETY: `info` is valid for writing; WNOWAIT leaves the child to be reaped.
+    let result = unsafe { libc::waitid(libc::P_PID, libc::id_t::from(pid), &mut info, flags) };
+    if result != 0 {
+        // No such child any more (reaped already): it has ended.
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+    }
+    // With WNOHANG, a child still running leaves si_pid at 0.
+    // SAFETY: waitid succeeded, so `info` holds a child's state or zeros.
+    unsafe { info.si_pid() != 0 }
+}
+
+/// Sends `signal` to every process in process group `group`. A group
+/// already gone is no error.
+pub fn signal_group(group: u32, signal: libc::c_int) {
+    if let Ok(group) = libc::pid_t::try_from(group) {
+        // SAFETY: kill has no memory effects; a negative pid names the group.
+        unsafe { libc::kill(-group, signal) };
+    }
+}
+
+/// Puts descriptor `fd` in non-blocking mode (its own open file
+/// description only: the other end of a pipe keeps its mode).
+pub fn set_nonblocking(fd: &impl AsFd) -> io::Result<()> {
+    let fd = fd.as_fd().as_raw_fd();
+    // SAFETY: fcntl on an open descriptor, with valid commands.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) })
+}
+
+/// Whether this process may write in `path` (access(2) with W_OK).
+pub fn can_write(path: &Path) -> bool {
+    let Ok(path) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: access only reads the NUL-terminated path.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
 }
 
 /// Opens `name` in directory `dir` with `flags` (and `mode` for a file it

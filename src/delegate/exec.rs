@@ -5,7 +5,7 @@
 //! loop; then judged as a result or a failure.
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use crate::environment::{Command, PARENT_VARIABLE};
 use crate::error::Failure;
 use crate::json;
 use crate::signals;
-use crate::sys::{poll, pollfd};
+use crate::sys::{self, poll, pollfd};
 
 /// The most a delegate may print on stdout. Results are a few KiB; more
 /// than this is a broken delegate, stopped before it costs us memory.
@@ -402,9 +402,9 @@ impl<'a> Pipes<'a> {
         else {
             return Err(io::Error::other("delegate pipes missing"));
         };
-        for fd in [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()] {
-            nonblocking(fd)?;
-        }
+        sys::set_nonblocking(&stdin)?;
+        sys::set_nonblocking(&stdout)?;
+        sys::set_nonblocking(&stderr)?;
         Ok(Pipes {
             input,
             // Nothing to write: close it now, the delegate sees EOF at once.
@@ -529,14 +529,7 @@ enum ExitWatch {
 
 impl ExitWatch {
     fn new(pid: u32) -> ExitWatch {
-        let (raw_pid, flags): (libc::pid_t, libc::c_uint) = (pid as libc::pid_t, 0);
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, flags) };
-        match i32::try_from(fd) {
-            // SAFETY: a non-negative result is a new descriptor that nothing else owns.
-            Ok(fd) if fd >= 0 => ExitWatch::Pidfd(unsafe { OwnedFd::from_raw_fd(fd) }),
-            _ => ExitWatch::Asking(pid),
-        }
+        sys::pidfd_open(pid).map_or(ExitWatch::Asking(pid), ExitWatch::Pidfd)
     }
 
     fn fd(&self) -> Option<RawFd> {
@@ -552,34 +545,11 @@ impl ExitWatch {
 
     /// For a watch without a pidfd: whether the process has ended, left unreaped.
     fn has_exited(&self) -> bool {
-        let ExitWatch::Asking(pid) = self else {
-            return false;
-        };
-        // SAFETY: siginfo_t is plain data that waitid fills in; zeroed is a valid value.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-        // SAFETY: `info` is valid for writing; WNOWAIT leaves the child to be reaped.
-        let result = unsafe { libc::waitid(libc::P_PID, libc::id_t::from(*pid), &mut info, flags) };
-        if result != 0 {
-            // No such child any more (reaped already): it has ended.
-            return io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+        match self {
+            ExitWatch::Asking(pid) => sys::has_exited(*pid),
+            ExitWatch::Pidfd(_) => false,
         }
-        // With WNOHANG, a child still running leaves si_pid at 0.
-        // SAFETY: waitid succeeded, so `info` holds a child's state or zeros.
-        let pid = unsafe { info.si_pid() };
-        pid != 0
     }
-}
-
-/// Puts a descriptor in non-blocking mode.
-fn nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own, with valid commands.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A delegate's process group, named by its leader's pid.
@@ -587,13 +557,9 @@ fn nonblocking(fd: RawFd) -> io::Result<()> {
 struct Group(u32);
 
 impl Group {
-    /// Sends `signal` to every process in the group. A group already gone
-    /// is no error.
+    /// Sends `signal` to every process in the group.
     fn signal(self, signal: libc::c_int) {
-        if let Ok(pgid) = libc::pid_t::try_from(self.0) {
-            // SAFETY: kill has no memory effects; a negative pid names the group.
-            unsafe { libc::kill(-pgid, signal) };
-        }
+        sys::signal_group(self.0, signal);
     }
 }
 
