@@ -3,24 +3,20 @@
 //! CHECK, then DEL, then ADD for a fixed container ID, keeping the result;
 //! `release` undoes it; and GC never frees what is kept.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tracing::warn;
 
+use crate::cni::{self, Command, NetConf};
 use crate::config::Config;
-use crate::delegate;
-use crate::environment::{self, Command};
+use crate::delegate::{self, Chain, Delegate, Processes};
 use crate::error::Error;
 use crate::state::{self, Attachment, Network};
-use crate::version;
 
 /// What tells a plugin built on libcni 1.2 or later that CNI_NETNS being
 /// its own namespace is meant.
 const NETNS_OVERRIDE: &str = "CNI_NETNS_OVERRIDE";
-
-/// Where delegates are looked for when CNI_PATH is not set.
-pub const DEFAULT_CNI_PATH: &str = "/opt/cni/bin";
 
 /// The key under which CNI 1.1 runtimes list the attachments GC must keep.
 const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
@@ -39,6 +35,68 @@ pub struct Request {
     pub netns: String,
 }
 
+/// What `ensure` and `release` work with: the configuration, the
+/// directories delegates are found in, and a runner that gives them the
+/// attachment's CNI_* variables, as a runtime would.
+struct Setup<'a> {
+    config: Config<'a>,
+    path: Vec<PathBuf>,
+    runner: Processes,
+}
+
+impl<'a> Setup<'a> {
+    /// Checks the request and reads the configuration.
+    fn new(request: &Request, stdin: &'a [u8]) -> Result<Self, Error> {
+        cni::check_container_id("--id", &request.id)?;
+        cni::check_ifname("--ifname", &request.ifname)?;
+        let config = Config::parse(stdin)?;
+        let cni_path = cni_path();
+        let mut vars = vec![
+            ("CNI_CONTAINERID", request.id.clone()),
+            ("CNI_IFNAME", request.ifname.clone()),
+            ("CNI_NETNS", request.netns.clone()),
+            ("CNI_PATH", cni_path.clone()),
+        ];
+        // Plugins built on libcni 1.2 or later fail ADD and DEL (code 8)
+        // when CNI_NETNS is their own namespace, unless told it is meant:
+        // an agent's address is in its own namespace on purpose.
+        if is_own_netns(&request.netns) {
+            vars.push((NETNS_OVERRIDE, "1".into()));
+        }
+        Ok(Setup {
+            config,
+            path: cni::search_path(&cni_path),
+            runner: Processes::with_env(vars),
+        })
+    }
+
+    /// The stack for `net` (the configuration, or it with a `prevResult`).
+    fn chain<'c>(&'c self, net: &'c NetConf<'c>) -> Chain<'c, Processes> {
+        Chain::new(net, &self.runner, self.config.timeout)
+    }
+
+    fn find_all(&self) -> Result<Vec<Delegate>, Error> {
+        delegate::resolve(&self.config.delegates, &self.path)
+    }
+
+    fn find_each(&self) -> Vec<Result<Delegate, Error>> {
+        delegate::resolve_each(&self.config.delegates, &self.path)
+    }
+
+    /// DEL on the stack, with `kept` (a result) as `prevResult` if given.
+    fn del(&self, kept: Option<&[u8]>) -> Result<(), Error> {
+        let input = kept.map(|kept| self.config.net.with_prev_result(kept));
+        match &input {
+            Some(input) => self.chain(&NetConf::parse(input)?).del(self.find_each()),
+            None => self.chain(&self.config.net).del(self.find_each()),
+        }
+    }
+
+    fn network(&self) -> Result<Network, Error> {
+        Network::lock(&state_root(&self.config), &self.config.net.name)
+    }
+}
+
 /// Makes sure the attachment holds an address and prints it: the kept
 /// result if the stack still confirms it (CHECK), else a fresh ADD after a
 /// DEL that frees whatever an earlier run may have left behind, even if
@@ -46,17 +104,17 @@ pub struct Request {
 /// it failed too (the kept result may still hold an address). No verdict
 /// from CHECK (timeout, signal, code 11) is the answer, the state kept.
 pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
-    let (config, dirs) = prepare(request, stdin)?;
-    let network = Network::lock(&state_root(&config), &config.name)?;
+    let setup = Setup::new(request, stdin)?;
+    let network = setup.network()?;
     let attachment = attachment(request);
     let stored = network.read(&attachment)?;
-    let delegates = delegate::resolve(&config.delegates, &dirs)?;
+    let delegates = setup.find_all()?;
 
     if let Some(stored) = &stored {
         // Before 0.4.0 there is no CHECK: the attachment is simply re-made.
-        if version::check_command(Command::Check, config.cni_version).is_ok() {
-            let checking = config.with_prev_result(stored);
-            match delegate::check(&Config::parse(&checking)?, &delegates) {
+        if cni::check_command(Command::Check, setup.config.net.cni_version).is_ok() {
+            let checking = setup.config.net.with_prev_result(stored);
+            match setup.chain(&NetConf::parse(&checking)?).check(&delegates) {
                 Ok(()) => return Ok(stored.clone()),
                 // No verdict (a timeout, a request to stop, "try again
                 // later"): the address may well still be held, and its
@@ -69,22 +127,17 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
             }
         }
     }
-    let deleting = stored
-        .as_deref()
-        .map_or_else(|| stdin.to_vec(), |s| config.with_prev_result(s));
-    let deleted = delegate::del(&Config::parse(&deleting)?, find_each(&config, &dirs));
+    let deleted = setup.del(stored.as_deref());
     if let Err(e) = &deleted {
         warn!("DEL before ADD failed, adding anyway: {}", e.summary());
     }
-    match delegate::add(&config, &delegates) {
+    let added = setup.chain(&setup.config.net).add(&delegates);
+    match added {
         Ok(result) => match network.write(&attachment, &result) {
             Ok(()) => Ok(result),
             Err(e) => {
                 // Unkept, the address would be lost to everyone: give it back.
-                let giving_back = config.with_prev_result(&result);
-                let undone = Config::parse(&giving_back)
-                    .and_then(|c| delegate::del(&c, find_each(&config, &dirs)));
-                if let Err(undo) = undone {
+                if let Err(undo) = setup.del(Some(&result)) {
                     warn!(
                         "could not give back the address it failed to keep: {}",
                         undo.summary()
@@ -94,8 +147,9 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
             }
         },
         Err(e) => {
-            // Forgotten only if nothing can still be held: what the DEL
-            // could not free stays kept, safe from GC, for the next run to DEL.
+            // The state goes only when nothing can still be held. If the
+            // DEL before the ADD failed, the kept result may still hold an
+            // address: it stays, safe from GC, for the next run's DEL.
             if stored.is_none() || deleted.is_ok() {
                 if let Err(forget) = network.remove(&attachment) {
                     warn!(
@@ -113,31 +167,48 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
 /// prevResult if there is one) and forgets it. Releasing what is not held
 /// succeeds, as DEL does; a failed DEL keeps the state, to try again.
 pub fn release(request: &Request, stdin: &[u8]) -> Result<(), Error> {
-    let (config, dirs) = prepare(request, stdin)?;
-    let network = Network::lock(&state_root(&config), &config.name)?;
+    let setup = Setup::new(request, stdin)?;
+    let network = setup.network()?;
     let attachment = attachment(request);
     let stored = network.read(&attachment)?;
-    let deleting = stored.map_or_else(|| stdin.to_vec(), |s| config.with_prev_result(&s));
-    delegate::del(&Config::parse(&deleting)?, find_each(&config, &dirs))?;
+    setup.del(stored.as_deref())?;
     network.remove(&attachment)
 }
 
-/// GC's input with every attachment kept for the network added to the
-/// runtime's `cni.dev/valid-attachments`, so that GC frees none of them
-/// (`None` when nothing is kept: the runtime's input stands), and the lock
-/// to hold until the delegates are done (an `ensure` could otherwise
-/// allocate between the listing and the GC). Creates nothing; waits for
-/// the lock no longer than `ipam.timeout` when set.
-pub fn gc_input(config: &Config) -> Result<(state::Kept, Option<Vec<u8>>), Error> {
-    let mut valid: Vec<Value> = match config.member(VALID_ATTACHMENTS) {
+/// Agent mode's attachments kept from a runtime's GC: the GC input with
+/// every attachment kept for the network added to
+/// `cni.dev/valid-attachments`, and the network's lock, held until the
+/// delegates are done (an `ensure` could otherwise allocate between the
+/// listing and the GC).
+pub struct Protected {
+    _kept: state::Kept,
+    /// `None` when nothing is kept: the runtime's input stands.
+    input: Option<Vec<u8>>,
+}
+
+impl Protected {
+    /// What the delegates' GC gets.
+    pub fn input<'a>(&'a self, net: &'a NetConf) -> &'a [u8] {
+        self.input.as_deref().unwrap_or(net.raw)
+    }
+}
+
+/// Keeps agent mode's attachments for `config`'s network from the GC about
+/// to run. Creates nothing; waits for the lock no longer than
+/// `ipam.timeout` when set.
+pub fn protect_from_gc(config: &Config) -> Result<Protected, Error> {
+    let mut valid: Vec<Value> = match config.net.member(VALID_ATTACHMENTS) {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|_| {
-            Error::InvalidConfig(format!("\"{VALID_ATTACHMENTS}\" must be an array"))
+            cni::Error::InvalidConfig(format!("\"{VALID_ATTACHMENTS}\" must be an array"))
         })?,
         None => Vec::new(),
     };
-    let kept = state::kept_for_gc(&state_root(config), &config.name, config.timeout)?;
+    let kept = state::kept_for_gc(&state_root(config), &config.net.name, config.timeout)?;
     if kept.attachments.is_empty() {
-        return Ok((kept, None));
+        return Ok(Protected {
+            _kept: kept,
+            input: None,
+        });
     }
     for attachment in &kept.attachments {
         let entry = serde_json::json!({"containerID": attachment.id, "ifname": attachment.ifname});
@@ -146,87 +217,20 @@ pub fn gc_input(config: &Config) -> Result<(state::Kept, Option<Vec<u8>>), Error
         }
     }
     let list = Value::Array(valid).to_string();
-    let input = config.with_member(VALID_ATTACHMENTS, list.as_bytes());
-    Ok((kept, Some(input)))
+    let input = config.net.with_member(VALID_ATTACHMENTS, list.as_bytes());
+    Ok(Protected {
+        _kept: kept,
+        input: Some(input),
+    })
 }
 
-/// The stdin a main plugin would give the plugin for `file`: from a list,
-/// the one plugin whose `ipam.type` is ipam-delegated, with the list's
-/// cniVersion and name, as libcni derives it; or the file's own object.
-pub fn load(file: &Path) -> Result<Vec<u8>, Error> {
-    let fail = |reason: String| Error::ConfigFile {
-        path: file.to_owned(),
-        reason,
-    };
-    let text = std::fs::read(file).map_err(|e| fail(format!("cannot be read: {e}")))?;
-    let value: Value =
-        serde_json::from_slice(&text).map_err(|e| fail(format!("is not JSON: {e}")))?;
-    let Value::Object(object) = value else {
-        return Err(fail("is not a JSON object".into()));
-    };
-    let is_ours = |plugin: &Value| plugin["ipam"]["type"] == "ipam-delegated";
-    let plugin = match object.get("plugins") {
-        Some(Value::Array(plugins)) => {
-            let ours: Vec<&Value> = plugins.iter().filter(|p| is_ours(p)).collect();
-            let [plugin] = ours.as_slice() else {
-                return Err(fail(format!(
-                    "a list needs exactly one plugin whose ipam.type is ipam-delegated; it has {}",
-                    ours.len()
-                )));
-            };
-            let Value::Object(plugin) = plugin else {
-                return Err(fail("its ipam-delegated plugin is not an object".into()));
-            };
-            let mut built = Map::new();
-            for key in ["cniVersion", "name"] {
-                if let Some(value) = object.get(key) {
-                    built.insert(key.into(), value.clone());
-                }
-            }
-            for (key, value) in plugin {
-                built.entry(key.clone()).or_insert_with(|| value.clone());
-            }
-            built
-        }
-        Some(_) => return Err(fail("\"plugins\" is not an array".into())),
-        None if is_ours(&Value::Object(object.clone())) => object,
-        None => return Err(fail("its ipam.type is not ipam-delegated".into())),
-    };
-    Ok(Value::Object(plugin).to_string().into_bytes())
-}
-
-/// Checks the request, sets the environment every delegate will inherit,
-/// and reads the configuration.
-fn prepare<'a>(request: &Request, stdin: &'a [u8]) -> Result<(Config<'a>, Vec<PathBuf>), Error> {
-    environment::check_container_id("--id", &request.id)?;
-    environment::check_ifname("--ifname", &request.ifname)?;
-    let config = Config::parse(stdin)?;
-    let path = std::env::var("CNI_PATH")
+/// Where delegates are looked for outside a runtime's call: CNI_PATH, or
+/// where runtimes look by default.
+pub fn cni_path() -> String {
+    std::env::var("CNI_PATH")
         .ok()
         .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_CNI_PATH.into());
-    // The plugin is single-threaded: its own environment is what the
-    // delegates it starts inherit, as they would from a runtime.
-    for (name, value) in [
-        ("CNI_CONTAINERID", request.id.as_str()),
-        ("CNI_IFNAME", request.ifname.as_str()),
-        ("CNI_NETNS", request.netns.as_str()),
-        ("CNI_PATH", path.as_str()),
-    ] {
-        std::env::set_var(name, value);
-    }
-    // Plugins built on libcni 1.2 or later fail ADD and DEL (code 8) when
-    // CNI_NETNS is their own namespace, unless told it is meant: an
-    // agent's address is in its own namespace on purpose.
-    if is_own_netns(&request.netns) {
-        std::env::set_var(NETNS_OVERRIDE, "1");
-    }
-    let dirs = path
-        .split(':')
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    Ok((config, dirs))
+        .unwrap_or_else(|| cni::DEFAULT_PATH.into())
 }
 
 /// Whether `netns` is the network namespace this process runs in (as
@@ -237,11 +241,8 @@ fn is_own_netns(netns: &str) -> bool {
     identity(netns).is_some_and(|id| identity("/proc/self/ns/net") == Some(id))
 }
 
-fn find_each(config: &Config, dirs: &[PathBuf]) -> Vec<Result<delegate::Delegate, Error>> {
-    delegate::resolve_each(&config.delegates, dirs)
-}
-
-fn state_root(config: &Config) -> PathBuf {
+/// Where agent mode keeps its attachments for `config`.
+pub fn state_root(config: &Config) -> PathBuf {
     config
         .state_dir
         .clone()

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::agent::{self, Request};
-use crate::{config, doctor, respond, signals, version};
+use crate::skel::respond;
+use crate::{cni, config, doctor, signals};
 
 const USAGE: &str = "usage:
   ipam-delegated ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
@@ -45,7 +46,7 @@ or one plugin's configuration.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let args: Vec<OsString> = args.into_iter().collect();
     let Some(command) = args.first() else {
-        let _ = std::io::stderr().write_all(version::about().as_bytes());
+        let _ = std::io::stderr().write_all(about().as_bytes());
         return ExitCode::FAILURE;
     };
     let ensuring = match command.to_str() {
@@ -63,16 +64,16 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     if let Err(e) = signals::watch() {
         tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
     }
-    match agent::load(&request.config) {
+    match config::load_file(&request.config) {
         Ok(stdin) => {
             let outcome = if ensuring {
                 agent::ensure(&request, &stdin).map(Some)
             } else {
                 agent::release(&request, &stdin).map(|()| None)
             };
-            respond(outcome, || config::reply_version(&stdin))
+            respond(outcome, || cni::reply_version(&stdin))
         }
-        Err(e) => respond(Err(e), || version::NEWEST.into()),
+        Err(e) => respond(Err(e), || cni::NEWEST.into()),
     }
 }
 
@@ -86,11 +87,7 @@ fn doctor(options: &[OsString]) -> ExitCode {
         },
         _ => return usage("doctor takes --config FILE"),
     };
-    let cni_path = std::env::var("CNI_PATH")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| agent::DEFAULT_CNI_PATH.into());
-    let report = doctor::examine(&file, &cni_path);
+    let report = doctor::examine(&file, &agent::cni_path());
     let _ = std::io::stdout().write_all(report.text.as_bytes());
     if report.healthy {
         ExitCode::SUCCESS
@@ -108,7 +105,7 @@ fn version_text() -> String {
     format!(
         "ipam-delegated {} ({flavour} flavour)\nCNI spec versions: {}\n",
         env!("CARGO_PKG_VERSION"),
-        version::SUPPORTED.join(", ")
+        cni::SUPPORTED.join(", ")
     )
 }
 
@@ -159,6 +156,17 @@ fn parse(options: &[OsString]) -> Result<Request, String> {
         return Err("--netns needs a path".into());
     }
     Ok(request)
+}
+
+/// What the binary prints on stderr when run with neither CNI_COMMAND nor
+/// arguments.
+fn about() -> String {
+    format!(
+        "ipam-delegated {}: a CNI IPAM plugin that runs a stack of IPAM delegates\n\
+         CNI protocol versions supported: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        cni::SUPPORTED.join(", ")
+    )
 }
 
 /// A usage error: what is wrong and the usage on stderr, exit status 2.

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::agent;
-use crate::config::Config;
+use crate::cni;
+use crate::config::{self, Config};
 use crate::delegate::{self, Delegate};
 use crate::error::Error;
-use crate::state;
 use crate::sys;
 
 /// How long a delegate may take to answer VERSION when the configuration
@@ -31,7 +31,7 @@ pub struct Report {
 pub fn examine(file: &Path, cni_path: &str) -> Report {
     let mut text = format!("ipam-delegated doctor: {}\n", file.display());
     let mut problems: Vec<String> = Vec::new();
-    let stdin = match agent::load(file) {
+    let stdin = match config::load_file(file) {
         Ok(stdin) => stdin,
         Err(e) => return finish(text, vec![format!("{e}: give a conflist with one plugin whose ipam.type is ipam-delegated, or that plugin's configuration")]),
     };
@@ -46,15 +46,11 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
             )
         }
     };
-    let dirs: Vec<PathBuf> = cni_path
-        .split(':')
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .collect();
+    let dirs = cni::search_path(cni_path);
     let _ = writeln!(
         text,
         "network {:?}, cniVersion {}, CNI_PATH {cni_path}",
-        config.name, config.cni_version
+        config.net.name, config.net.cni_version
     );
     let _ = writeln!(
         text,
@@ -70,12 +66,16 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
     {
         let (path, versions, verdict) = match found {
             Ok(delegate) => check(&delegate, &config, timeout),
-            Err(Error::SelfReference { .. }) => (
+            Err(e @ Error::SelfReference { .. }) => (
                 "(this plugin)".into(),
                 String::new(),
-                Err(format!("{name} is ipam-delegated itself: a stack cannot hold the plugin that runs it; remove it from ipam.delegates")),
+                Err(format!("{e}; remove it from ipam.delegates")),
             ),
-            Err(_) => ("(not found)".into(), String::new(), Err(not_found(name, &dirs))),
+            Err(_) => (
+                "(not found)".into(),
+                String::new(),
+                Err(not_found(name, &dirs)),
+            ),
         };
         let shown = match &verdict {
             Ok(()) => "ok",
@@ -94,10 +94,7 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
             "ipam.timeout: not set; a delegate that hangs holds the runtime as long as it does"
         ),
     };
-    let root = config
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| state::DEFAULT_DIR.into());
+    let root = agent::state_root(&config);
     if let Some(problem) = state_dir_problem(&root) {
         problems.push(problem);
     }
@@ -114,19 +111,26 @@ fn check(
 ) -> (String, String, Result<(), String>) {
     let path = delegate.path.display().to_string();
     let name = &delegate.name;
-    if is_copy_of_this_plugin(&delegate.path) {
-        let problem = format!("{name} ({path}) is a copy of ipam-delegated: a stack cannot hold the plugin that runs it; remove it from ipam.delegates");
-        return (path, String::new(), Err(problem));
+    if delegate::is_copy_of_this_plugin(&delegate.path) {
+        let copy = Error::SelfReference {
+            name: name.clone(),
+            how: format!("{path} is a copy of it"),
+        };
+        return (
+            path,
+            String::new(),
+            Err(format!("{copy}; remove it from ipam.delegates")),
+        );
     }
-    match delegate::supported_versions(delegate, config.cni_version, timeout) {
+    match delegate::supported_versions(delegate, config.net.cni_version, timeout) {
         Ok(versions) => {
             let shown = versions.join(",");
-            let verdict = if versions.iter().any(|v| v == config.cni_version) {
+            let verdict = if versions.iter().any(|v| v == config.net.cni_version) {
                 Ok(())
             } else {
                 Err(format!(
                     "{name} does not support cniVersion {} (it supports {shown}): use a version it supports, or a newer build of {name}",
-                    config.cni_version
+                    config.net.cni_version
                 ))
             };
             (path, shown, verdict)
@@ -171,19 +175,6 @@ fn state_dir_problem(root: &Path) -> Option<String> {
             existing.display()
         )
     })
-}
-
-/// A copy of this very binary under another name: the same bytes.
-fn is_copy_of_this_plugin(path: &Path) -> bool {
-    let (Ok(this), Ok(that)) = (std::fs::metadata("/proc/self/exe"), std::fs::metadata(path))
-    else {
-        return false;
-    };
-    this.len() == that.len()
-        && matches!(
-            (std::fs::read("/proc/self/exe"), std::fs::read(path)),
-            (Ok(a), Ok(b)) if a == b
-        )
 }
 
 fn finish(mut text: String, problems: Vec<String>) -> Report {

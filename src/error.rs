@@ -1,27 +1,16 @@
-//! The plugin's one error type: every way an invocation can fail, and the CNI
-//! error object each one is reported as.
+//! The crate's one error type: every way an invocation can fail, and the
+//! CNI error object each one is reported as. Failures of the protocol
+//! itself (environment, input, versions) are [`cni::Error`]s within it.
 
 use std::io;
 
-use serde_json::json;
-
-use crate::environment::Command;
+use crate::cni::{self, Command};
 
 /// CNI error codes: the specification's where one fits, ours from 100 up.
 /// The README's error-code table lists each one.
 pub mod code {
-    /// The configuration's cniVersion, or the command at that version, is not supported.
-    pub const INCOMPATIBLE_VERSION: u32 = 1;
-    /// A CNI_* environment variable is missing or malformed.
-    pub const INVALID_ENVIRONMENT: u32 = 4;
-    /// Reading stdin or talking to a delegate failed at the I/O level.
-    pub const IO_FAILURE: u32 = 5;
-    /// Something that should be a JSON object (stdin, a delegate's stdout) is not.
-    pub const DECODING_FAILURE: u32 = 6;
-    /// The network configuration is invalid.
-    pub const INVALID_CONFIG: u32 = 7;
-    /// Try again later: a delegate took longer than `ipam.timeout` and was killed.
-    pub const TRY_AGAIN_LATER: u32 = 11;
+    pub use crate::cni::code::*;
+
     /// A delegate is not in any CNI_PATH directory as an executable file.
     pub const DELEGATE_NOT_FOUND: u32 = 100;
     /// A delegate was found but could not be started.
@@ -39,43 +28,9 @@ pub mod code {
 /// Everything that can make an invocation fail.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The configuration's cniVersion (as written, if present) is missing,
-    /// not a string, or not one this plugin speaks.
-    #[error("cniVersion {} is not supported; supported: {}", .0.as_deref().unwrap_or("(missing)"), crate::version::SUPPORTED.join(", "))]
-    UnsupportedVersion(Option<String>),
-
-    /// The command exists only from a later spec version than the configuration's.
-    #[error("{command} needs cniVersion {minimum} or later, the configuration has {version}")]
-    CommandNeedsVersion {
-        /// The command asked for.
-        command: Command,
-        /// The first spec version that has it.
-        minimum: &'static str,
-        /// The configuration's version.
-        version: &'static str,
-    },
-
-    /// CNI_COMMAND names no command this plugin knows.
-    #[error("CNI_COMMAND {0:?} is not a CNI command this plugin knows (ADD, DEL, CHECK, GC, STATUS, VERSION)")]
-    UnknownCommand(String),
-
-    /// A variable the command needs is not set, or is empty.
-    #[error("{0} is not set")]
-    MissingVariable(&'static str),
-
-    /// A variable is set but its value breaks the specification's rules.
-    #[error("{name} is invalid: {reason}")]
-    InvalidVariable {
-        /// The variable.
-        name: &'static str,
-        /// What is wrong with its value.
-        reason: String,
-    },
-
-    /// Several variables are missing or invalid: each one named, as skel
-    /// lists them all, so that a runtime's bug is fixed in one go.
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    Variables(Vec<Error>),
+    /// The protocol: the environment, the input, a version.
+    #[error(transparent)]
+    Cni(#[from] cni::Error),
 
     /// A termination request came while the plugin was waiting, not
     /// running a delegate.
@@ -114,22 +69,6 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-
-    /// Stdin could not be read.
-    #[error("cannot read the network configuration from stdin: {0}")]
-    ReadStdin(#[source] io::Error),
-
-    /// The reply could not be written on stdout (closed, or a full disk).
-    #[error("the reply could not be written on stdout: {0}")]
-    WriteReply(#[source] io::Error),
-
-    /// Stdin is not a JSON object.
-    #[error("the network configuration is not a JSON object: {0}")]
-    ConfigNotObject(#[source] serde_json::Error),
-
-    /// The configuration breaks one of the plugin's rules.
-    #[error("invalid network configuration: {0}")]
-    InvalidConfig(String),
 
     /// A delegate is this plugin itself, which would run itself forever.
     #[error("delegate {name:?} is ipam-delegated itself ({how}): a stack cannot hold the plugin that runs it")]
@@ -228,24 +167,10 @@ pub enum Failure {
         /// The start of what it printed.
         stdout: String,
     },
-    /// The last delegate's result is in a spec version the plugin cannot
-    /// convert to the configuration's.
-    #[error("answered in cniVersion {version}, which cannot be converted to the configuration's {wanted}")]
-    ResultVersion {
-        /// The result's cniVersion.
-        version: String,
-        /// The configuration's.
-        wanted: &'static str,
-    },
-    /// The last delegate's result is not one the plugin can convert to the
-    /// configuration's spec version.
-    #[error("printed a result that cannot be converted to the configuration's cniVersion {wanted}: {reason}")]
-    Unconvertible {
-        /// The configuration's cniVersion.
-        wanted: &'static str,
-        /// What stands in the way.
-        reason: String,
-    },
+    /// The last delegate's result cannot be the reply: not in a version
+    /// the plugin can convert from, or not convertible.
+    #[error("printed a {0}")]
+    Reply(#[source] cni::Error),
     /// An ADD succeeded but printed no result.
     #[error("succeeded but printed no result")]
     NoResult,
@@ -272,19 +197,11 @@ impl Error {
     /// The CNI error code this error is reported with.
     pub fn code(&self) -> u32 {
         match self {
-            Error::UnsupportedVersion(_) | Error::CommandNeedsVersion { .. } => {
-                code::INCOMPATIBLE_VERSION
-            }
-            Error::UnknownCommand(_)
-            | Error::MissingVariable(_)
-            | Error::InvalidVariable { .. }
-            | Error::Variables(_) => code::INVALID_ENVIRONMENT,
-            Error::ReadStdin(_) | Error::WriteReply(_) | Error::State { .. } => code::IO_FAILURE,
+            Error::Cni(e) => e.code(),
+            Error::State { .. } => code::IO_FAILURE,
             Error::Interrupted { .. } => code::INTERRUPTED,
             Error::LockTimeout { .. } => code::TRY_AGAIN_LATER,
-            Error::ConfigFile { .. } => code::INVALID_CONFIG,
-            Error::ConfigNotObject(_) => code::DECODING_FAILURE,
-            Error::InvalidConfig(_) | Error::SelfReference { .. } | Error::Recursion { .. } => {
+            Error::ConfigFile { .. } | Error::SelfReference { .. } | Error::Recursion { .. } => {
                 code::INVALID_CONFIG
             }
             Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
@@ -294,10 +211,8 @@ impl Error {
                 Failure::Exited { .. } => code::DELEGATE_EXITED,
                 Failure::Killed(_) => code::DELEGATE_KILLED,
                 Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
-                Failure::NotObject { .. } | Failure::NoResult | Failure::Unconvertible { .. } => {
-                    code::DECODING_FAILURE
-                }
-                Failure::ResultVersion { .. } => code::INCOMPATIBLE_VERSION,
+                Failure::NotObject { .. } | Failure::NoResult => code::DECODING_FAILURE,
+                Failure::Reply(e) => e.code(),
                 Failure::TimedOut(_) => code::TRY_AGAIN_LATER,
                 Failure::Interrupted(_) | Failure::FinishedAfterStop(_) | Failure::NotRun(_) => {
                     code::INTERRUPTED
@@ -389,25 +304,7 @@ impl Error {
 
     /// The CNI error object for this error, as printed on stdout.
     pub fn to_reply(&self, cni_version: &str) -> Vec<u8> {
-        let reply = json!({
-            "cniVersion": cni_version,
-            "code": self.code(),
-            "msg": self.to_string(),
-            "details": self.details(),
-        });
-        let mut bytes = reply.to_string().into_bytes();
-        bytes.push(b'\n');
-        bytes
-    }
-
-    /// Folds the variable problems found in an environment into one error
-    /// (the problem itself when there is one), or none.
-    pub fn from_variables(mut problems: Vec<Error>) -> Option<Error> {
-        match problems.len() {
-            0 => None,
-            1 => problems.pop(),
-            _ => Some(Error::Variables(problems)),
-        }
+        cni::reply(cni_version, self.code(), &self.to_string(), &self.details())
     }
 
     /// Folds the failures of a best-effort command into one error, or none.
@@ -569,17 +466,5 @@ mod tests {
         let e = Error::from_failures(vec![delegate("a", Failure::NoResult)]).unwrap_err();
         assert!(matches!(e, Error::Delegate { .. }));
         assert_eq!(e.code(), code::DECODING_FAILURE);
-    }
-
-    #[test]
-    fn the_reply_is_one_cni_error_object_on_one_line() {
-        let reply = Error::MissingVariable("CNI_PATH").to_reply("0.4.0");
-        assert_eq!(reply.last(), Some(&b'\n'));
-        assert_eq!(reply.iter().filter(|b| **b == b'\n').count(), 1);
-        let v: serde_json::Value = serde_json::from_slice(&reply).unwrap();
-        assert_eq!(
-            v,
-            json!({"cniVersion": "0.4.0", "code": 4, "msg": "CNI_PATH is not set", "details": ""})
-        );
     }
 }

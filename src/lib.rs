@@ -2,125 +2,93 @@
 //! order, hands each one's result to the next as `prevResult`, answers with
 //! the last one's result, and undoes the stack when an ADD fails.
 //!
-//! Data flows one way: environment and stdin, then [`config`], then the
-//! chain in [`delegate`], then the reply that `main` writes.
+//! Data flows one way: the environment and stdin (read by [`skel`] into
+//! [`cni`] types), then the configuration ([`config`]), then the chain of
+//! delegates ([`delegate`]), then the one reply [`skel`] writes.
 
-pub mod agent;
-pub mod cli;
+pub mod cni;
 pub mod config;
-pub mod delegate;
-pub mod doctor;
-pub mod environment;
 pub mod error;
-mod json;
-pub mod logging;
-mod result;
-pub mod signals;
-pub mod state;
-mod sys;
-pub mod version;
+pub mod skel;
 
-use std::borrow::Cow;
+mod agent;
+mod cli;
+mod delegate;
+mod doctor;
+mod logging;
+mod signals;
+mod state;
+mod sys;
+
 use std::io::Write;
-use std::process::ExitCode;
 
 use tracing::{debug, warn};
 
+pub use cli::main as command_line;
+/// For the fuzz targets: what a delegate's exit status and output amount to.
+pub use delegate::{judge, Printed};
+pub use delegate::{PARENT_VARIABLE, STDOUT_CAP};
+pub use logging::init as init_logging;
+
+use cni::Command;
 use config::Config;
-use environment::{Command, Environment};
+use delegate::{Chain, Processes};
 use error::Error;
 
-/// Runs one CNI invocation, writing its result, if it has one, on `stdout`.
-/// An ADD whose result cannot be written is undone: the runtime would never
-/// learn of the address.
-pub fn run(env: &Environment, stdin: &[u8], stdout: &mut impl Write) -> Result<(), Error> {
+/// Runs one CNI invocation with configuration `stdin`, writing its result,
+/// if it has one, on `stdout`. `parent` is [`PARENT_VARIABLE`]'s value: a
+/// plugin started by itself refuses at once. An ADD whose result cannot be
+/// written is undone: the runtime would never learn of the address.
+pub fn run(
+    env: &cni::Environment,
+    parent: Option<&str>,
+    stdin: &[u8],
+    stdout: &mut dyn Write,
+) -> Result<(), Error> {
     debug!(
         command = %env.command,
         container_id = env.container_id.as_deref().unwrap_or(""),
         "invocation"
     );
-    match env.command {
-        Command::Version => write_reply(stdout, &version::reply(&config::reply_version(stdin)))
-            .map_err(Error::WriteReply),
-        Command::Add => {
-            let config = prepare(env, stdin)?;
-            let delegates = delegate::resolve(&config.delegates, &env.path)?;
-            let result = delegate::add(&config, &delegates)?;
-            write_reply(stdout, &result).map_err(|e| {
-                warn!("the result could not be written ({e}): undoing the ADD");
-                let undone = delegate::undo(&config, &delegates, &result);
-                Error::WriteReply(e).with_rollback(undone)
-            })
-        }
-        Command::Check => {
-            let config = prepare(env, stdin)?;
-            let delegates = delegate::resolve(&config.delegates, &env.path)?;
-            delegate::check(&config, &delegates)
-        }
-        Command::Del => {
-            let config = prepare(env, stdin)?;
-            let delegates = delegate::resolve_each(&config.delegates, &env.path);
-            delegate::del(&config, delegates)
-        }
-        Command::Gc => {
-            let config = prepare(env, stdin)?;
-            let delegates = delegate::resolve_each(&config.delegates, &env.path);
-            // The network's lock, held until the delegates are done.
-            let (_lock, with_kept) = agent::gc_input(&config)?;
-            match with_kept {
-                Some(input) => delegate::gc(&Config::parse(&input)?, delegates),
-                None => delegate::gc(&config, delegates),
-            }
-        }
-        Command::Status => {
-            let config = prepare(env, stdin)?;
-            let delegates = delegate::resolve(&config.delegates, &env.path)?;
-            delegate::status(&config, &delegates)
-        }
+    if env.command == Command::Version {
+        // Needs no configuration, runs nothing, and never fails on its input.
+        let reply = cni::version_reply(&cni::reply_version(stdin));
+        return skel::write_reply(stdout, &reply);
     }
-}
-
-/// Writes a reply whole, flushed: a buffered write that fails only at exit
-/// would go unnoticed.
-fn write_reply(stdout: &mut impl Write, reply: &[u8]) -> std::io::Result<()> {
-    stdout.write_all(reply)?;
-    stdout.flush()
-}
-
-/// What every command that runs the stack does first: refuse to run under
-/// itself, then read the configuration and check it for the command.
-fn prepare<'a>(env: &Environment, stdin: &'a [u8]) -> Result<Config<'a>, Error> {
-    if let Some(parent) = &env.parent {
+    if let Some(parent) = parent {
         return Err(Error::Recursion {
-            parent: parent.clone(),
+            parent: parent.to_owned(),
         });
     }
     let config = Config::parse(stdin)?;
-    version::check_command(env.command, config.cni_version)?;
-    Ok(config)
+    cni::check_command(env.command, config.net.cni_version)?;
+    let found = delegate::resolve_each(&config.delegates, &env.path);
+    let runner = Processes::default();
+    let chain = Chain::new(&config.net, &runner, config.timeout);
+    match env.command {
+        Command::Add => {
+            let delegates = all(found)?;
+            let result = chain.add(&delegates)?;
+            skel::write_reply(stdout, &result)
+                .inspect_err(|e| {
+                    warn!("the result could not be written ({e}): undoing the ADD");
+                })
+                .map_err(|e| e.with_rollback(chain.undo(&delegates, &result)))
+        }
+        Command::Check => chain.check(&all(found)?),
+        Command::Del => chain.del(found),
+        Command::Gc => {
+            // Agent mode's attachments are kept from GC, under their lock.
+            let protected = agent::protect_from_gc(&config)?;
+            chain.gc(protected.input(&config.net), found)
+        }
+        Command::Status => chain.status(&all(found)?),
+        // Answered above.
+        Command::Version => Ok(()),
+    }
 }
 
-/// Writes the one reply for `outcome` on stdout (a result, nothing, or a
-/// CNI error object carrying the version `cni_version` gives, asked for
-/// only then: it parses the input again) and gives the exit status.
-pub fn respond(
-    outcome: Result<Option<Vec<u8>>, Error>,
-    cni_version: impl FnOnce() -> String,
-) -> ExitCode {
-    let (reply, status) = match &outcome {
-        Ok(result) => (
-            Cow::from(result.as_deref().unwrap_or_default()),
-            ExitCode::SUCCESS,
-        ),
-        Err(e) => (Cow::from(e.to_reply(&cni_version())), ExitCode::FAILURE),
-    };
-    // The reply first: it is what the runtime acts on, whatever the logs do.
-    let written = std::io::stdout().lock().write_all(&reply);
-    if let Err(e) = &outcome {
-        tracing::error!(code = e.code(), details = ?e.details(), "{}", e.summary());
-    }
-    match written {
-        Ok(()) => status,
-        Err(_) => ExitCode::FAILURE,
-    }
+/// Every delegate, for a command that runs none when one is missing.
+fn all(found: Vec<Result<delegate::Delegate, Error>>) -> Result<Vec<delegate::Delegate>, Error> {
+    found.into_iter().collect()
 }

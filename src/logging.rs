@@ -9,12 +9,6 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber};
 
-/// Where the `verbose` flavour appends its log.
-pub const LOG_FILE: &str = "/var/log/cni/ipam-delegated.log";
-
-/// Overrides [`LOG_FILE`] (for a runtime whose /var/log is read-only, and for tests).
-pub const LOG_FILE_VARIABLE: &str = "IPAM_DELEGATED_LOG_FILE";
-
 /// Installs the global subscriber. Every event is written as it happens,
 /// with no background worker, so the log is complete whenever the process
 /// exits, whichever way it exits.
@@ -118,7 +112,14 @@ mod verbose {
     use tracing::Level;
     use tracing_subscriber::fmt::writer::MakeWriterExt;
 
-    use super::{one_line, LOG_FILE, LOG_FILE_VARIABLE};
+    use super::one_line;
+
+    /// Where the log is appended.
+    const LOG_FILE: &str = "/var/log/cni/ipam-delegated.log";
+
+    /// Overrides [`LOG_FILE`] (for a runtime whose /var/log is read-only,
+    /// and for tests).
+    const LOG_FILE_VARIABLE: &str = "IPAM_DELEGATED_LOG_FILE";
 
     /// Installs it; false (after saying why) if the log file cannot be opened.
     pub(super) fn init() -> bool {

@@ -1,38 +1,22 @@
-//! The binary: as a CNI plugin (CNI_COMMAND set), reads the environment and
-//! stdin, runs the command and writes the one reply on stdout; otherwise,
-//! the command line of agent mode.
+//! ipam-delegated: as a CNI plugin (CNI_COMMAND set), reads the environment
+//! and stdin, runs the stack and writes the one reply; otherwise, the
+//! command line of agent mode and the doctor.
 
 use std::process::ExitCode;
 
-use ipam_delegated::environment::Environment;
-use ipam_delegated::{cli, config, logging, respond, signals};
+use ipam_delegated::{command_line, init_logging, run, skel, PARENT_VARIABLE};
 
 fn main() -> ExitCode {
-    logging::init();
+    init_logging();
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-delegated", pid = std::process::id()).entered();
     tracing::debug!(version = env!("CARGO_PKG_VERSION"), "started");
-
-    let env = match Environment::from_vars(|name| std::env::var_os(name)) {
-        Ok(Some(env)) => Ok(env),
-        Ok(None) => return cli::main(std::env::args_os().skip(1)),
-        Err(e) => Err(e),
-    };
-    // From here a termination request is answered, not fatal: it stops the
-    // stack cleanly, or the wait for stdin. On failure the signals keep
-    // their default and end the plugin where it stands.
-    if let Err(e) = signals::watch() {
-        tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
-    }
-    // Stdin is read even when the environment is wrong: the error reply
-    // carries the configuration's cniVersion.
-    let (stdin, read) = match signals::read_to_end(&mut std::io::stdin().lock()) {
-        Ok(stdin) => (stdin, Ok(())),
-        Err(e) => (Vec::new(), Err(e)),
-    };
-    let outcome = env.and_then(|env| {
-        read?;
-        ipam_delegated::run(&env, &stdin, &mut std::io::stdout().lock())
-    });
-    respond(outcome.map(|()| None), || config::reply_version(&stdin))
+    // Set (and not empty) only by an ipam-delegated that started this one.
+    let parent = std::env::var(PARENT_VARIABLE)
+        .ok()
+        .filter(|p| !p.is_empty());
+    skel::serve(
+        |env, stdin, stdout| run(env, parent.as_deref(), stdin, stdout),
+        || command_line(std::env::args_os().skip(1)),
+    )
 }

@@ -10,6 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use crate::cni;
 use crate::error::Error;
 use crate::sys::{self, poll, pollfd};
 
@@ -60,7 +61,7 @@ pub fn read_to_end(input: &mut (impl Read + AsRawFd)) -> Result<Vec<u8>, Error> 
     let mut bytes = Vec::new();
     let Some(requests) = raw_fd() else {
         // Not watched: a request ends the process as it always would.
-        input.read_to_end(&mut bytes).map_err(Error::ReadStdin)?;
+        input.read_to_end(&mut bytes).map_err(read_failed)?;
         return Ok(bytes);
     };
     let mut chunk = [0; 64 * 1024];
@@ -69,7 +70,7 @@ pub fn read_to_end(input: &mut (impl Read + AsRawFd)) -> Result<Vec<u8>, Error> 
             pollfd(Some(input.as_raw_fd()), libc::POLLIN),
             pollfd(Some(requests), libc::POLLIN),
         ];
-        poll(&mut fds, None).map_err(Error::ReadStdin)?;
+        poll(&mut fds, None).map_err(read_failed)?;
         if fds[1].revents != 0 {
             if let Some(signal) = received(1) {
                 return Err(Error::Interrupted {
@@ -84,10 +85,14 @@ pub fn read_to_end(input: &mut (impl Read + AsRawFd)) -> Result<Vec<u8>, Error> 
                 Ok(0) => return Ok(bytes),
                 Ok(n) => bytes.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::ReadStdin(e)),
+                Err(e) => return Err(read_failed(e)),
             }
         }
     }
+}
+
+fn read_failed(error: io::Error) -> Error {
+    cni::Error::ReadStdin(error).into()
 }
 
 fn raw_fd() -> Option<RawFd> {

@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use crate::environment;
+use crate::cni::{self, is_object};
 use crate::error::Error;
-use crate::json::is_object;
 use crate::signals;
 use crate::sys::{self, Lock};
 
@@ -241,13 +240,14 @@ pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result
 /// configuration's name was checked against the specification's rule,
 /// which makes it one; checked again here, where it names a directory.
 fn check_directory_name(name: &str) -> Result<(), Error> {
-    if environment::is_identifier(name) {
+    if cni::is_identifier(name) {
         Ok(())
     } else {
-        Err(Error::InvalidConfig(format!(
+        Err(cni::Error::InvalidConfig(format!(
             "network name {name:?} cannot name a state directory: it {}",
-            environment::IDENTIFIER_RULE
-        )))
+            cni::IDENTIFIER_RULE
+        ))
+        .into())
     }
 }
 

@@ -373,7 +373,7 @@ fn a_delegate_flooding_stdout_is_stopped_and_rolled_back() {
         .run("ADD", config("1.0.0", &["a", "b"]).as_bytes())
         .assert_error(104);
     let msg = error["msg"].as_str().unwrap();
-    let cap = ipam_delegated::delegate::STDOUT_CAP;
+    let cap = ipam_delegated::STDOUT_CAP;
     assert!(
         msg.starts_with(&format!("b (ADD): printed more than {cap} bytes")),
         "{msg}"
@@ -673,7 +673,7 @@ fn a_reply_in_a_version_that_cannot_be_converted_is_rolled_back() {
         .assert_error(1);
     assert_eq!(
         error["msg"],
-        "b (ADD): answered in cniVersion 0.2.0, which cannot be converted to the configuration's 1.0.0"
+        "b (ADD): printed a result in cniVersion 0.2.0, which cannot be converted to the configuration's 1.0.0"
     );
     assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
 }

@@ -167,7 +167,7 @@ fn the_verbose_log_records_stopped_delegates_and_refused_invocations() {
     common::run_plugin(&env.clone().unset("CNI_PATH"), input.as_bytes()).assert_error(4);
 
     let text = std::fs::read_to_string(&log).unwrap();
-    let cap = ipam_delegated::delegate::STDOUT_CAP;
+    let cap = ipam_delegated::STDOUT_CAP;
     let flood = text
         .lines()
         .find(|l| l.contains("delegate=ipam-da-flood") && l.contains("command=ADD"))

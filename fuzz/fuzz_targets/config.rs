@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use ipam_delegated::config::{reply_version, Config};
+use ipam_delegated::cni::reply_version;
+use ipam_delegated::config::Config;
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
 
@@ -17,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = Config::parse(data) else {
         return;
     };
-    let spliced = config.with_prev_result(RESULT.as_bytes());
+    let spliced = config.net.with_prev_result(RESULT.as_bytes());
     let members: HashMap<String, Box<RawValue>> =
         serde_json::from_slice(&spliced).expect("spliced config is a JSON object");
     assert_eq!(members["prevResult"].get(), RESULT);

@@ -8,9 +8,9 @@ use std::process::ExitStatus;
 
 use std::collections::HashMap;
 
-use ipam_delegated::delegate::judge;
-use ipam_delegated::environment::Command;
+use ipam_delegated::cni::Command;
 use ipam_delegated::error::Error;
+use ipam_delegated::{judge, Printed};
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -20,14 +20,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let status = ExitStatus::from_raw(i32::from_le_bytes(*status));
-    match judge(status, stdout.to_vec()) {
-        Ok(Some(result)) => {
+    match judge(Command::Add, status, stdout.to_vec()) {
+        Ok(Printed::Object(result)) => {
             // Checked as JSON text: a number beyond f64 is valid JSON.
             let object: HashMap<String, Box<RawValue>> =
                 serde_json::from_slice(&result).expect("a result is a JSON object");
             drop(object);
         }
-        Ok(None) => {}
+        Ok(Printed::Nothing) => {}
+        Ok(Printed::Ignored { .. }) => panic!("ADD never ignores what it printed"),
         Err(failure) => {
             let error = Error::Delegate {
                 delegate: "fuzzed".into(),

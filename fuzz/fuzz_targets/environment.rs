@@ -5,17 +5,16 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
-use ipam_delegated::environment::Environment;
+use ipam_delegated::cni::Environment;
 use libfuzzer_sys::fuzz_target;
 
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 6] = [
     "CNI_COMMAND",
     "CNI_CONTAINERID",
     "CNI_NETNS",
     "CNI_IFNAME",
     "CNI_PATH",
     "CNI_ARGS",
-    "IPAM_DELEGATED_PARENT",
 ];
 
 fuzz_target!(|data: &[u8]| {

@@ -52,6 +52,23 @@ pub fn resolve(names: &[String], dirs: &[PathBuf]) -> Result<Vec<Delegate>, Erro
     resolve_each(names, dirs).into_iter().collect()
 }
 
+/// Whether `path` is a copy of this very binary under another name (the
+/// same bytes): what a lookup does not catch (it compares files, not
+/// contents, which would cost reading every delegate on every call), and
+/// what the plugin finds out only when the copy starts, through
+/// [`super::PARENT_VARIABLE`]. The doctor asks it beforehand.
+pub fn is_copy_of_this_plugin(path: &Path) -> bool {
+    let (Ok(this), Ok(that)) = (std::fs::metadata("/proc/self/exe"), std::fs::metadata(path))
+    else {
+        return false;
+    };
+    this.len() == that.len()
+        && matches!(
+            (std::fs::read("/proc/self/exe"), std::fs::read(path)),
+            (Ok(a), Ok(b)) if a == b
+        )
+}
+
 /// The file `path` leads to, through any links: what makes two names one file.
 fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))

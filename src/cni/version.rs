@@ -1,13 +1,13 @@
-//! CNI specification versions: which ones the plugin speaks, which commands
-//! each one has, and the replies that describe the plugin (VERSION, about).
+//! CNI specification versions: which ones the crate speaks, which commands
+//! each one has, and the VERSION reply.
 
 use serde_json::json;
 
-use crate::environment::Command;
-use crate::error::Error;
+use super::command::Command;
+use super::error::Error;
 
 /// The spec versions a configuration may name, oldest first. 0.1.0 and
-/// 0.2.0 have no `prevResult`, so no stack can work there.
+/// 0.2.0 have no `prevResult`, so no stack of delegates can work there.
 pub const SUPPORTED: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 /// The newest supported version: what an error reply carries when the
@@ -43,7 +43,7 @@ fn position(version: &str) -> Option<usize> {
 }
 
 /// The VERSION reply, echoing the cniVersion asked with.
-pub fn reply(cni_version: &str) -> Vec<u8> {
+pub fn version_reply(cni_version: &str) -> Vec<u8> {
     let mut bytes = json!({"cniVersion": cni_version, "supportedVersions": SUPPORTED})
         .to_string()
         .into_bytes();
@@ -51,20 +51,10 @@ pub fn reply(cni_version: &str) -> Vec<u8> {
     bytes
 }
 
-/// What the binary prints on stderr when run outside of CNI.
-pub fn about() -> String {
-    format!(
-        "ipam-delegated {}: a CNI IPAM plugin that runs a stack of IPAM delegates\n\
-         CNI protocol versions supported: {}\n",
-        env!("CARGO_PKG_VERSION"),
-        SUPPORTED.join(", ")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::code;
+    use crate::cni::code;
 
     #[test]
     fn every_listed_version_is_supported_and_nothing_else() {
@@ -116,17 +106,10 @@ mod tests {
 
     #[test]
     fn version_reply_echoes_and_lists() {
-        let v: serde_json::Value = serde_json::from_slice(&reply("0.4.0")).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&version_reply("0.4.0")).unwrap();
         assert_eq!(
             v,
             json!({"cniVersion": "0.4.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]})
         );
-    }
-
-    #[test]
-    fn about_names_the_plugin_and_versions() {
-        let text = about();
-        assert!(text.starts_with("ipam-delegated "));
-        assert!(text.contains("0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"));
     }
 }

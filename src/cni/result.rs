@@ -4,8 +4,8 @@
 
 use serde_json::value::RawValue;
 
-use crate::error::Failure;
-use crate::json::{self, push_member, Members};
+use super::error::Error;
+use super::json::{self, push_member, Members};
 
 /// The result shapes of the versions the plugin speaks: results did not
 /// change within 0.3.0–0.4.0, nor within 1.0.0–1.1.0.
@@ -28,13 +28,13 @@ fn shape(version: &str) -> Option<Shape> {
 /// `result` (a JSON object) as the reply to a configuration of version
 /// `wanted`. A result already in that version, or with no cniVersion
 /// (which libcni reads as the configuration's), is returned as it is.
-pub fn in_version(result: Vec<u8>, wanted: &'static str) -> Result<Vec<u8>, Failure> {
+pub fn in_version(result: Vec<u8>, wanted: &'static str) -> Result<Vec<u8>, Error> {
     Ok(converted(&result, wanted)?.unwrap_or(result))
 }
 
 /// `result` converted to `wanted`, or `None` when it needs no conversion.
-fn converted(result: &[u8], wanted: &'static str) -> Result<Option<Vec<u8>>, Failure> {
-    let unconvertible = |reason: String| Failure::Unconvertible { wanted, reason };
+fn converted(result: &[u8], wanted: &'static str) -> Result<Option<Vec<u8>>, Error> {
+    let unconvertible = |reason: String| Error::Unconvertible { wanted, reason };
     let members: Members = serde_json::from_slice(result)
         .map_err(|e| unconvertible(format!("it is not a JSON object: {e}")))?;
     let Some(from) = members
@@ -45,7 +45,7 @@ fn converted(result: &[u8], wanted: &'static str) -> Result<Option<Vec<u8>>, Fai
         return Ok(None);
     };
     let (Some(from_shape), Some(to_shape)) = (shape(&from), shape(wanted)) else {
-        return Err(Failure::ResultVersion {
+        return Err(Error::ResultVersion {
             version: from,
             wanted,
         });
@@ -128,20 +128,14 @@ fn ip_version(entry: &Members) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::environment::Command;
-    use crate::error::{code, Error};
+    use crate::cni::code;
 
     fn convert(result: &str, wanted: &'static str) -> String {
         String::from_utf8(in_version(result.as_bytes().to_vec(), wanted).unwrap()).unwrap()
     }
 
     fn refused(result: &str, wanted: &'static str) -> Error {
-        let failure = in_version(result.as_bytes().to_vec(), wanted).unwrap_err();
-        Error::Delegate {
-            delegate: "d".into(),
-            command: Command::Add,
-            failure,
-        }
+        in_version(result.as_bytes().to_vec(), wanted).unwrap_err()
     }
 
     #[test]
@@ -204,7 +198,7 @@ mod tests {
             assert_eq!(e.code(), code::INCOMPATIBLE_VERSION, "{version}");
             assert_eq!(
                 e.to_string(),
-                format!("d (ADD): answered in cniVersion {version}, which cannot be converted to the configuration's 1.0.0")
+                format!("result in cniVersion {version}, which cannot be converted to the configuration's 1.0.0")
             );
         }
     }

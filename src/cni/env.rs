@@ -1,99 +1,55 @@
-//! The CNI environment: which command the runtime asked for, and the CNI_*
-//! variables that command needs, checked against the specification's rules.
+//! The environment a runtime sets for a plugin: which command, and the
+//! CNI_* variables that command needs, checked against the
+//! specification's rules.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::PathBuf;
 
-use crate::error::Error;
-
-/// A CNI command this plugin serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Command {
-    /// Allocate: run the stack, answer with the last delegate's result.
-    Add,
-    /// Release: run every delegate, best effort.
-    Del,
-    /// Verify: run the stack, stop at the first failure.
-    Check,
-    /// Release what the runtime no longer knows of (CNI 1.1): every delegate, best effort.
-    Gc,
-    /// Can the stack serve ADD now (CNI 1.1): the first delegate that says no is the answer.
-    Status,
-    /// Report the spec versions this plugin speaks.
-    Version,
-}
-
-impl Command {
-    /// The command's name as it appears in CNI_COMMAND.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Command::Add => "ADD",
-            Command::Del => "DEL",
-            Command::Check => "CHECK",
-            Command::Gc => "GC",
-            Command::Status => "STATUS",
-            Command::Version => "VERSION",
-        }
-    }
-
-    fn parse(name: &str) -> Option<Command> {
-        Some(match name {
-            "ADD" => Command::Add,
-            "DEL" => Command::Del,
-            "CHECK" => Command::Check,
-            "GC" => Command::Gc,
-            "STATUS" => Command::Status,
-            "VERSION" => Command::Version,
-            _ => return None,
-        })
-    }
-
-    /// The variables a runtime must set for this command. DEL leaves out
-    /// CNI_NETNS: the namespace may be gone, and containerd sends it empty.
-    /// GC and STATUS concern no one attachment, so need only CNI_PATH.
-    fn required(self) -> &'static [&'static str] {
-        match self {
-            Command::Add | Command::Check => &[CONTAINER_ID, NETNS, IFNAME, PATH],
-            Command::Del => &[CONTAINER_ID, IFNAME, PATH],
-            Command::Gc | Command::Status => &[PATH],
-            Command::Version => &[],
-        }
-    }
-}
-
-impl fmt::Display for Command {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use super::command::Command;
+use super::error::Error;
 
 const COMMAND: &str = "CNI_COMMAND";
 const CONTAINER_ID: &str = "CNI_CONTAINERID";
 const NETNS: &str = "CNI_NETNS";
 const IFNAME: &str = "CNI_IFNAME";
+const ARGS: &str = "CNI_ARGS";
 const PATH: &str = "CNI_PATH";
 
-/// Set by the plugin in every delegate's environment, to its pid. An
-/// ipam-delegated that finds it set was started by itself: its stack names
-/// it (under another name, or as a copy), and would start itself forever.
-pub const PARENT_VARIABLE: &str = "IPAM_DELEGATED_PARENT";
+/// Where plugins are looked for when CNI_PATH is not set (libcni's and
+/// every runtime's default).
+pub const DEFAULT_PATH: &str = "/opt/cni/bin";
 
 /// Linux's IFNAMSIZ less the terminating NUL.
 const MAX_IFNAME_LEN: usize = 15;
 
-/// What the plugin reads from its environment. Delegates inherit the whole
-/// environment as it is, so only what the plugin itself uses is kept here.
+/// The variables a runtime must set for `command`. DEL leaves out
+/// CNI_NETNS: the namespace may be gone, and containerd sends it empty.
+/// GC and STATUS concern no one attachment, so need only CNI_PATH.
+fn required(command: Command) -> &'static [&'static str] {
+    match command {
+        Command::Add | Command::Check => &[CONTAINER_ID, NETNS, IFNAME, PATH],
+        Command::Del => &[CONTAINER_ID, IFNAME, PATH],
+        Command::Gc | Command::Status => &[PATH],
+        Command::Version => &[],
+    }
+}
+
+/// A plugin invocation's CNI_* variables, checked. Everything else in the
+/// environment (and these, as they are) is the plugin's to pass on.
 #[derive(Debug, Clone)]
 pub struct Environment {
     /// The command to run.
     pub command: Command,
     /// CNI_CONTAINERID, when the command needs it.
     pub container_id: Option<String>,
+    /// CNI_NETNS, when set and not empty.
+    pub netns: Option<String>,
+    /// CNI_IFNAME, when the command needs it.
+    pub ifname: Option<String>,
+    /// CNI_ARGS, when set and not empty.
+    pub args: Option<String>,
     /// The CNI_PATH directories in order, empty entries dropped.
     pub path: Vec<PathBuf>,
-    /// The pid in [`PARENT_VARIABLE`]: the ipam-delegated this one runs under.
-    pub parent: Option<String>,
 }
 
 impl Environment {
@@ -105,51 +61,70 @@ impl Environment {
         };
         let name = name.to_string_lossy();
         let command = Command::parse(&name).ok_or_else(|| Error::UnknownCommand(name.into()))?;
-
-        let mut container_id = None;
-        let mut path = Vec::new();
+        let optional = |name: &str| {
+            var(name)
+                .filter(|v| !v.is_empty())
+                .map(|v| v.to_string_lossy().into_owned())
+        };
+        let mut env = Environment {
+            command,
+            container_id: None,
+            netns: optional(NETNS),
+            ifname: None,
+            args: optional(ARGS),
+            path: Vec::new(),
+        };
         // Every variable is checked, so that one error names them all.
         let mut problems = Vec::new();
-        for &required in command.required() {
+        for &required in required(command) {
             let Some(value) = var(required).filter(|v| !v.is_empty()) else {
                 problems.push(Error::MissingVariable(required));
                 continue;
             };
             let Ok(value) = value.into_string() else {
-                problems.push(invalid(required, "not valid UTF-8"));
+                problems.push(invalid_variable(required, "not valid UTF-8"));
                 continue;
             };
             let checked = match required {
-                CONTAINER_ID => {
-                    check_container_id(CONTAINER_ID, &value).map(|()| container_id = Some(value))
+                CONTAINER_ID => check_container_id(CONTAINER_ID, &value)
+                    .map(|()| env.container_id = Some(value)),
+                IFNAME => check_ifname(IFNAME, &value).map(|()| env.ifname = Some(value)),
+                PATH => {
+                    env.path = search_path(&value);
+                    if env.path.is_empty() {
+                        Err(invalid_variable(
+                            PATH,
+                            format!("{value:?} names no directory"),
+                        ))
+                    } else {
+                        Ok(())
+                    }
                 }
-                IFNAME => check_ifname(IFNAME, &value),
-                PATH => split_path(&value).map(|dirs| path = dirs),
                 _ => Ok(()),
             };
             problems.extend(checked.err());
         }
-        if let Some(error) = Error::from_variables(problems) {
-            return Err(error);
+        match Error::from_variables(problems) {
+            Some(error) => Err(error),
+            None => Ok(Some(env)),
         }
-        // Set but empty is no pid: nothing started this one.
-        let parent = var(PARENT_VARIABLE)
-            .filter(|p| !p.is_empty())
-            .map(|p| p.to_string_lossy().into_owned());
-        Ok(Some(Environment {
-            command,
-            container_id,
-            path,
-            parent,
-        }))
     }
 }
 
-fn invalid(name: &'static str, reason: impl Into<String>) -> Error {
+fn invalid_variable(name: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidVariable {
         name,
         reason: reason.into(),
     }
+}
+
+/// A CNI_PATH value's directories, in order, empty entries dropped.
+pub fn search_path(value: &str) -> Vec<PathBuf> {
+    value
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// The specification's rule for container IDs and network names,
@@ -171,7 +146,7 @@ pub fn check_container_id(name: &'static str, id: &str) -> Result<(), Error> {
     if is_identifier(id) {
         Ok(())
     } else {
-        Err(invalid(name, format!("{id:?} {IDENTIFIER_RULE}")))
+        Err(invalid_variable(name, format!("{id:?} {IDENTIFIER_RULE}")))
     }
 }
 
@@ -189,25 +164,13 @@ pub fn check_ifname(label: &'static str, name: &str) -> Result<(), Error> {
     } else {
         return Ok(());
     };
-    Err(invalid(label, format!("{name:?} {reason}")))
-}
-
-fn split_path(value: &str) -> Result<Vec<PathBuf>, Error> {
-    let dirs: Vec<PathBuf> = value
-        .split(':')
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    if dirs.is_empty() {
-        return Err(invalid(PATH, format!("{value:?} names no directory")));
-    }
-    Ok(dirs)
+    Err(invalid_variable(label, format!("{name:?} {reason}")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::code;
+    use crate::cni::code;
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> Result<Option<Environment>, Error> {
@@ -274,7 +237,7 @@ mod tests {
     #[test]
     fn each_required_variable_missing_or_empty_is_named() {
         for command in ["ADD", "CHECK", "DEL", "GC", "STATUS"] {
-            for &name in Command::parse(command).unwrap().required() {
+            for &name in required(Command::parse(command).unwrap()) {
                 for pairs in [without(full(command), name), with(full(command), name, "")] {
                     let e = err(&pairs);
                     assert_eq!(e.code(), code::INVALID_ENVIRONMENT, "{command} {name}");
@@ -298,18 +261,6 @@ mod tests {
             "CNI_CONTAINERID is invalid: \"-bad\" must start with a letter or digit and hold only letters, digits, '_', '.' and '-'; \
              CNI_NETNS is not set; CNI_IFNAME is not set; CNI_PATH is not set"
         );
-    }
-
-    #[test]
-    fn an_empty_parent_variable_is_no_parent() {
-        let env = env_of(&with(full("ADD"), PARENT_VARIABLE, ""))
-            .unwrap()
-            .unwrap();
-        assert_eq!(env.parent, None);
-        let env = env_of(&with(full("ADD"), PARENT_VARIABLE, "42"))
-            .unwrap()
-            .unwrap();
-        assert_eq!(env.parent.as_deref(), Some("42"));
     }
 
     #[test]

@@ -1,22 +1,22 @@
-//! Calling one delegate: one process in a process group of its own, with the
-//! plugin's environment, the configuration on its stdin, its stdout captured
-//! up to a cap and its stderr copied to the plugin's line by line, bounded
-//! in time and wound down on a termination request, all in one poll(2)
-//! loop; then judged as a result or a failure.
+//! The process runner: each delegate call is one process in a process
+//! group of its own, with the plugin's environment (and any variables the
+//! runner was given), the input on its stdin, its stdout captured up to a
+//! cap and its stderr copied to the plugin's line by line, bounded in time
+//! and wound down on a termination request, all in one poll(2) loop.
 
+use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::Delegate;
-use crate::environment::{Command, PARENT_VARIABLE};
+use super::judge::{judge, Printed};
+use super::{Delegate, Limits, Runner, PARENT_VARIABLE};
+use crate::cni::Command;
 use crate::error::Failure;
-use crate::json;
 use crate::signals;
 use crate::sys::{self, poll, pollfd};
 
@@ -46,106 +46,113 @@ const STDERR_LINE_CAP: usize = 64 * 1024;
 /// a pipe's worth.
 const STDERR_READS: usize = 4;
 
-/// How much of a failed delegate's stdout an error quotes.
-const EXCERPT_LEN: usize = 512;
-
-/// What bounds one call.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Stop the delegate (and everything in its group) after this long.
-    pub timeout: Option<Duration>,
-    /// How many termination requests wind the call down: 1 for what the
-    /// runtime asked for (the delegate gets [`STOP_GRACE`] to finish, a
-    /// second request kills it at once); 2 for a rollback DEL, which a
-    /// first request must not cut short (that would leak what the ADD
-    /// allocated) but a second kills.
-    pub stopped_by: usize,
+/// Runs delegates as processes of their own.
+#[derive(Debug, Default)]
+pub struct Processes {
+    /// Variables every delegate gets on top of the plugin's environment
+    /// (agent mode's CNI_* ones), besides CNI_COMMAND and the parent's pid.
+    env: Vec<(OsString, OsString)>,
 }
 
-impl Limits {
-    /// The count of requests that kills the delegate at once.
-    fn killed_by(self) -> usize {
-        self.stopped_by.max(2)
+impl Processes {
+    /// A runner whose delegates get `vars` on top of the plugin's
+    /// environment.
+    pub fn with_env(
+        vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
+    ) -> Self {
+        Processes {
+            env: vars
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
     }
 }
 
-/// Runs `command` on `delegate` with `stdin`, reading its stdout into
-/// `buffer` (cleared first). On success, returns what it printed (a JSON
-/// object, surrounding whitespace trimmed: the buffer itself), or `None`
-/// if it printed nothing, or, for any command but ADD, something else.
-pub fn run(
-    delegate: &Delegate,
-    command: Command,
-    stdin: &[u8],
-    limits: Limits,
-    buffer: Vec<u8>,
-) -> Result<Option<Vec<u8>>, Failure> {
-    let started = Instant::now();
-    let finished = match signals::received(limits.stopped_by) {
-        // Asked to stop before it started: no process at all.
-        Some(signal) => Err(Failure::NotRun(signal)),
-        None => spawn(delegate, command, stdin, limits, buffer),
-    };
-    // Formatted only when someone will read it: every pod start pays for this.
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        let (status, bytes_out) = match &finished {
-            Ok(f) => (f.status.to_string(), f.stdout.len()),
-            Err(failure) => (failure.to_string(), 0),
+impl Runner for Processes {
+    fn run(
+        &self,
+        delegate: &Delegate,
+        command: Command,
+        stdin: &[u8],
+        limits: Limits,
+        buffer: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, Failure> {
+        let started = Instant::now();
+        let finished = match signals::received(limits.stopped_by) {
+            // Asked to stop before it started: no process at all.
+            Some(signal) => Err(Failure::NotRun(signal)),
+            None => self.spawn(delegate, command, stdin, limits, buffer),
         };
-        debug!(
-            delegate = %delegate.name,
-            path = %delegate.path.display(),
-            %command,
-            %status,
-            duration = ?started.elapsed(),
-            bytes_out,
-            "delegate called"
-        );
-    }
-    let finished = finished?;
-    if finished.abandoned {
-        warn!(
-            "{} ({command}): a process it left behind holds its stdout; not waiting for it",
-            delegate.name
-        );
-    }
-    match judge(finished.status, finished.stdout) {
-        // Only an ADD must print a result. For the other commands libcni
-        // ignores stdout on success, so a log line printed there (a
-        // delegate that works under bridge) must not fail a teardown.
-        Err(Failure::NotObject { reason, stdout }) if command != Command::Add => {
-            tracing::warn!(
-                "{} ({command}): ignoring its stdout, which is not one JSON object ({reason}): {stdout:?}",
+        // Formatted only when someone will read it: every pod start pays for this.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let (status, bytes_out) = match &finished {
+                Ok(f) => (f.status.to_string(), f.stdout.len()),
+                Err(failure) => (failure.to_string(), 0),
+            };
+            debug!(
+                delegate = %delegate.name,
+                path = %delegate.path.display(),
+                %command,
+                %status,
+                duration = ?started.elapsed(),
+                bytes_out,
+                "delegate called"
+            );
+        }
+        let finished = finished?;
+        if finished.abandoned {
+            warn!(
+                "{} ({command}): a process it left behind holds its stdout; not waiting for it",
                 delegate.name
             );
-            Ok(None)
         }
-        judged => judged,
+        match judge(command, finished.status, finished.stdout)? {
+            Printed::Object(result) => Ok(Some(result)),
+            Printed::Nothing => Ok(None),
+            // A log line printed there by a delegate that works under
+            // bridge must not fail a teardown.
+            Printed::Ignored { reason, stdout } => {
+                warn!(
+                    "{} ({command}): ignoring its stdout, which is not one JSON object ({reason}): {stdout:?}",
+                    delegate.name
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    fn stop_requested(&self, count: usize) -> Option<i32> {
+        signals::received(count)
     }
 }
 
-/// Starts the delegate in a process group of its own and supervises it.
-fn spawn(
-    delegate: &Delegate,
-    command: Command,
-    stdin: &[u8],
-    limits: Limits,
-    buffer: Vec<u8>,
-) -> Result<Finished, Failure> {
-    std::process::Command::new(&delegate.path)
-        .env("CNI_COMMAND", command.as_str())
-        .env(PARENT_VARIABLE, std::process::id().to_string())
-        // Its own group, so that stopping it reaches whatever it started.
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        // A pipe of the plugin's own, not the runtime's stderr: a child the
-        // delegate leaves behind would hold that open, and a Go runtime
-        // waits for every holder to close it.
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(Failure::NotStarted)
-        .and_then(|child| supervise(child, stdin, limits, buffer))
+impl Processes {
+    /// Starts the delegate in a process group of its own and supervises it.
+    fn spawn(
+        &self,
+        delegate: &Delegate,
+        command: Command,
+        stdin: &[u8],
+        limits: Limits,
+        buffer: Vec<u8>,
+    ) -> Result<Finished, Failure> {
+        std::process::Command::new(&delegate.path)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("CNI_COMMAND", command.as_str())
+            .env(PARENT_VARIABLE, std::process::id().to_string())
+            // Its own group, so that stopping it reaches whatever it started.
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            // A pipe of the plugin's own, not the runtime's stderr: a child the
+            // delegate leaves behind would hold that open, and a Go runtime
+            // waits for every holder to close it.
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(Failure::NotStarted)
+            .and_then(|child| supervise(child, stdin, limits, buffer))
+    }
 }
 
 /// A delegate process that has ended.
@@ -563,178 +570,9 @@ impl Group {
     }
 }
 
-/// Decides what a finished delegate's exit status and stdout amount to:
-/// on success, the JSON object it printed (trimmed) or `None` for nothing;
-/// on failure, its CNI error object or what else went wrong.
-pub fn judge(status: ExitStatus, stdout: Vec<u8>) -> Result<Option<Vec<u8>>, Failure> {
-    let printed = trim(stdout);
-    if status.success() {
-        if printed.is_empty() {
-            return Ok(None);
-        }
-        // Checked without building the value: it is passed on as printed.
-        return match json::check_object(&printed) {
-            Ok(()) => Ok(Some(printed)),
-            Err(reason) => Err(Failure::NotObject {
-                reason,
-                stdout: excerpt(&printed),
-            }),
-        };
-    }
-    if let Some(signal) = status.signal() {
-        return Err(Failure::Killed(signal));
-    }
-    Err(reported(&printed).unwrap_or_else(|| Failure::Exited {
-        status: status.code().unwrap_or(-1),
-        stdout: excerpt(&printed),
-    }))
-}
-
-/// A CNI error object: a JSON object with a non-zero integer `code`; `msg`
-/// and `details` are kept when they are strings.
-fn reported(printed: &[u8]) -> Option<Failure> {
-    let Value::Object(error) = serde_json::from_slice(printed).ok()? else {
-        return None;
-    };
-    let code = error.get("code")?.as_u64().filter(|c| *c != 0)?;
-    let text = |key| {
-        error
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    Some(Failure::Reported {
-        code: u32::try_from(code).ok()?,
-        msg: text("msg"),
-        details: text("details"),
-    })
-}
-
-fn trim(mut bytes: Vec<u8>) -> Vec<u8> {
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(0, |i| i + 1);
-    bytes.truncate(end);
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(0);
-    bytes.drain(..start);
-    bytes
-}
-
-fn excerpt(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(EXCERPT_LEN)]);
-    if bytes.len() > EXCERPT_LEN {
-        format!("{text}…")
-    } else {
-        text.into_owned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{code, Error};
-
-    fn exited(code: i32) -> ExitStatus {
-        ExitStatus::from_raw(code << 8)
-    }
-
-    fn killed(signal: i32) -> ExitStatus {
-        ExitStatus::from_raw(signal)
-    }
-
-    fn code_of(failure: Failure) -> u32 {
-        Error::Delegate {
-            delegate: "d".into(),
-            command: Command::Add,
-            failure,
-        }
-        .code()
-    }
-
-    #[test]
-    fn success_with_an_object_keeps_it_as_printed_but_trimmed() {
-        let out = judge(exited(0), b"\n {\"ips\": [], \"pools\":[1]}\n\n".to_vec()).unwrap();
-        assert_eq!(out.unwrap(), b"{\"ips\": [], \"pools\":[1]}");
-    }
-
-    #[test]
-    fn a_result_with_numbers_beyond_f64_is_passed_on_as_printed() {
-        // Found by fuzzing (fuzz/artifacts/delegate_output/crash-d5ca8700…):
-        // valid JSON, which the next delegate gets exactly as printed.
-        let printed = b"{\"cniipsk\":[\t\t\t\t111111111,11111111111111111111111111,11111111111394594128,111110111111111111111111111111111111111550E9511111111,11111111119111000000311111\t\t]\t\t}";
-        let out = judge(exited(0), printed.to_vec()).unwrap();
-        assert_eq!(out.as_deref(), Some(&printed[..]));
-    }
-
-    #[test]
-    fn success_with_nothing_or_whitespace_is_none() {
-        assert_eq!(judge(exited(0), Vec::new()).unwrap(), None);
-        assert_eq!(judge(exited(0), b" \n\t".to_vec()).unwrap(), None);
-    }
-
-    #[test]
-    fn success_with_non_json_or_non_object_is_code_6() {
-        for bad in [
-            &b"hello"[..],
-            b"{",
-            b"[1]",
-            b"\"s\"",
-            b"{} {}",
-            b"{\"a\":1}x",
-        ] {
-            let failure = judge(exited(0), bad.to_vec()).unwrap_err();
-            assert!(matches!(failure, Failure::NotObject { .. }), "{bad:?}");
-            assert_eq!(code_of(failure), code::DECODING_FAILURE, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn a_cni_error_object_is_kept() {
-        let failure = judge(
-            exited(1),
-            br#"{"cniVersion":"1.0.0","code":11,"msg":"busy","details":"retry"}"#.to_vec(),
-        )
-        .unwrap_err();
-        match failure {
-            Failure::Reported { code, msg, details } => {
-                assert_eq!(
-                    (code, msg.as_str(), details.as_str()),
-                    (11, "busy", "retry")
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_non_zero_exit_without_an_error_object_names_the_status() {
-        for printed in [
-            &b""[..],
-            b"oops",
-            br#"{"msg":"no code"}"#,
-            br#"{"code":0}"#,
-            br#"{"code":"7"}"#,
-        ] {
-            let failure = judge(exited(3), printed.to_vec()).unwrap_err();
-            assert!(
-                matches!(failure, Failure::Exited { status: 3, .. }),
-                "{printed:?}"
-            );
-            assert_eq!(code_of(failure), code::DELEGATE_EXITED);
-        }
-    }
-
-    #[test]
-    fn a_signal_is_named() {
-        let failure = judge(killed(9), Vec::new()).unwrap_err();
-        assert_eq!(failure.to_string(), "was killed by signal 9");
-        assert_eq!(code_of(failure), code::DELEGATE_KILLED);
-    }
 
     #[test]
     fn both_exit_watches_see_the_exit_and_leave_the_process_to_reap() {
@@ -798,13 +636,5 @@ mod tests {
             pipes.copy_stderr(&mut sink);
         }
         assert_eq!(sink.len(), written);
-    }
-
-    #[test]
-    fn excerpts_are_bounded() {
-        let long = vec![b'x'; 2000];
-        let text = excerpt(&long);
-        assert_eq!(text.chars().filter(|c| *c == 'x').count(), EXCERPT_LEN);
-        assert!(text.ends_with('…'));
     }
 }
