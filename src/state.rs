@@ -409,20 +409,16 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    struct Root(PathBuf);
+    /// A state directory not made yet, in a temporary directory.
+    struct Root(tempfile::TempDir);
 
     impl Root {
-        fn new(tag: &str) -> Root {
-            let path = std::env::temp_dir()
-                .join(format!("ipam-delegated-state-{tag}-{}", std::process::id()));
-            let _ = fs::remove_dir_all(&path);
-            Root(path)
+        fn new() -> Root {
+            Root(tempfile::tempdir().unwrap())
         }
-    }
 
-    impl Drop for Root {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
+        fn path(&self) -> PathBuf {
+            self.0.path().join("state")
         }
     }
 
@@ -435,8 +431,8 @@ mod tests {
 
     #[test]
     fn results_are_kept_read_listed_and_removed() {
-        let root = Root::new("kept");
-        let net = Network::lock(&root.0, "agents").unwrap();
+        let root = Root::new();
+        let net = Network::lock(&root.path(), "agents").unwrap();
         let health = attachment("cilium-health", "eth0");
         assert_eq!(net.read(&health).unwrap(), None);
         net.write(&health, b"{\"ips\":[]}").unwrap();
@@ -460,38 +456,38 @@ mod tests {
 
     #[test]
     fn gc_makes_nothing_and_finds_nothing_kept_for_a_new_network() {
-        let root = Root::new("gc");
-        let kept = kept_for_gc(&root.0, "agents", None).unwrap();
+        let root = Root::new();
+        let kept = kept_for_gc(&root.path(), "agents", None).unwrap();
         assert!(kept.attachments.is_empty());
-        assert!(!root.0.exists(), "GC made the state directory");
+        assert!(!root.path().exists(), "GC made the state directory");
         drop(kept);
-        fs::create_dir_all(&root.0).unwrap();
-        assert!(kept_for_gc(&root.0, "agents", None)
+        fs::create_dir_all(root.path()).unwrap();
+        assert!(kept_for_gc(&root.path(), "agents", None)
             .unwrap()
             .attachments
             .is_empty());
-        assert!(!root.0.join("agents").exists());
-        assert!(kept_for_gc(&root.0, "../x", None).is_err());
+        assert!(!root.path().join("agents").exists());
+        assert!(kept_for_gc(&root.path(), "../x", None).is_err());
     }
 
     #[test]
     fn gc_sees_what_is_kept_and_shares_the_lock() {
-        let root = Root::new("gc-kept");
-        let net = Network::lock(&root.0, "agents").unwrap();
+        let root = Root::new();
+        let net = Network::lock(&root.path(), "agents").unwrap();
         net.write(&attachment("a", "eth0"), b"{}").unwrap();
         drop(net);
-        let first = kept_for_gc(&root.0, "agents", None).unwrap();
-        let second = kept_for_gc(&root.0, "agents", Some(Duration::ZERO)).unwrap();
+        let first = kept_for_gc(&root.path(), "agents", None).unwrap();
+        let second = kept_for_gc(&root.path(), "agents", Some(Duration::ZERO)).unwrap();
         assert_eq!(first.attachments, [attachment("a", "eth0")]);
         assert_eq!(second.attachments, first.attachments);
     }
 
     #[test]
     fn waiting_for_the_lock_is_bounded_when_asked() {
-        let root = Root::new("bounded");
-        let _held = Network::lock(&root.0, "agents").unwrap();
+        let root = Root::new();
+        let _held = Network::lock(&root.path(), "agents").unwrap();
         let started = Instant::now();
-        let e = kept_for_gc(&root.0, "agents", Some(Duration::from_millis(100))).unwrap_err();
+        let e = kept_for_gc(&root.path(), "agents", Some(Duration::from_millis(100))).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(e.code(), crate::error::code::TRY_AGAIN_LATER);
     }
@@ -500,51 +496,51 @@ mod tests {
     fn the_first_ensure_of_a_network_waits_for_a_gc_that_found_nothing() {
         // With no state directory at all, and with one but no network's.
         for make_root in [false, true] {
-            let root = Root::new(&format!("first-{make_root}"));
-            fs::create_dir_all(root.0.parent().unwrap()).unwrap();
+            let root = Root::new();
+            fs::create_dir_all(root.path().parent().unwrap()).unwrap();
             if make_root {
-                fs::create_dir_all(&root.0).unwrap();
+                fs::create_dir_all(root.path()).unwrap();
             }
-            let gc = kept_for_gc(&root.0, "agents", None).unwrap();
+            let gc = kept_for_gc(&root.path(), "agents", None).unwrap();
             assert!(gc.attachments.is_empty());
             // GC shares its lock with GC.
-            assert!(kept_for_gc(&root.0, "agents", Some(Duration::ZERO)).is_ok());
-            let path = root.0.clone();
+            assert!(kept_for_gc(&root.path(), "agents", Some(Duration::ZERO)).is_ok());
+            let path = root.path().clone();
             let ensure = std::thread::spawn(move || Network::lock(&path, "agents").map(drop));
             std::thread::sleep(Duration::from_millis(300));
             assert!(!ensure.is_finished(), "ensure went ahead while GC ran");
-            assert!(!root.0.join("agents").exists());
+            assert!(!root.path().join("agents").exists());
             drop(gc);
             ensure.join().unwrap().unwrap();
-            assert!(root.0.join("agents").is_dir());
+            assert!(root.path().join("agents").is_dir());
         }
     }
 
     #[test]
     fn a_damaged_state_file_counts_as_none() {
-        let root = Root::new("damaged");
-        let net = Network::lock(&root.0, "agents").unwrap();
+        let root = Root::new();
+        let net = Network::lock(&root.path(), "agents").unwrap();
         let health = attachment("cilium-health", "eth0");
         for damaged in [&b""[..], b"{\"ips\":[", b"[1]"] {
-            fs::write(root.0.join("agents/cilium-health:eth0"), damaged).unwrap();
+            fs::write(root.path().join("agents/cilium-health:eth0"), damaged).unwrap();
             assert_eq!(net.read(&health).unwrap(), None, "{damaged:?}");
         }
     }
 
     #[test]
     fn links_in_the_state_directory_are_never_followed() {
-        let root = Root::new("links");
-        let net = Network::lock(&root.0, "agents").unwrap();
+        let root = Root::new();
+        let net = Network::lock(&root.path(), "agents").unwrap();
         let health = attachment("cilium-health", "eth0");
-        let target = root.0.join("target");
+        let target = root.path().join("target");
         fs::write(&target, "precious").unwrap();
         // A link at the temporary file's path: replaced, not written through.
-        symlink(&target, root.0.join("agents/.cilium-health:eth0.tmp")).unwrap();
+        symlink(&target, root.path().join("agents/.cilium-health:eth0.tmp")).unwrap();
         net.write(&health, b"{}").unwrap();
         assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
         // A state file that is a link: refused, its target untouched.
-        fs::remove_file(root.0.join("agents/cilium-health:eth0")).unwrap();
-        symlink(&target, root.0.join("agents/cilium-health:eth0")).unwrap();
+        fs::remove_file(root.path().join("agents/cilium-health:eth0")).unwrap();
+        symlink(&target, root.path().join("agents/cilium-health:eth0")).unwrap();
         let e = net.read(&health).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         // Writing replaces the link itself.
@@ -556,19 +552,19 @@ mod tests {
         );
         // A network directory that is a link: refused.
         drop(net);
-        fs::create_dir(root.0.join("elsewhere")).unwrap();
-        symlink(root.0.join("elsewhere"), root.0.join("planted")).unwrap();
-        let e = Network::lock(&root.0, "planted").unwrap_err();
+        fs::create_dir(root.path().join("elsewhere")).unwrap();
+        symlink(root.path().join("elsewhere"), root.path().join("planted")).unwrap();
+        let e = Network::lock(&root.path(), "planted").unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
-        assert!(kept_for_gc(&root.0, "planted", None).is_err());
+        assert!(kept_for_gc(&root.path(), "planted", None).is_err());
     }
 
     #[test]
     fn a_fifo_in_place_of_a_state_file_is_refused_not_waited_on() {
-        let root = Root::new("fifo");
-        let net = Network::lock(&root.0, "agents").unwrap();
+        let root = Root::new();
+        let net = Network::lock(&root.path(), "agents").unwrap();
         let made = std::process::Command::new("mkfifo")
-            .arg(root.0.join("agents/x:eth0"))
+            .arg(root.path().join("agents/x:eth0"))
             .status();
         assert!(made.unwrap().success());
         let e = net.read(&attachment("x", "eth0")).unwrap_err();
@@ -577,9 +573,9 @@ mod tests {
 
     #[test]
     fn names_that_are_not_one_path_component_are_refused() {
-        let root = Root::new("names");
+        let root = Root::new();
         for name in ["../x", "a/b", ".hidden", ""] {
-            assert!(Network::lock(&root.0, name).is_err(), "{name:?}");
+            assert!(Network::lock(&root.path(), name).is_err(), "{name:?}");
         }
     }
 }

@@ -5,100 +5,20 @@
 
 mod common;
 
+use common::agent::{fixture_agent, Agent};
+
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{real_plugins, run_cli, run_plugin, Answer, Env, Stack, TempDir};
+use common::{real_plugins, run_cli, run_plugin, Answer, Env, Stack};
 use serde_json::{json, Value};
 
-/// A stack and the files an agent uses: its conflist, host-local's store
-/// and agent mode's state directory.
-struct Agent {
-    stack: Stack,
-    conflist: PathBuf,
-    data: PathBuf,
-    state: PathBuf,
-    _dir: TempDir,
-}
-
-impl Agent {
-    /// A conflist whose bridge plugin's IPAM is ipam-delegated over `delegates`.
-    fn new(stack: Stack, delegates: &[&str]) -> Agent {
-        let dir = TempDir::new("agent");
-        let (data, state) = (dir.path().join("data"), dir.path().join("state"));
-        let conflist = dir.path().join("agents.conflist");
-        let list = json!({
-            "cniVersion": "1.0.0",
-            "name": "agents",
-            "plugins": [
-                {"type": "bridge", "bridge": "agents0", "ipam": {
-                    "type": "ipam-delegated",
-                    "delegates": delegates,
-                    "ranges": [[{"subnet": "10.250.77.0/24"}]],
-                    "dataDir": data,
-                    "stateDir": state,
-                }},
-                {"type": "portmap", "capabilities": {"portMappings": true}}
-            ]
-        });
-        fs::write(&conflist, serde_json::to_string_pretty(&list).unwrap()).unwrap();
-        Agent {
-            stack,
-            conflist,
-            data,
-            state,
-            _dir: dir,
-        }
-    }
-
-    /// The environment an agent runs with: no CNI_* but CNI_PATH.
-    fn env(&self) -> Env {
-        let env = self.stack.env("ADD");
-        Env(env
-            .0
-            .into_iter()
-            .filter(|(k, _)| !k.starts_with("CNI_") || k == "CNI_PATH")
-            .collect())
-    }
-
-    fn run(&self, command: &str, id: &str) -> common::Outcome {
-        self.run_with(command, id, &[])
-    }
-
-    fn run_with(&self, command: &str, id: &str, more: &[&str]) -> common::Outcome {
-        let config = self.conflist.display().to_string();
-        let mut args = vec![command, "--config", &config, "--id", id];
-        args.extend(more);
-        run_cli(&args, &self.env())
-    }
-
-    fn ensure(&self, id: &str) -> String {
-        let out = self.run("ensure", id);
-        assert!(out.status.success(), "{out:?}");
-        out.json()["ips"][0]["address"].as_str().unwrap().to_owned()
-    }
-
-    fn reservations(&self) -> BTreeSet<String> {
-        let Ok(entries) = fs::read_dir(self.data.join("agents")) else {
-            return BTreeSet::new();
-        };
-        entries
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-            .collect()
-    }
-
-    fn state_of(&self, id: &str) -> PathBuf {
-        self.state.join("agents").join(format!("{id}:eth0"))
-    }
-}
-
-fn host_local_agent() -> Option<Agent> {
-    let plugins = real_plugins()?;
+fn host_local_agent() -> Agent {
+    let plugins = real_plugins();
     let stack = Stack::new();
     stack.link("host-local", &plugins.join("host-local"));
-    Some(Agent::new(stack, &["host-local"]))
+    Agent::new(stack, &["host-local"])
 }
 
 fn host(address: &str) -> String {
@@ -106,10 +26,9 @@ fn host(address: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn ensure_twice_gives_the_same_address_and_one_reservation() {
-    let Some(agent) = host_local_agent() else {
-        return;
-    };
+    let agent = host_local_agent();
     let first = agent.ensure("agent-health");
     let second = agent.ensure("agent-health");
     assert_eq!(first, second);
@@ -120,10 +39,9 @@ fn ensure_twice_gives_the_same_address_and_one_reservation() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn a_reservation_lost_behind_our_back_is_made_again_once() {
-    let Some(agent) = host_local_agent() else {
-        return;
-    };
+    let agent = host_local_agent();
     let first = agent.ensure("agent-health");
     fs::remove_file(agent.data.join("agents").join(host(&first))).unwrap();
     assert!(agent.reservations().is_empty());
@@ -135,10 +53,9 @@ fn a_reservation_lost_behind_our_back_is_made_again_once() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn state_lost_after_an_add_leaves_one_reservation_not_two() {
-    let Some(agent) = host_local_agent() else {
-        return;
-    };
+    let agent = host_local_agent();
     agent.ensure("agent-health");
     // A crash between ADD and keeping the result looks like this.
     fs::remove_file(agent.state_of("agent-health")).unwrap();
@@ -147,10 +64,9 @@ fn state_lost_after_an_add_leaves_one_reservation_not_two() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn release_twice_leaves_no_reservation_and_no_state() {
-    let Some(agent) = host_local_agent() else {
-        return;
-    };
+    let agent = host_local_agent();
     agent.ensure("agent-health");
     agent.ensure("agent-dns");
     for _ in 0..2 {
@@ -163,10 +79,9 @@ fn release_twice_leaves_no_reservation_and_no_state() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn concurrent_ensures_for_one_id_leave_one_reservation() {
-    let Some(agent) = host_local_agent() else {
-        return;
-    };
+    let agent = host_local_agent();
     let addresses: BTreeSet<String> = std::thread::scope(|scope| {
         let runs: Vec<_> = (0..8)
             .map(|_| scope.spawn(|| agent.ensure("agent-health")))
@@ -175,22 +90,6 @@ fn concurrent_ensures_for_one_id_leave_one_reservation() {
     });
     assert_eq!(addresses.len(), 1, "{addresses:?}");
     assert_eq!(agent.reservations().len(), 1);
-}
-
-/// An agent over one scripted delegate `a` that allocates on ADD.
-fn fixture_agent() -> Agent {
-    let stack = Stack::of(&["a"]);
-    stack.answer(
-        "a",
-        "ADD",
-        Answer::prints(r#"{"cniVersion":"1.1.0","ips":[{"address":"10.250.78.9/24"}]}"#),
-    );
-    let agent = Agent::new(stack, &["a"]);
-    let list = fs::read_to_string(&agent.conflist)
-        .unwrap()
-        .replace("\"1.0.0\"", "\"1.1.0\"");
-    fs::write(&agent.conflist, list).unwrap();
-    agent
 }
 
 /// The GC input a CNI 1.1 runtime sends for the agent's network, with
@@ -307,80 +206,6 @@ fn the_agents_environment_is_a_runtimes() {
         ),
         (Some("1.1.0"), Some("agents"), Some("bridge"))
     );
-}
-
-#[test]
-fn command_line_errors_are_clear() {
-    let agent = fixture_agent();
-    let config = agent.conflist.display().to_string();
-    let error = run_cli(
-        &["ensure", "--config", &config, "--id", "-bad"],
-        &agent.env(),
-    )
-    .assert_error(4);
-    assert!(
-        error["msg"]
-            .as_str()
-            .unwrap()
-            .starts_with("--id is invalid"),
-        "{error}"
-    );
-    let error = run_cli(
-        &["ensure", "--config", "/nonexistent.conflist", "--id", "a"],
-        &agent.env(),
-    )
-    .assert_error(7);
-    assert!(
-        error["msg"]
-            .as_str()
-            .unwrap()
-            .starts_with("/nonexistent.conflist: cannot be read"),
-        "{error}"
-    );
-    let dir = agent.state.parent().unwrap().display().to_string();
-    let error = run_cli(&["release", "--config", &dir, "--id", "a"], &agent.env()).assert_error(7);
-    assert!(
-        error["msg"].as_str().unwrap().contains("cannot be read"),
-        "{error}"
-    );
-
-    for plugins in [
-        json!([{"type": "bridge", "ipam": {"type": "host-local"}}]),
-        json!([
-            {"type": "bridge", "ipam": {"type": "ipam-delegated", "delegates": ["a"]}},
-            {"type": "macvlan", "ipam": {"type": "ipam-delegated", "delegates": ["a"]}}
-        ]),
-    ] {
-        let file = agent.state.parent().unwrap().join("other.conflist");
-        fs::write(
-            &file,
-            json!({"cniVersion": "1.0.0", "name": "n", "plugins": plugins}).to_string(),
-        )
-        .unwrap();
-        let error = run_cli(
-            &["ensure", "--config", file.to_str().unwrap(), "--id", "a"],
-            &agent.env(),
-        )
-        .assert_error(7);
-        assert!(
-            error["msg"]
-                .as_str()
-                .unwrap()
-                .contains("exactly one plugin whose ipam.type is ipam-delegated"),
-            "{error}"
-        );
-    }
-    for args in [
-        &["frobnicate"][..],
-        &["ensure", "--id", "a"],
-        &["release", "--config", "f", "--id", "a", "--netns"],
-    ] {
-        let out = run_cli(args, &agent.env());
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(out.stdout.is_empty());
-        assert!(out.stderr.contains("usage:"), "{}", out.stderr);
-    }
-    assert!(agent.stack.calls().is_empty());
 }
 
 #[test]
@@ -560,24 +385,6 @@ fn a_damaged_state_file_is_replaced_not_fatal() {
 }
 
 #[test]
-fn empty_interface_or_namespace_values_are_refused() {
-    let agent = fixture_agent();
-    let config = agent.conflist.display().to_string();
-    let error = run_cli(
-        &["ensure", "--config", &config, "--id", "a", "--ifname="],
-        &agent.env(),
-    )
-    .assert_error(4);
-    assert_eq!(error["msg"], "--ifname is invalid: \"\" is empty");
-    let out = run_cli(
-        &["ensure", "--config", &config, "--id", "a", "--netns="],
-        &agent.env(),
-    );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(agent.stack.calls().is_empty());
-}
-
-#[test]
 fn gc_creates_nothing_for_a_network_without_agent_attachments() {
     let agent = fixture_agent();
     let (env, input) = gc_of(&agent, json!([]), json!({}));
@@ -666,20 +473,19 @@ fn a_link_planted_in_the_state_directory_redirects_nothing() {
 /// An agent over host-local as a plugin built on libcni 1.2 or later
 /// behaves: it fails ADD and DEL whose CNI_NETNS is its own namespace,
 /// unless CNI_NETNS_OVERRIDE says it is meant.
-fn libcni_1_2_agent() -> Option<Agent> {
-    let plugins = real_plugins()?;
+fn libcni_1_2_agent() -> Agent {
+    let plugins = real_plugins();
     let stack = Stack::new();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/libcni-1.2-plugin");
     stack.link("host-local", &fixture);
     stack.link("host-local.real", &plugins.join("host-local"));
-    Some(Agent::new(stack, &["host-local"]))
+    Agent::new(stack, &["host-local"])
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn the_libcni_1_2_fixture_refuses_the_plugins_own_namespace() {
-    let Some(agent) = libcni_1_2_agent() else {
-        return;
-    };
+    let agent = libcni_1_2_agent();
     // A runtime's ADD into the plugin's own namespace, no override: code 8,
     // as from host-local v1.6.0.
     let input = fs::read_to_string(&agent.conflist).unwrap();
@@ -707,10 +513,9 @@ fn the_libcni_1_2_fixture_refuses_the_plugins_own_namespace() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn ensure_and_release_work_with_plugins_built_on_libcni_1_2() {
-    let Some(agent) = libcni_1_2_agent() else {
-        return;
-    };
+    let agent = libcni_1_2_agent();
     // The agent's own namespace, by default and named.
     for netns in [&[][..], &["--netns", "/proc/self/ns/net"]] {
         let first = agent.run_with("ensure", "agent-health", netns);
@@ -764,14 +569,15 @@ fn the_override_is_set_only_for_the_agents_own_namespace() {
 }
 
 #[test]
+#[ignore = "needs root, to run the plugin as another user"]
 fn gc_by_a_user_who_cannot_read_the_state_directory_goes_on() {
     // A rootless runtime's GC: no agent of that user can keep anything in
     // a state directory it cannot read, so there is nothing to protect.
     use std::os::unix::fs::PermissionsExt;
-    if !common::is_root() {
-        common::skip("needs root, to run the plugin as another user");
-        return;
-    }
+    assert!(
+        common::is_root(),
+        "needs root, to run the plugin as another user"
+    );
     let agent = fixture_agent();
     agent.ensure("agent-health");
     fs::set_permissions(&agent.state, fs::Permissions::from_mode(0o700)).unwrap();

@@ -1,14 +1,16 @@
 //! The stack run through the built binary with scripted delegates: the
-//! seed's example flow, every way a delegate can fail, rollback, and the
-//! threading of results through ADD, DEL and CHECK.
+//! example flow of the original ipam-delegated README, every way a delegate
+//! can fail, rollback, and the threading of results through ADD, DEL and
+//! CHECK.
 
 mod common;
 
 use common::{config, with_prev, Answer, Stack};
 use serde_json::json;
 
-/// The `ipam` value of step 2 of the seed's example flow, as written there.
-macro_rules! seed_ipam {
+/// The `ipam` value of step 2 of the original ipam-delegated README's
+/// example flow, as written there.
+macro_rules! readme_ipam {
     () => {
         r#"{
     "type": "ipam-delegated",
@@ -22,29 +24,30 @@ macro_rules! seed_ipam {
     };
 }
 
-/// Step 2 of the seed's example flow: what bridge hands the plugin.
-const SEED_INPUT: &str = concat!(
+/// Step 2 of the original ipam-delegated README's example flow: what
+/// bridge hands the plugin.
+const README_INPUT: &str = concat!(
     "{\n  \"cniVersion\": \"1.0.0\",\n  \"name\": \"example\",\n  \"type\": \"bridge\",\n  \"ipam\": ",
-    seed_ipam!(),
+    readme_ipam!(),
     "\n}\n"
 );
 
-/// What ipam-ds-hello prints: step 5's prevResult (the seed's step 4 shows
+/// What ipam-ds-hello prints: step 5's prevResult (the README's step 4 shows
 /// the same pool without its gateway; the plugin passes on whatever the
 /// delegate printed, so the test uses the one step 5 expects).
-const SEED_HELLO: &str = r#"{"cniVersion":"1.0.0","ips":[],"routes":[],"dns":{},"pools":[{"name":"local-pool","subnet":"192.168.0.0/24","gateway":"192.168.0.1"}]}"#;
+const README_HELLO: &str = r#"{"cniVersion":"1.0.0","ips":[],"routes":[],"dns":{},"pools":[{"name":"local-pool","subnet":"192.168.0.0/24","gateway":"192.168.0.1"}]}"#;
 
 /// Step 5: what ipam-da-world must read. Every member is copied as
 /// written (the ipam object keeps its layout), prevResult is appended as
 /// ipam-ds-hello printed it.
-const SEED_WORLD_STDIN: &str = concat!(
+const README_WORLD_STDIN: &str = concat!(
     r#"{"cniVersion":"1.0.0","name":"example","type":"bridge","ipam":"#,
-    seed_ipam!(),
+    readme_ipam!(),
     r#","prevResult":{"cniVersion":"1.0.0","ips":[],"routes":[],"dns":{},"pools":[{"name":"local-pool","subnet":"192.168.0.0/24","gateway":"192.168.0.1"}]}}"#
 );
 
 /// Step 6, as a delegate might print it: pretty, with a trailing newline.
-const SEED_WORLD_RESULT: &str = r#"{
+const README_WORLD_RESULT: &str = r#"{
   "cniVersion": "1.0.0",
   "ips": [
     { "address": "192.168.0.23/24", "gateway": "192.168.0.1" }
@@ -56,17 +59,17 @@ const SEED_WORLD_RESULT: &str = r#"{
 }
 "#;
 
-fn seed_stack() -> Stack {
+fn readme_stack() -> Stack {
     let stack = Stack::of(&["ipam-ds-hello", "ipam-da-world"]);
-    stack.answer("ipam-ds-hello", "ADD", Answer::prints(SEED_HELLO));
-    stack.answer("ipam-da-world", "ADD", Answer::prints(SEED_WORLD_RESULT));
+    stack.answer("ipam-ds-hello", "ADD", Answer::prints(README_HELLO));
+    stack.answer("ipam-da-world", "ADD", Answer::prints(README_WORLD_RESULT));
     stack
 }
 
 #[test]
-fn seed_example_flow_byte_for_byte() {
-    let stack = seed_stack();
-    let out = stack.run("ADD", SEED_INPUT.as_bytes());
+fn the_original_readmes_example_flow_byte_for_byte() {
+    let stack = readme_stack();
+    let out = stack.run("ADD", README_INPUT.as_bytes());
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         stack.call_list(),
@@ -74,40 +77,40 @@ fn seed_example_flow_byte_for_byte() {
     );
     let calls = stack.calls();
     // Step 3: the exact same input.
-    assert_eq!(stack.stdin_of(&calls[0]), SEED_INPUT.as_bytes());
+    assert_eq!(stack.stdin_of(&calls[0]), README_INPUT.as_bytes());
     // Step 5: the input with prevResult set, nothing else changed.
     let world_stdin = String::from_utf8(stack.stdin_of(&calls[1])).unwrap();
-    assert_eq!(world_stdin, SEED_WORLD_STDIN);
+    assert_eq!(world_stdin, README_WORLD_STDIN);
     let step_5: serde_json::Value = serde_json::from_str(&world_stdin).unwrap();
     assert_eq!(step_5["prevResult"]["pools"][0]["gateway"], "192.168.0.1");
     assert_eq!(step_5["ipam"]["world"], 23);
     // Step 7: the last result, exactly as printed (less surrounding whitespace).
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        SEED_WORLD_RESULT.trim()
+        README_WORLD_RESULT.trim()
     );
 }
 
 #[test]
-fn seed_step_4_failure_rolls_back_hello_with_the_same_config() {
-    let stack = seed_stack();
+fn readme_step_4_failure_rolls_back_hello_with_the_same_config() {
+    let stack = readme_stack();
     stack.answer(
         "ipam-ds-hello",
         "ADD",
         Answer::fails(1, r#"{"code":11,"msg":"pool service busy"}"#),
     );
-    let out = stack.run("ADD", SEED_INPUT.as_bytes());
+    let out = stack.run("ADD", README_INPUT.as_bytes());
     out.assert_error(11);
     assert_eq!(
         stack.call_list(),
         ["ipam-ds-hello ADD", "ipam-ds-hello DEL"]
     );
-    assert_eq!(stack.stdin_of(&stack.calls()[1]), SEED_INPUT.as_bytes());
+    assert_eq!(stack.stdin_of(&stack.calls()[1]), README_INPUT.as_bytes());
 }
 
 #[test]
-fn seed_step_6_failure_rolls_back_both_threading_the_del_result() {
-    let stack = seed_stack();
+fn readme_step_6_failure_rolls_back_both_threading_the_del_result() {
+    let stack = readme_stack();
     stack.answer(
         "ipam-da-world",
         "ADD",
@@ -115,7 +118,7 @@ fn seed_step_6_failure_rolls_back_both_threading_the_del_result() {
     );
     let hello_del = r#"{"cniVersion":"1.0.0","released":"local-pool"}"#;
     stack.answer("ipam-ds-hello", "DEL", Answer::prints(hello_del));
-    let out = stack.run("ADD", SEED_INPUT.as_bytes());
+    let out = stack.run("ADD", README_INPUT.as_bytes());
     let error = out.assert_error(7);
     assert_eq!(error["cniVersion"], "1.0.0");
     assert_eq!(
@@ -131,10 +134,10 @@ fn seed_step_6_failure_rolls_back_both_threading_the_del_result() {
     // 1/ hello gets the prevResult it gave world …
     assert_eq!(
         String::from_utf8(stack.stdin_of(&calls[2])).unwrap(),
-        SEED_WORLD_STDIN
+        README_WORLD_STDIN
     );
     // 2/ … and world gets the prevResult that DEL returned.
-    let expected = SEED_WORLD_STDIN.replace(SEED_HELLO, hello_del);
+    let expected = README_WORLD_STDIN.replace(README_HELLO, hello_del);
     assert_eq!(
         String::from_utf8(stack.stdin_of(&calls[3])).unwrap(),
         expected

@@ -152,66 +152,9 @@ fn a_bad_timeout_or_config_is_named() {
 }
 
 #[test]
-fn help_version_and_unknown_arguments() {
-    let dir = common::TempDir::new("cli");
-    let log = dir.path().join("plugin.log").display().to_string();
-    let env = Env(vec![
-        ("PATH".into(), "/usr/bin:/bin".into()),
-        // The verbose flavour logs here, not to the machine's /var/log.
-        ("IPAM_DELEGATED_LOG_FILE".into(), log),
-    ]);
-    let out = run_cli(&["--help"], &env);
-    assert!(out.status.success());
-    let help = String::from_utf8(out.stdout).unwrap();
-    for command in ["ensure", "release", "doctor", "ipam.delegates"] {
-        assert!(help.contains(command), "{help}");
-    }
-    let out = run_cli(&["--version"], &env);
-    assert!(out.status.success());
-    let version = String::from_utf8(out.stdout).unwrap();
-    let flavour = if cfg!(feature = "verbose") {
-        "verbose"
-    } else {
-        "standard"
-    };
-    assert_eq!(
-        version,
-        format!("ipam-delegated {} ({flavour} flavour)\nCNI spec versions: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n", env!("CARGO_PKG_VERSION"))
-    );
-    for args in [&["--frobnicate"][..], &["doctor"], &["--version", "extra"]] {
-        let out = run_cli(args, &env);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(out.stderr.contains("usage:"));
-    }
-}
-
-#[test]
-fn a_cni_invocation_never_reads_arguments() {
-    let stack = Stack::of(&["a"]);
-    stack.answer(
-        "a",
-        "ADD",
-        Answer::prints(r#"{"cniVersion":"1.0.0","ips":[]}"#),
-    );
-    let env = stack.env("ADD");
-    let mut child = common::spawn_plugin(
-        Path::new("/"),
-        &["--frobnicate", "doctor"],
-        &env,
-        std::process::Stdio::null(),
-    );
-    let input = common::config("1.0.0", &["a"]);
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    assert_eq!(stack.call_list(), ["a ADD"]);
-}
-
-#[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn the_readmes_nomad_and_multus_examples_pass_the_doctor() {
-    let Some(plugins) = common::real_plugins() else {
-        return;
-    };
+    let plugins = common::real_plugins();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let stack = Stack::new();
     stack.link("host-local", &plugins.join("host-local"));

@@ -27,20 +27,6 @@ fn refused(stack: &Stack, env: &Env, stdin: &str, code: u64, needle: &str) -> se
 }
 
 #[test]
-fn no_command_prints_the_about_text_and_fails() {
-    let stack = stack();
-    let out = run_plugin(
-        &stack.env("ADD").unset("CNI_COMMAND"),
-        config("1.0.0", &["a"]).as_bytes(),
-    );
-    assert!(!out.status.success());
-    assert!(out.stdout.is_empty());
-    assert!(out.stderr.starts_with("ipam-delegated "), "{}", out.stderr);
-    assert!(out.stderr.contains("0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"));
-    assert!(stack.calls().is_empty());
-}
-
-#[test]
 fn an_unknown_command_is_code_4() {
     let stack = stack();
     refused(

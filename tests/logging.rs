@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{config, Answer, Stack, TempDir};
+use common::{config, temp_dir, Answer, Stack};
 
 /// A stack whose second delegate fails with a message spanning lines.
 fn failing_stack() -> Stack {
@@ -90,7 +90,7 @@ fn a_success_logs_nothing_on_stderr() {
 #[test]
 fn the_standard_flavour_writes_no_log_file() {
     let stack = failing_stack();
-    let dir = TempDir::new("log");
+    let dir = temp_dir("log");
     let log = dir.path().join("sub/ipam-delegated.log");
     let env = stack
         .env("ADD")
@@ -107,7 +107,7 @@ fn the_standard_flavour_writes_no_log_file() {
 #[test]
 fn the_verbose_flavour_appends_a_complete_debug_log() {
     let stack = failing_stack();
-    let dir = TempDir::new("log");
+    let dir = temp_dir("log");
     let log = dir.path().join("created/by/plugin/ipam-delegated.log");
     let input = config("1.0.0", &["ipam-ds-one", "ipam-da-two"]);
     for id in ["first-run", "second-run"] {
@@ -157,7 +157,7 @@ fn the_verbose_flavour_appends_a_complete_debug_log() {
 fn the_verbose_log_records_stopped_delegates_and_refused_invocations() {
     let stack = Stack::of(&["ipam-da-flood"]);
     stack.answer("ipam-da-flood", "ADD", Answer::prints(vec![b' '; 5 << 20]));
-    let dir = TempDir::new("log");
+    let dir = temp_dir("log");
     let log = dir.path().join("ipam-delegated.log");
     let env = stack
         .env("ADD")

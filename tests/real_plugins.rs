@@ -1,6 +1,6 @@
 //! Debian's real IPAM plugins (host-local, static) as delegates: what users
-//! run. Skipped, saying so, where containernetworking-plugins is missing;
-//! with CI=true that is a failure instead.
+//! run. Ignored unless asked for with --include-ignored (./.ci/test does),
+//! since they need containernetworking-plugins installed.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::{real_plugins, run_plugin, Answer, Stack, TempDir};
+use common::{real_plugins, run_plugin, temp_dir, Answer, Stack};
 use serde_json::{json, Value};
 
 /// A host-local-backed config: host-local reads `ranges` and `dataDir`
@@ -39,15 +39,14 @@ fn reservations(data_dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// A stack holding these real plugins; `None` (the test skips) where they
-/// are not installed.
-fn real_stack(names: &[&str]) -> Option<Stack> {
-    let plugins = real_plugins()?;
+/// A stack holding these real plugins.
+fn real_stack(names: &[&str]) -> Stack {
+    let plugins = real_plugins();
     let stack = Stack::new();
     for name in names {
         stack.link(name, &plugins.join(name));
     }
-    Some(stack)
+    stack
 }
 
 fn address(result: &Value) -> String {
@@ -58,11 +57,10 @@ fn address(result: &Value) -> String {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn host_local_add_check_del_del() {
-    let Some(stack) = real_stack(&["host-local"]) else {
-        return;
-    };
-    let data = TempDir::new("hl-data");
+    let stack = real_stack(&["host-local"]);
+    let data = temp_dir("hl-data");
     let input = host_local_config(&["host-local"], data.path());
 
     let out = stack.run("ADD", input.as_bytes());
@@ -98,17 +96,16 @@ fn host_local_add_check_del_del() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn a_failure_after_host_local_leaves_no_reservation() {
-    let Some(stack) = real_stack(&["host-local"]) else {
-        return;
-    };
+    let stack = real_stack(&["host-local"]);
     stack.fake("ipam-da-fails");
     stack.answer(
         "ipam-da-fails",
         "ADD",
         Answer::fails(1, r#"{"code":11,"msg":"upstream down"}"#),
     );
-    let data = TempDir::new("hl-data");
+    let data = temp_dir("hl-data");
     let input = host_local_config(&["host-local", "ipam-da-fails"], data.path());
 
     let error = stack.run("ADD", input.as_bytes()).assert_error(11);
@@ -129,11 +126,10 @@ fn a_failure_after_host_local_leaves_no_reservation() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn host_local_keeps_nothing_when_the_result_cannot_reach_the_runtime() {
-    let Some(stack) = real_stack(&["host-local"]) else {
-        return;
-    };
-    let data = TempDir::new("hl-data");
+    let stack = real_stack(&["host-local"]);
+    let data = temp_dir("hl-data");
     let input = host_local_config(&["host-local"], data.path());
     let full = fs::OpenOptions::new()
         .write(true)
@@ -145,10 +141,9 @@ fn host_local_keeps_nothing_when_the_result_cannot_reach_the_runtime() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn a_fixture_selector_in_front_of_host_local() {
-    let Some(stack) = real_stack(&["host-local"]) else {
-        return;
-    };
+    let stack = real_stack(&["host-local"]);
     stack.fake("ipam-ds-pool");
     stack.answer(
         "ipam-ds-pool",
@@ -157,7 +152,7 @@ fn a_fixture_selector_in_front_of_host_local() {
             r#"{"cniVersion":"1.0.0","ips":[],"pools":[{"name":"p","subnet":"10.250.7.0/24"}]}"#,
         ),
     );
-    let data = TempDir::new("hl-data");
+    let data = temp_dir("hl-data");
     let input = host_local_config(&["ipam-ds-pool", "host-local"], data.path());
     let out = stack.run("ADD", input.as_bytes());
     assert!(out.status.success(), "{out:?}");
@@ -167,11 +162,10 @@ fn a_fixture_selector_in_front_of_host_local() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn thirty_two_parallel_adds_get_distinct_addresses_and_dels_free_them() {
-    let Some(stack) = real_stack(&["host-local"]) else {
-        return;
-    };
-    let data = TempDir::new("hl-data");
+    let stack = real_stack(&["host-local"]);
+    let data = temp_dir("hl-data");
     let input = host_local_config(&["host-local"], data.path());
     let run_all = |command: &str| -> Vec<common::Outcome> {
         std::thread::scope(|scope| {
@@ -205,10 +199,9 @@ fn thirty_two_parallel_adds_get_distinct_addresses_and_dels_free_them() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn static_returns_its_configured_address() {
-    let Some(stack) = real_stack(&["static"]) else {
-        return;
-    };
+    let stack = real_stack(&["static"]);
     let input = json!({
         "cniVersion": "1.0.0",
         "name": "staticnet",
@@ -228,12 +221,11 @@ fn static_returns_its_configured_address() {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn a_real_plugins_own_error_keeps_its_code() {
-    let Some(stack) = real_stack(&["host-local"]) else {
-        return;
-    };
+    let stack = real_stack(&["host-local"]);
     // Debian's host-local speaks up to 1.0.0: at 1.1.0 it answers code 1 itself.
-    let data = TempDir::new("hl-data");
+    let data = temp_dir("hl-data");
     let input = host_local_config(&["host-local"], data.path()).replace("\"1.0.0\"", "\"1.1.0\"");
     let out = stack.run("ADD", input.as_bytes());
     out.assert_error(1);
@@ -250,10 +242,9 @@ fn example_selector() -> std::path::PathBuf {
 }
 
 #[test]
+#[ignore = "needs Debian's containernetworking-plugins"]
 fn the_guides_example_selector_runs_in_front_of_host_local() {
-    let Some(stack) = real_stack(&["host-local"]) else {
-        return;
-    };
+    let stack = real_stack(&["host-local"]);
     stack.link("ipam-ds-namespace", &example_selector());
     stack.fake("ipam-da-recorder");
     stack.answer(
@@ -261,7 +252,7 @@ fn the_guides_example_selector_runs_in_front_of_host_local() {
         "ADD",
         Answer::prints(r#"{"cniVersion":"1.0.0","ips":[]}"#),
     );
-    let data = TempDir::new("hl-data");
+    let data = temp_dir("hl-data");
 
     // The allocator after it sees the selection as prevResult.
     let input = host_local_config(&["ipam-ds-namespace", "ipam-da-recorder"], data.path());

@@ -11,8 +11,9 @@
 //! tmpfs over the directories they would leave things in. Every command is
 //! bounded with timeout(1).
 //!
-//! Needs root and the runtime packages (./.ci/test installs them); skipped
-//! with a message elsewhere, a failure instead of a skip when CI=true.
+//! Needs root and the runtime packages (./.ci/test installs them): the
+//! tests are ignored unless asked for with --include-ignored, as ./.ci/test
+//! does.
 
 mod common;
 
@@ -24,7 +25,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{
-    recorded_calls, recorded_env, recorded_stdin, skip, write_answer, Answer, TempDir, PLUGIN,
+    recorded_calls, recorded_env, recorded_stdin, temp_dir, write_answer, Answer, TempDir, PLUGIN,
 };
 use serde_json::{json, Value};
 
@@ -158,7 +159,7 @@ impl Network {
 
 impl Lab {
     fn new(tag: &'static str) -> Lab {
-        let dir = TempDir::new(tag);
+        let dir = temp_dir(tag);
         let bin = dir.path().join("bin");
         fs::create_dir_all(&bin).unwrap();
         for plugin in ["bridge", "host-local", "loopback"] {
@@ -391,11 +392,10 @@ fn assert_rolled_back_by_the_plugin(net: &Network, context: &str) {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and the runtimes"]
 fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
     let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
-    if !prerequisites(&["go", "nsenter"], &[libcni]) {
-        return;
-    }
+    prerequisites(&["go", "nsenter"], &[libcni]);
     let driver = libcni_driver();
     let lab = Lab::new("lib");
     for (fixture, first_octet) in [("crio.conflist", 41), ("cnitool.conflist", 44)] {
@@ -446,11 +446,10 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and the runtimes"]
 fn bridge_under_libcni_gets_the_reply_in_the_configurations_version() {
     let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
-    if !prerequisites(&["go", "nsenter"], &[libcni]) {
-        return;
-    }
+    prerequisites(&["go", "nsenter"], &[libcni]);
     let driver = libcni_driver();
     let lab = Lab::new("ver");
     // Debian's bridge (libcni 1.1) knows no 1.1.0 result: a delegate
@@ -491,13 +490,12 @@ fn bridge_under_libcni_gets_the_reply_in_the_configurations_version() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and the runtimes"]
 fn libcni_does_not_wait_for_what_a_delegate_leaves_running() {
     let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
-    if !prerequisites(&["go"], &[libcni]) {
-        return;
-    }
+    prerequisites(&["go"], &[libcni]);
     let driver = libcni_driver();
-    let dir = TempDir::new("lingers");
+    let dir = temp_dir("lingers");
     let bin = dir.path().join("bin");
     let rec = dir.path().join("rec");
     fs::create_dir_all(&bin).unwrap();
@@ -541,10 +539,9 @@ fn libcni_does_not_wait_for_what_a_delegate_leaves_running() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and the runtimes"]
 fn podman_with_its_cni_backend() {
-    if !prerequisites(&["podman", "runc", "conmon", "nsenter", "unshare"], &[]) {
-        return;
-    }
+    prerequisites(&["podman", "runc", "conmon", "nsenter", "unshare"], &[]);
     let lab = Lab::new("pod");
     for dir in ["net.d", "podman-tmp", "podman-run", "podman-storage"] {
         fs::create_dir_all(lab.path(dir)).unwrap();
@@ -624,13 +621,12 @@ network_config_dir = "{netd}"
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and the runtimes"]
 fn containerd_with_ctr_run_cni() {
-    if !prerequisites(
+    prerequisites(
         &["containerd", "ctr", "runc", "unshare", "nsenter", "pkill"],
         &[],
-    ) {
-        return;
-    }
+    );
     let lab = Lab::new("ctd");
     // ctr reads only the first two; the test mounts its own over them. The
     // others (libcni's cache, containerd's shim sockets) become private tmpfs.
@@ -899,23 +895,22 @@ fn libcni_driver() -> PathBuf {
         .clone()
 }
 
-/// Root, every tool and file named, a static busybox and the plugins every
-/// test uses; or a skip (a failure under CI=true).
-fn prerequisites(tools: &[&str], files: &[&str]) -> bool {
-    if !common::is_root() {
-        return skip("runtime tests need root (network namespaces, bridges, containers)");
-    }
+/// Checks that root, every tool and file named, a static busybox and the
+/// plugins every test uses are there, and says which is missing: these
+/// tests are ignored unless asked for (./.ci/test installs all of it).
+fn prerequisites(tools: &[&str], files: &[&str]) {
+    assert!(
+        common::is_root(),
+        "runtime tests need root (network namespaces, bridges, containers)"
+    );
     let mut needed: Vec<&str> = tools.to_vec();
     needed.extend(["ip", "timeout", "ldd"]);
     for tool in needed {
-        if !run(Command::new("sh").args(["-c", &format!("command -v {tool}")]))
-            .status
-            .success()
-        {
-            return skip(&format!(
-                "runtime tests need {tool} (./.ci/test installs it)"
-            ));
-        }
+        let found = run(Command::new("sh").args(["-c", &format!("command -v {tool}")]));
+        assert!(
+            found.status.success(),
+            "runtime tests need {tool} (./.ci/test installs it)"
+        );
     }
     let mut needed_files = vec![
         "/usr/lib/cni/bridge",
@@ -924,20 +919,17 @@ fn prerequisites(tools: &[&str], files: &[&str]) -> bool {
     ];
     needed_files.extend(files);
     for file in needed_files {
-        if !Path::new(file).exists() {
-            return skip(&format!(
-                "runtime tests need {file} (./.ci/test installs it)"
-            ));
-        }
+        assert!(
+            Path::new(file).exists(),
+            "runtime tests need {file} (./.ci/test installs it)"
+        );
     }
     // Copied alone into a container's root, only a static busybox runs.
     let ldd = run(Command::new("ldd").arg("/bin/busybox"));
-    if !text(&ldd).contains("not a dynamic executable") {
-        return skip(
-            "runtime tests need a static /bin/busybox (busybox-static; ./.ci/test installs it)",
-        );
-    }
-    true
+    assert!(
+        text(&ldd).contains("not a dynamic executable"),
+        "runtime tests need a static /bin/busybox (busybox-static; ./.ci/test installs it)"
+    );
 }
 
 /// The IPv4 address in `ip -4 -o addr show` output.

@@ -94,35 +94,26 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
-    struct Dirs(PathBuf);
+    /// Two CNI_PATH directories, `one` and `two`, in a temporary directory.
+    struct Dirs(tempfile::TempDir);
 
     impl Dirs {
-        fn new(tag: &str) -> Dirs {
-            let root = std::env::temp_dir().join(format!(
-                "ipam-delegated-lookup-{tag}-{}",
-                std::process::id()
-            ));
-            let _ = fs::remove_dir_all(&root);
-            fs::create_dir_all(root.join("one")).unwrap();
-            fs::create_dir_all(root.join("two")).unwrap();
+        fn new() -> Dirs {
+            let root = tempfile::tempdir().unwrap();
+            fs::create_dir(root.path().join("one")).unwrap();
+            fs::create_dir(root.path().join("two")).unwrap();
             Dirs(root)
         }
 
         fn file(&self, rel: &str, mode: u32) -> PathBuf {
-            let path = self.0.join(rel);
+            let path = self.0.path().join(rel);
             fs::write(&path, "#!/bin/sh\n").unwrap();
             fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
             path
         }
 
         fn path(&self) -> Vec<PathBuf> {
-            vec![self.0.join("one"), self.0.join("two")]
-        }
-    }
-
-    impl Drop for Dirs {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
+            vec![self.0.path().join("one"), self.0.path().join("two")]
         }
     }
 
@@ -132,7 +123,7 @@ mod tests {
 
     #[test]
     fn the_first_directory_with_an_executable_wins() {
-        let d = Dirs::new("first");
+        let d = Dirs::new();
         d.file("one/a", 0o644); // not executable: skipped
         let want = d.file("two/a", 0o755);
         let later = d.file("two/b", 0o755);
@@ -146,32 +137,32 @@ mod tests {
 
     #[test]
     fn a_directory_of_the_name_is_not_a_delegate() {
-        let d = Dirs::new("dir");
-        fs::create_dir(d.0.join("one/a")).unwrap();
+        let d = Dirs::new();
+        fs::create_dir(d.0.path().join("one/a")).unwrap();
         let e = resolve(&names(&["a"]), &d.path()).unwrap_err();
         assert_eq!(e.code(), code::DELEGATE_NOT_FOUND);
     }
 
     #[test]
     fn a_missing_delegate_names_itself_and_the_directories() {
-        let d = Dirs::new("missing");
+        let d = Dirs::new();
         d.file("one/a", 0o755);
         let e = resolve(&names(&["a", "nope"]), &d.path()).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("\"nope\""), "{msg}");
         assert!(
-            msg.contains(&d.0.join("one").display().to_string()),
+            msg.contains(&d.0.path().join("one").display().to_string()),
             "{msg}"
         );
         assert!(
-            msg.contains(&d.0.join("two").display().to_string()),
+            msg.contains(&d.0.path().join("two").display().to_string()),
             "{msg}"
         );
     }
 
     #[test]
     fn resolve_each_keeps_every_outcome_in_order() {
-        let d = Dirs::new("each");
+        let d = Dirs::new();
         d.file("two/c", 0o755);
         let each = resolve_each(&names(&["x", "c", "y"]), &d.path());
         assert!(each[0].is_err());

@@ -4,44 +4,31 @@
 // Each test file uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod agent;
+
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
 /// The plugin binary cargo built for these tests.
 pub const PLUGIN: &str = env!("CARGO_BIN_EXE_ipam-delegated");
 
-/// A directory removed when dropped.
-pub struct TempDir(pub PathBuf);
+pub use tempfile::TempDir;
 
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static COUNT: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNT.fetch_add(1, Ordering::SeqCst);
-        let path = std::env::temp_dir().join(format!(
-            "ipam-delegated-test-{tag}-{}-{n}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// A new directory named after `tag`, removed when dropped; readable by
+/// every user, as the runtimes' directories are (a test runs the plugin as
+/// another user).
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ipam-delegated-test-{tag}-"))
+        .permissions(fs::Permissions::from_mode(0o755))
+        .tempdir()
+        .expect("a temporary directory")
 }
 
 /// What one plugin run produced.
@@ -251,7 +238,7 @@ pub struct Call {
 
 impl Stack {
     pub fn new() -> Stack {
-        let dir = TempDir::new("stack");
+        let dir = temp_dir("stack");
         fs::create_dir(dir.path().join("bin")).unwrap();
         fs::create_dir(dir.path().join("rec")).unwrap();
         Stack { dir }
@@ -431,29 +418,17 @@ pub fn is_root() -> bool {
     fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// Says why a test does not run and returns false; under CI=true, where
-/// everything must run, it fails the test instead.
-pub fn skip(why: &str) -> bool {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true, so this cannot be skipped: {why}");
-    }
-    // Straight to stderr: libtest captures eprintln! of passing tests, and
-    // a skip must be seen.
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-    false
-}
-
-/// Where Debian installs the real CNI plugins; `None`, after saying so, when
-/// they are missing (a failure under CI=true).
-pub fn real_plugins() -> Option<PathBuf> {
+/// Where Debian installs the real CNI plugins (CNI_PLUGINS_DIR says
+/// otherwise). Tests that use them are marked `#[ignore = "needs …"]`:
+/// run with --include-ignored, they fail, saying so, when the plugins are
+/// missing.
+pub fn real_plugins() -> PathBuf {
     let dir =
         PathBuf::from(std::env::var("CNI_PLUGINS_DIR").unwrap_or_else(|_| "/usr/lib/cni".into()));
-    if dir.join("host-local").is_file() && dir.join("static").is_file() {
-        return Some(dir);
-    }
-    skip(&format!(
-        "real CNI plugins not found in {} (apt-get install containernetworking-plugins)",
+    assert!(
+        dir.join("host-local").is_file() && dir.join("static").is_file(),
+        "Debian's CNI plugins are not in {} (apt-get install containernetworking-plugins; ./.ci/test installs them)",
         dir.display()
-    ));
-    None
+    );
+    dir
 }
