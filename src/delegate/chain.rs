@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use super::{Delegate, Limits, Runner};
+use super::{Call, Delegate, Limits, Runner};
 use crate::cni::{self, Command, NetConf};
 use crate::error::{Error, Failure};
 
@@ -55,8 +55,14 @@ impl<'a, R: Runner> Chain<'a, R> {
         limits: Limits,
         buffer: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, Error> {
+        let call = Call {
+            command,
+            stdin,
+            limits,
+            buffer,
+        };
         self.runner
-            .run(delegate, command, stdin, limits, buffer)
+            .run(delegate, call)
             .map_err(|failure| delegate.failed(command, failure))
     }
 

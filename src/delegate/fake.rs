@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::{Delegate, Limits, Runner};
+use super::{Call, Delegate, Runner};
 use crate::cni::Command;
 use crate::error::Failure;
 
@@ -25,7 +25,7 @@ pub enum Answer {
 
 /// One call a fake delegate got.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
+pub struct Recorded {
     pub name: String,
     pub command: Command,
     pub stdin: String,
@@ -37,7 +37,7 @@ pub struct Fake {
     answers: HashMap<(String, Command), Answer>,
     /// A termination request comes after each of these many calls.
     requests_after: Vec<usize>,
-    calls: RefCell<Vec<Call>>,
+    calls: RefCell<Vec<Recorded>>,
 }
 
 impl Fake {
@@ -63,7 +63,7 @@ impl Fake {
     }
 
     /// The calls so far.
-    pub fn calls(&self) -> Vec<Call> {
+    pub fn calls(&self) -> Vec<Recorded> {
         self.calls.borrow().clone()
     }
 
@@ -88,18 +88,17 @@ pub fn delegates(names: &[&str]) -> Vec<Delegate> {
 }
 
 impl Runner for Fake {
-    fn run(
-        &self,
-        delegate: &Delegate,
-        command: Command,
-        stdin: &[u8],
-        limits: Limits,
-        mut buffer: Vec<u8>,
-    ) -> Result<Option<Vec<u8>>, Failure> {
+    fn run(&self, delegate: &Delegate, call: Call) -> Result<Option<Vec<u8>>, Failure> {
+        let Call {
+            command,
+            stdin,
+            limits,
+            mut buffer,
+        } = call;
         if let Some(signal) = self.stop_requested(limits.stopped_by) {
             return Err(Failure::NotRun(signal));
         }
-        self.calls.borrow_mut().push(Call {
+        self.calls.borrow_mut().push(Recorded {
             name: delegate.name.clone(),
             command,
             stdin: String::from_utf8_lossy(stdin).into_owned(),

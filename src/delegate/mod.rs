@@ -45,22 +45,28 @@ impl Limits {
     }
 }
 
+/// One call of a delegate: what it is asked, with what on stdin, within
+/// what limits, and the buffer its output is read into (cleared first;
+/// handed back as the result, so a chain reuses one allocation).
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// The command, as CNI_COMMAND.
+    pub command: Command,
+    /// What it reads on stdin.
+    pub stdin: &'a [u8],
+    /// What bounds it.
+    pub limits: Limits,
+    /// Where its output goes.
+    pub buffer: Vec<u8>,
+}
+
 /// What runs one delegate call.
 pub trait Runner {
-    /// Runs `command` on `delegate` with `stdin` within `limits`, reading
-    /// what it prints into `buffer` (cleared first). On success: the JSON
-    /// object it printed (the buffer itself, trimmed), or `None` for
-    /// nothing (or, for any command but ADD, output that is not one
-    /// object). A call asked to stop before it started is
-    /// [`Failure::NotRun`].
-    fn run(
-        &self,
-        delegate: &Delegate,
-        command: Command,
-        stdin: &[u8],
-        limits: Limits,
-        buffer: Vec<u8>,
-    ) -> Result<Option<Vec<u8>>, Failure>;
+    /// Runs `call` on `delegate`. On success: the JSON object it printed
+    /// (the call's buffer, trimmed), or `None` for nothing (or, for any
+    /// command but ADD, output that is not one object). A call asked to
+    /// stop before it started is [`Failure::NotRun`].
+    fn run(&self, delegate: &Delegate, call: Call) -> Result<Option<Vec<u8>>, Failure>;
 
     /// The signal of the latest termination request, if at least `count`
     /// have come.
@@ -75,18 +81,17 @@ pub fn supported_versions(
     timeout: Duration,
 ) -> Result<Vec<String>, Error> {
     let question = serde_json::json!({"cniVersion": cni_version}).to_string();
-    let limits = Limits {
-        timeout: Some(timeout),
-        stopped_by: 1,
+    let call = Call {
+        command: Command::Version,
+        stdin: question.as_bytes(),
+        limits: Limits {
+            timeout: Some(timeout),
+            stopped_by: 1,
+        },
+        buffer: Vec::new(),
     };
     let answer = Processes::default()
-        .run(
-            delegate,
-            Command::Version,
-            question.as_bytes(),
-            limits,
-            Vec::new(),
-        )
+        .run(delegate, call)
         .map_err(|failure| delegate.failed(Command::Version, failure))?;
     let versions = answer
         .and_then(|a| serde_json::from_slice::<serde_json::Value>(&a).ok())

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use super::judge::{judge, Printed};
-use super::{Delegate, Limits, Runner, PARENT_VARIABLE};
-use crate::cni::Command;
+use super::{Call, Delegate, Limits, Runner, PARENT_VARIABLE};
 use crate::error::Failure;
 use crate::signals;
 use crate::sys::{self, poll, pollfd};
@@ -70,19 +69,13 @@ impl Processes {
 }
 
 impl Runner for Processes {
-    fn run(
-        &self,
-        delegate: &Delegate,
-        command: Command,
-        stdin: &[u8],
-        limits: Limits,
-        buffer: Vec<u8>,
-    ) -> Result<Option<Vec<u8>>, Failure> {
+    fn run(&self, delegate: &Delegate, call: Call) -> Result<Option<Vec<u8>>, Failure> {
         let started = Instant::now();
-        let finished = match signals::received(limits.stopped_by) {
+        let command = call.command;
+        let finished = match signals::received(call.limits.stopped_by) {
             // Asked to stop before it started: no process at all.
             Some(signal) => Err(Failure::NotRun(signal)),
-            None => self.spawn(delegate, command, stdin, limits, buffer),
+            None => self.spawn(delegate, call),
         };
         // Formatted only when someone will read it: every pod start pays for this.
         if tracing::enabled!(tracing::Level::DEBUG) {
@@ -129,17 +122,10 @@ impl Runner for Processes {
 
 impl Processes {
     /// Starts the delegate in a process group of its own and supervises it.
-    fn spawn(
-        &self,
-        delegate: &Delegate,
-        command: Command,
-        stdin: &[u8],
-        limits: Limits,
-        buffer: Vec<u8>,
-    ) -> Result<Finished, Failure> {
+    fn spawn(&self, delegate: &Delegate, call: Call) -> Result<Finished, Failure> {
         std::process::Command::new(&delegate.path)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("CNI_COMMAND", command.as_str())
+            .env("CNI_COMMAND", call.command.as_str())
             .env(PARENT_VARIABLE, std::process::id().to_string())
             // Its own group, so that stopping it reaches whatever it started.
             .process_group(0)
@@ -151,7 +137,7 @@ impl Processes {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(Failure::NotStarted)
-            .and_then(|child| supervise(child, stdin, limits, buffer))
+            .and_then(|child| supervise(child, call.stdin, call.limits, call.buffer))
     }
 }
 
