@@ -3,7 +3,7 @@
 //! CHECK, then DEL, then ADD for a fixed container ID, keeping the result;
 //! `release` undoes it; and GC never frees what is kept.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tracing::warn;
@@ -50,7 +50,7 @@ impl<'a> Setup<'a> {
         cni::check_container_id("--id", &request.id)?;
         cni::check_ifname("--ifname", &request.ifname)?;
         let config = Config::parse(stdin)?;
-        let cni_path = cni_path();
+        let cni_path = cni::path_outside_runtime(std::env::var_os("CNI_PATH"));
         let mut vars = vec![
             ("CNI_CONTAINERID", request.id.clone()),
             ("CNI_IFNAME", request.ifname.clone()),
@@ -76,7 +76,7 @@ impl<'a> Setup<'a> {
     }
 
     fn find_all(&self) -> Result<Vec<Delegate>, Error> {
-        delegate::resolve(&self.config.delegates, &self.path)
+        delegate::all(self.find_each())
     }
 
     fn find_each(&self) -> Vec<Result<Delegate, Error>> {
@@ -175,11 +175,10 @@ pub fn release(request: &Request, stdin: &[u8]) -> Result<(), Error> {
     network.remove(&attachment)
 }
 
-/// Agent mode's attachments kept from a runtime's GC: the GC input with
-/// every attachment kept for the network added to
-/// `cni.dev/valid-attachments`, and the network's lock, held until the
-/// delegates are done (an `ensure` could otherwise allocate between the
-/// listing and the GC).
+/// What lets GC leave agent mode's attachments alone: the GC input with
+/// each kept attachment added to `cni.dev/valid-attachments`, and the
+/// network's lock, held until the delegates finish so that `ensure` cannot
+/// allocate in between.
 pub struct Protected {
     _kept: state::Kept,
     /// `None` when nothing is kept: the runtime's input stands.
@@ -224,21 +223,10 @@ pub fn protect_from_gc(config: &Config) -> Result<Protected, Error> {
     })
 }
 
-/// Where delegates are looked for outside a runtime's call: CNI_PATH, or
-/// where runtimes look by default.
-pub fn cni_path() -> String {
-    std::env::var("CNI_PATH")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| cni::DEFAULT_PATH.into())
-}
-
 /// Whether `netns` is the network namespace this process runs in (as
 /// libcni compares them: the same namespace file, however named).
 fn is_own_netns(netns: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let identity = |path: &str| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-    identity(netns).is_some_and(|id| identity("/proc/self/ns/net") == Some(id))
+    delegate::same_file(Path::new(netns), Path::new("/proc/self/ns/net"))
 }
 
 /// Where agent mode keeps its attachments for `config`.

@@ -57,7 +57,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Some("--version" | "-V") if args.len() == 1 => return print(&version_text()),
         _ => return usage(&format!("unknown command {:?}", command.to_string_lossy())),
     };
-    let request = match parse(&args[1..]) {
+    let request = match parse_agent_options(&args[1..]) {
         Ok(request) => request,
         Err(problem) => return usage(&problem),
     };
@@ -71,7 +71,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             } else {
                 agent::release(&request, &stdin).map(|()| None)
             };
-            respond(outcome, || cni::reply_version(&stdin))
+            respond(outcome, || cni::version_for_reply(&stdin))
         }
         Err(e) => respond(Err(e), || cni::NEWEST.into()),
     }
@@ -87,7 +87,8 @@ fn doctor(options: &[OsString]) -> ExitCode {
         },
         _ => return usage("doctor takes --config FILE"),
     };
-    let report = doctor::examine(&file, &agent::cni_path());
+    let cni_path = cni::path_outside_runtime(std::env::var_os("CNI_PATH"));
+    let report = doctor::examine(&file, &cni_path);
     let _ = std::io::stdout().write_all(report.text.as_bytes());
     if report.healthy {
         ExitCode::SUCCESS
@@ -117,7 +118,7 @@ fn print(text: &str) -> ExitCode {
 }
 
 /// The options of `ensure` and `release`.
-fn parse(options: &[OsString]) -> Result<Request, String> {
+fn parse_agent_options(options: &[OsString]) -> Result<Request, String> {
     let mut request = Request {
         config: PathBuf::new(),
         id: String::new(),
@@ -185,7 +186,7 @@ mod tests {
 
     #[test]
     fn ensure_takes_every_option_in_either_form() {
-        let request = parse(&args(&[
+        let request = parse_agent_options(&args(&[
             "--config",
             "/etc/x.conflist",
             "--id=agent-health",
@@ -207,7 +208,7 @@ mod tests {
 
     #[test]
     fn defaults_are_eth0_and_the_hosts_namespace() {
-        let request = parse(&args(&["--id", "a", "--config", "f"])).unwrap();
+        let request = parse_agent_options(&args(&["--id", "a", "--config", "f"])).unwrap();
         assert_eq!(
             (request.ifname.as_str(), request.netns.as_str()),
             ("eth0", "/proc/self/ns/net")
@@ -222,7 +223,7 @@ mod tests {
             (&["--config"], "--config needs a value"),
             (&["--bogus"], "unknown option \"--bogus\""),
         ] {
-            assert_eq!(parse(&args(list)).unwrap_err(), problem);
+            assert_eq!(parse_agent_options(&args(list)).unwrap_err(), problem);
         }
     }
 }

@@ -1,7 +1,6 @@
-//! ipam-delegated's configuration: a network configuration (its common
-//! keys, see [`NetConf`]) with the `ipam` keys the plugin reads, checked;
-//! and the configuration a main plugin would pass on, loaded from a file,
-//! for agent mode and the doctor.
+//! The plugin's configuration: the common keys (see [`NetConf`]) plus the
+//! `ipam` keys it reads, checked. Also loads a configuration file, as a
+//! main plugin would pass it on, for agent mode and the doctor.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::cni::{self, string, Members, NetConf};
 use crate::error::Error;
 
-/// A checked configuration.
+/// A configuration, its common keys and the plugin's own checked.
 #[derive(Debug)]
 pub struct Config<'a> {
     /// The network configuration, every member kept as written.
@@ -26,10 +25,14 @@ pub struct Config<'a> {
 }
 
 impl<'a> Config<'a> {
-    /// Parses and checks stdin: the common keys first (codes 6, then 1,
-    /// then 7), then the plugin's own (7).
+    /// Parses and checks a configuration: the common keys first (codes 6,
+    /// then 1, then 7), then the plugin's own (7).
     pub fn parse(raw: &'a [u8]) -> Result<Self, Error> {
-        let net = NetConf::parse(raw)?;
+        Self::from_net(NetConf::parse(raw)?)
+    }
+
+    /// Checks the plugin's own keys of `net`, whose common keys are checked.
+    pub fn from_net(net: NetConf<'a>) -> Result<Self, Error> {
         let ipam = net
             .object("ipam")?
             .ok_or_else(|| invalid_config("\"ipam\" is missing".into()))?;
@@ -118,7 +121,7 @@ fn check_delegate_name(name: &str) -> Result<(), Error> {
 /// The stdin a main plugin would give the plugin for `file`: from a list,
 /// the one plugin whose `ipam.type` is ipam-delegated, with the list's
 /// cniVersion and name, as libcni derives it; or the file's own object.
-pub fn load_file(file: &Path) -> Result<Vec<u8>, Error> {
+pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, Error> {
     let fail = |reason: String| Error::ConfigFile {
         path: file.to_owned(),
         reason,

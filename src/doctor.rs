@@ -65,7 +65,7 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
         .zip(delegate::resolve_each(&config.delegates, &dirs))
     {
         let (path, versions, verdict) = match found {
-            Ok(delegate) => check(&delegate, &config, timeout),
+            Ok(delegate) => check_delegate(&delegate, &config, timeout),
             Err(e @ Error::SelfReference { .. }) => (
                 "(this plugin)".into(),
                 String::new(),
@@ -104,7 +104,7 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
 
 /// One found delegate: its path, the versions it supports, and whether it
 /// will do for this configuration.
-fn check(
+fn check_delegate(
     delegate: &Delegate,
     config: &Config,
     timeout: Duration,
@@ -156,10 +156,9 @@ fn not_found(name: &str, dirs: &[PathBuf]) -> String {
             }
         }
     }
-    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     format!(
         "{name} is in none of {}: install it there, or add its directory to CNI_PATH",
-        searched.join(", ")
+        delegate::list_dirs(dirs)
     )
 }
 

@@ -25,6 +25,10 @@ pub mod code {
     pub const INTERRUPTED: u32 = 105;
 }
 
+/// Why a stack must not name the plugin itself: every delegate gets the
+/// same configuration, so it would start itself for ever.
+const STACK_HOLDS_ITSELF: &str = "a stack cannot hold the plugin that runs it";
+
 /// Everything that can make an invocation fail.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -36,7 +40,6 @@ pub enum Error {
     /// running a delegate.
     #[error("stopped: the plugin received signal {signal} while {during}")]
     Interrupted {
-        /// The signal.
         signal: i32,
         /// What it was waiting for.
         during: &'static str,
@@ -54,9 +57,7 @@ pub enum Error {
     /// Agent mode's state could not be read or written.
     #[error("agent state {}: {error}", path.display())]
     State {
-        /// The file or directory.
         path: std::path::PathBuf,
-        /// What went wrong.
         #[source]
         error: io::Error,
     },
@@ -71,16 +72,15 @@ pub enum Error {
     },
 
     /// A delegate is this plugin itself, which would run itself forever.
-    #[error("delegate {name:?} is ipam-delegated itself ({how}): a stack cannot hold the plugin that runs it")]
+    #[error("delegate {name:?} is ipam-delegated itself ({how}): {STACK_HOLDS_ITSELF}")]
     SelfReference {
-        /// The delegate's name.
         name: String,
         /// How it was found out.
         how: String,
     },
 
     /// This plugin was started as a delegate by itself.
-    #[error("ipam-delegated was started as a delegate of ipam-delegated (pid {parent}): a stack cannot hold the plugin that runs it")]
+    #[error("ipam-delegated was started as a delegate of ipam-delegated (pid {parent}): {STACK_HOLDS_ITSELF}")]
     Recursion {
         /// The pid of the ipam-delegated that started this one.
         parent: String,
@@ -89,7 +89,6 @@ pub enum Error {
     /// A delegate is in none of the CNI_PATH directories.
     #[error("delegate {name:?} is not an executable file in any CNI_PATH directory (searched {searched})")]
     DelegateNotFound {
-        /// The delegate's name.
         name: String,
         /// The directories searched, as a list for the message.
         searched: String,
@@ -102,11 +101,9 @@ pub enum Error {
         _ => format!("{delegate} ({command}): {failure}"),
     })]
     Delegate {
-        /// The delegate's name, as configured.
+        /// The name as configured in `ipam.delegates`.
         delegate: String,
-        /// The command it was running.
         command: Command,
-        /// How it failed.
         failure: Failure,
     },
 
@@ -135,11 +132,8 @@ pub enum Failure {
     /// The delegate exited non-zero and printed a CNI error object, kept as printed.
     #[error("failed with code {code}: {msg}")]
     Reported {
-        /// Its error code.
         code: u32,
-        /// Its message.
         msg: String,
-        /// Its details.
         details: String,
     },
     /// The process could not be started.
@@ -148,7 +142,6 @@ pub enum Failure {
     /// The delegate exited non-zero without a CNI error object on stdout.
     #[error("exited with status {status} and no CNI error object")]
     Exited {
-        /// Its exit status.
         status: i32,
         /// The start of whatever it printed.
         stdout: String,
@@ -169,8 +162,8 @@ pub enum Failure {
     },
     /// The last delegate's result cannot be the reply: not in a version
     /// the plugin can convert from, or not convertible.
-    #[error("printed a {0}")]
-    Reply(#[source] cni::Error),
+    #[error("{0}")]
+    Reply(#[source] cni::ConversionError),
     /// An ADD succeeded but printed no result.
     #[error("succeeded but printed no result")]
     NoResult,
@@ -227,7 +220,7 @@ impl Error {
     /// Whether the stack could not give its verdict now (a timeout, a
     /// termination request, "try again later", a delegate that could not
     /// be run) rather than answering with a failure.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::Interrupted { .. } | Error::LockTimeout { .. } => true,
             Error::Delegate { failure, .. } => matches!(
@@ -251,7 +244,7 @@ impl Error {
 
     /// Whether this is a delegate that was never started, so had nothing
     /// to undo.
-    pub fn never_ran(&self) -> bool {
+    pub(crate) fn never_ran(&self) -> bool {
         matches!(
             self,
             Error::Delegate {
@@ -304,11 +297,11 @@ impl Error {
 
     /// The CNI error object for this error, as printed on stdout.
     pub fn to_reply(&self, cni_version: &str) -> Vec<u8> {
-        cni::reply(cni_version, self.code(), &self.to_string(), &self.details())
+        cni::error_object(cni_version, self.code(), &self.to_string(), &self.details())
     }
 
     /// Folds the failures of a best-effort command into one error, or none.
-    pub fn from_failures(failures: Vec<Error>) -> Result<(), Error> {
+    pub(crate) fn from_failures(failures: Vec<Error>) -> Result<(), Error> {
         let mut failures = failures.into_iter();
         let Some(first) = failures.next() else {
             return Ok(());
@@ -325,7 +318,7 @@ impl Error {
     }
 
     /// Adds the failures of an ADD's rollback to the error that caused it.
-    pub fn with_rollback(self, rollback: Vec<Error>) -> Error {
+    pub(crate) fn with_rollback(self, rollback: Vec<Error>) -> Error {
         if rollback.is_empty() {
             self
         } else {

@@ -4,7 +4,7 @@
 //!
 //! Data flows one way: the environment and stdin (read by [`skel`] into
 //! [`cni`] types), then the configuration ([`config`]), then the chain of
-//! delegates ([`delegate`]), then the one reply [`skel`] writes.
+//! delegates (`delegate`), then the one reply [`skel`] writes.
 
 pub mod cni;
 pub mod config;
@@ -22,73 +22,105 @@ mod sys;
 
 use std::io::Write;
 
-use tracing::{debug, warn};
+use tracing::warn;
 
 pub use cli::main as command_line;
 /// For the fuzz targets: what a delegate's exit status and output amount to.
 pub use delegate::{judge, Printed};
-pub use delegate::{PARENT_VARIABLE, STDOUT_CAP};
 pub use logging::init as init_logging;
 
-use cni::Command;
+use cni::{Environment, NetConf};
 use config::Config;
-use delegate::{Chain, Processes};
+use delegate::{Chain, Delegate, Processes, PARENT_VARIABLE};
 use error::Error;
+use skel::Plugin;
 
-/// Runs one CNI invocation with configuration `stdin`, writing its result,
-/// if it has one, on `stdout`. `parent` is [`PARENT_VARIABLE`]'s value: a
-/// plugin started by itself refuses at once. An ADD whose result cannot be
-/// written is undone: the runtime would never learn of the address.
-pub fn run(
-    env: &cni::Environment,
-    parent: Option<&str>,
-    stdin: &[u8],
-    stdout: &mut dyn Write,
-) -> Result<(), Error> {
-    debug!(
-        command = %env.command,
-        container_id = env.container_id.as_deref().unwrap_or(""),
-        "invocation"
-    );
-    if env.command == Command::Version {
-        // Needs no configuration, runs nothing, and never fails on its input.
-        let reply = cni::version_reply(&cni::reply_version(stdin));
-        return skel::write_reply(stdout, &reply);
+/// ipam-delegated as a CNI plugin: each command runs the configuration's
+/// stack of delegates.
+pub struct Delegated {
+    /// The pid of the ipam-delegated that started this one, if one did.
+    parent: Option<String>,
+}
+
+impl Delegated {
+    /// The plugin as this process was started: by a runtime, or by
+    /// itself, which its stack must not be.
+    pub fn from_process() -> Self {
+        // Set, and not empty, only by an ipam-delegated that started this one.
+        let parent = std::env::var_os(PARENT_VARIABLE)
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_string_lossy().into_owned());
+        Delegated { parent }
     }
-    if let Some(parent) = parent {
-        return Err(Error::Recursion {
-            parent: parent.to_owned(),
-        });
-    }
-    let config = Config::parse(stdin)?;
-    cni::check_command(env.command, config.net.cni_version)?;
-    let found = delegate::resolve_each(&config.delegates, &env.path);
-    let runner = Processes::default();
-    let chain = Chain::new(&config.net, &runner, config.timeout);
-    match env.command {
-        Command::Add => {
-            let delegates = all(found)?;
-            let result = chain.add(&delegates)?;
-            skel::write_reply(stdout, &result)
-                .inspect_err(|e| {
-                    warn!("the result could not be written ({e}): undoing the ADD");
-                })
-                .map_err(|e| e.with_rollback(chain.undo(&delegates, &result)))
+
+    /// What every command needs: the plugin's own keys checked, and the
+    /// delegates looked up in CNI_PATH (each found, or why not). A plugin
+    /// started by itself refuses at once.
+    fn stack<'a>(
+        &self,
+        env: &Environment,
+        net: NetConf<'a>,
+    ) -> Result<(Stack<'a>, Vec<Found>), Error> {
+        if let Some(parent) = &self.parent {
+            return Err(Error::Recursion {
+                parent: parent.clone(),
+            });
         }
-        Command::Check => chain.check(&all(found)?),
-        Command::Del => chain.del(found),
-        Command::Gc => {
-            // Agent mode's attachments are kept from GC, under their lock.
-            let protected = agent::protect_from_gc(&config)?;
-            chain.gc(protected.input(&config.net), found)
-        }
-        Command::Status => chain.status(&all(found)?),
-        // Answered above.
-        Command::Version => Ok(()),
+        let config = Config::from_net(net)?;
+        let found = delegate::resolve_each(&config.delegates, &env.path);
+        let runner = Processes::default();
+        Ok((Stack { config, runner }, found))
     }
 }
 
-/// Every delegate, for a command that runs none when one is missing.
-fn all(found: Vec<Result<delegate::Delegate, Error>>) -> Result<Vec<delegate::Delegate>, Error> {
-    found.into_iter().collect()
+/// A delegate looked up in CNI_PATH, or why it was not found.
+type Found = Result<Delegate, Error>;
+
+impl Plugin for Delegated {
+    /// A result that cannot be written is undone: the runtime would never
+    /// learn of the address.
+    fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        let delegates = delegate::all(found)?;
+        let chain = stack.chain();
+        let result = chain.add(&delegates)?;
+        skel::write_reply(stdout, &result).map_err(|e| {
+            warn!("the result could not be written ({e}): undoing the ADD");
+            e.with_rollback(chain.undo(&delegates, &result))
+        })
+    }
+
+    fn del(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        stack.chain().del(found)
+    }
+
+    fn check(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        stack.chain().check(&delegate::all(found)?)
+    }
+
+    /// Agent mode's attachments are kept from GC, under their lock.
+    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        let protected = agent::protect_from_gc(&stack.config)?;
+        stack.chain().gc(protected.input(&stack.config.net), found)
+    }
+
+    fn status(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        stack.chain().status(&delegate::all(found)?)
+    }
+}
+
+/// A configuration's stack of delegates, run as processes.
+struct Stack<'a> {
+    config: Config<'a>,
+    runner: Processes,
+}
+
+impl Stack<'_> {
+    fn chain(&self) -> Chain<'_, Processes> {
+        Chain::new(&self.config.net, &self.runner, self.config.timeout)
+    }
 }

@@ -4,19 +4,14 @@
 
 use std::process::ExitCode;
 
-use ipam_delegated::{command_line, init_logging, run, skel, PARENT_VARIABLE};
+use ipam_delegated::{command_line, init_logging, skel, Delegated};
 
 fn main() -> ExitCode {
     init_logging();
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-delegated", pid = std::process::id()).entered();
     tracing::debug!(version = env!("CARGO_PKG_VERSION"), "started");
-    // Set (and not empty) only by an ipam-delegated that started this one.
-    let parent = std::env::var(PARENT_VARIABLE)
-        .ok()
-        .filter(|p| !p.is_empty());
-    skel::serve(
-        |env, stdin, stdout| run(env, parent.as_deref(), stdin, stdout),
-        || command_line(std::env::args_os().skip(1)),
-    )
+    skel::serve(&Delegated::from_process(), || {
+        command_line(std::env::args_os().skip(1))
+    })
 }

@@ -1,25 +1,72 @@
 //! What every plugin binary of the crate does around its commands, as
 //! libcni's skel does for Go plugins: reads the CNI environment, then stdin
-//! (a termination request answered even while the runtime keeps it open),
-//! runs the command, and writes the one reply and the exit status. Without
-//! CNI_COMMAND the binary is not a CNI plugin call, and its command line
-//! takes over.
+//! (a termination request is honoured even if the runtime never closes
+//! it), answers VERSION, checks the configuration's common keys and that
+//! its version has the command, runs the command, and writes the one reply
+//! and the exit status. Without CNI_COMMAND the binary is not a CNI plugin
+//! call, and its command line takes over.
+//!
+//! A plugin on it is as short as its commands:
+//!
+//! ```no_run
+//! use std::io::Write;
+//! use std::process::ExitCode;
+//!
+//! use ipam_delegated::cni::{Environment, NetConf};
+//! use ipam_delegated::error::Error;
+//! use ipam_delegated::skel::{self, Plugin};
+//!
+//! /// Hands every container the same address, and keeps nothing.
+//! struct Fixed;
+//!
+//! impl Plugin for Fixed {
+//!     fn add(&self, _: &Environment, net: NetConf, out: &mut dyn Write) -> Result<(), Error> {
+//!         let version = net.cni_version;
+//!         let result = format!(r#"{{"cniVersion":"{version}","ips":[{{"address":"10.1.0.2/24"}}]}}"#);
+//!         skel::write_reply(out, result.as_bytes())
+//!     }
+//!     fn del(&self, _: &Environment, _: NetConf) -> Result<(), Error> { Ok(()) }
+//!     fn check(&self, _: &Environment, _: NetConf) -> Result<(), Error> { Ok(()) }
+//!     fn gc(&self, _: &Environment, _: NetConf) -> Result<(), Error> { Ok(()) }
+//!     fn status(&self, _: &Environment, _: NetConf) -> Result<(), Error> { Ok(()) }
+//! }
+//!
+//! fn main() -> ExitCode {
+//!     skel::serve(&Fixed, || ExitCode::FAILURE)
+//! }
+//! ```
 
 use std::borrow::Cow;
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::cni::{self, Environment};
+use tracing::debug;
+
+use crate::cni::{self, Command, Environment, NetConf};
 use crate::error::Error;
 use crate::signals;
 
-/// Serves one invocation: `run` gets the environment and stdin and writes
-/// a result, if it has one, on the stdout it is given; without CNI_COMMAND,
-/// `command_line` runs instead.
-pub fn serve(
-    run: impl FnOnce(&Environment, &[u8], &mut dyn Write) -> Result<(), Error>,
-    command_line: impl FnOnce() -> ExitCode,
-) -> ExitCode {
+/// A CNI plugin's commands, as [`serve`] calls them (libcni's CNIFuncs).
+/// Each gets the environment and the configuration, its common keys
+/// checked and its version known to have the command.
+pub trait Plugin {
+    /// ADD: allocate, and write the result on `stdout`.
+    fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error>;
+    /// DEL: release whatever the attachment holds, and succeed when it
+    /// holds nothing (DEL is repeated, and may come for what never was).
+    fn del(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+    /// CHECK (0.4.0 and later): fail unless the attachment is as ADD left it.
+    fn check(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+    /// GC (1.1.0): release what the runtime's `cni.dev/valid-attachments`
+    /// does not list.
+    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+    /// STATUS (1.1.0): fail (50, 51) when an ADD could not succeed now.
+    fn status(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+}
+
+/// Serves one invocation of `plugin`; without CNI_COMMAND, `command_line`
+/// runs instead.
+pub fn serve(plugin: &impl Plugin, command_line: impl FnOnce() -> ExitCode) -> ExitCode {
     let env = match Environment::from_vars(|name| std::env::var_os(name)) {
         Ok(Some(env)) => Ok(env),
         Ok(None) => return command_line(),
@@ -39,9 +86,42 @@ pub fn serve(
     };
     let outcome = env.and_then(|env| {
         read?;
-        run(&env, &stdin, &mut std::io::stdout().lock())
+        dispatch(plugin, &env, &stdin, &mut std::io::stdout().lock())
     });
-    respond(outcome.map(|()| None), || cni::reply_version(&stdin))
+    respond(outcome.map(|()| None), || cni::version_for_reply(&stdin))
+}
+
+/// Runs the command the environment names, with `stdin` as configuration.
+fn dispatch(
+    plugin: &impl Plugin,
+    env: &Environment,
+    stdin: &[u8],
+    stdout: &mut dyn Write,
+) -> Result<(), Error> {
+    debug!(
+        command = %env.command,
+        container_id = env.container_id.as_deref().unwrap_or(""),
+        "invocation"
+    );
+    // Every command but VERSION checks the configuration first: JSON (6),
+    // then its version (1), then its name (7), then that the version has
+    // the command (1).
+    let checked = || -> Result<NetConf, Error> {
+        let net = NetConf::parse(stdin)?;
+        cni::check_command(env.command, net.cni_version)?;
+        Ok(net)
+    };
+    match env.command {
+        // Needs no configuration, and never fails on its input.
+        Command::Version => {
+            write_reply(stdout, &cni::version_result(&cni::version_for_reply(stdin)))
+        }
+        Command::Add => plugin.add(env, checked()?, stdout),
+        Command::Del => plugin.del(env, checked()?),
+        Command::Check => plugin.check(env, checked()?),
+        Command::Gc => plugin.gc(env, checked()?),
+        Command::Status => plugin.status(env, checked()?),
+    }
 }
 
 /// Writes a reply whole and flushed: a buffered write that fails only at
@@ -53,11 +133,11 @@ pub fn write_reply(stdout: &mut dyn Write, reply: &[u8]) -> Result<(), Error> {
         .map_err(|e| cni::Error::WriteReply(e).into())
 }
 
-/// Writes the one reply for `outcome` on stdout (a result, nothing, or a
-/// CNI error object carrying the version `cni_version` gives, asked for
-/// only then: it parses the input again), logs a failure, and gives the
-/// exit status.
-pub fn respond(
+/// Writes the reply for `outcome` and returns the exit status. On failure
+/// the reply is a CNI error object, whose cniVersion `cni_version` gives
+/// (called only then, since it parses the input again), and the failure is
+/// logged.
+pub(crate) fn respond(
     outcome: Result<Option<Vec<u8>>, Error>,
     cni_version: impl FnOnce() -> String,
 ) -> ExitCode {

@@ -42,9 +42,7 @@ pub struct Network {
 /// One attachment: which container ID and interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
-    /// Its container ID.
     pub id: String,
-    /// Its interface name.
     pub ifname: String,
 }
 

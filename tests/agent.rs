@@ -1,7 +1,7 @@
 //! Agent mode through the built binary: `ensure` and `release` with
 //! Debian's host-local as the allocator (idempotent, self-healing, never
-//! two reservations for one ID), GC keeping agents' attachments, and the
-//! errors a command line can make.
+//! two reservations for one ID), GC keeping agents' attachments, state
+//! that links cannot redirect, and plugins built on libcni 1.2.
 
 mod common;
 

@@ -376,7 +376,8 @@ fn a_delegate_flooding_stdout_is_stopped_and_rolled_back() {
         .run("ADD", config("1.0.0", &["a", "b"]).as_bytes())
         .assert_error(104);
     let msg = error["msg"].as_str().unwrap();
-    let cap = ipam_delegated::STDOUT_CAP;
+    // The README's 4 MiB.
+    let cap = 4 << 20;
     assert!(
         msg.starts_with(&format!("b (ADD): printed more than {cap} bytes")),
         "{msg}"
@@ -676,7 +677,7 @@ fn a_reply_in_a_version_that_cannot_be_converted_is_rolled_back() {
         .assert_error(1);
     assert_eq!(
         error["msg"],
-        "b (ADD): printed a result in cniVersion 0.2.0, which cannot be converted to the configuration's 1.0.0"
+        "b (ADD): answered in cniVersion 0.2.0, which cannot be converted to the configuration's 1.0.0"
     );
     assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
 }

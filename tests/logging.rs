@@ -167,7 +167,8 @@ fn the_verbose_log_records_stopped_delegates_and_refused_invocations() {
     common::run_plugin(&env.clone().unset("CNI_PATH"), input.as_bytes()).assert_error(4);
 
     let text = std::fs::read_to_string(&log).unwrap();
-    let cap = ipam_delegated::STDOUT_CAP;
+    // The README's 4 MiB.
+    let cap = 4 << 20;
     let flood = text
         .lines()
         .find(|l| l.contains("delegate=ipam-da-flood") && l.contains("command=ADD"))

@@ -1,10 +1,12 @@
 //! What a release ships beside the binaries: its notes are the version's
 //! own CHANGELOG section (.ci/release-notes, run by the release workflow).
 
+mod common;
+
 use std::process::Command;
 
 fn notes(version: &str, changelog: &str) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::temp_dir("release");
     let file = dir.path().join("CHANGELOG.md");
     std::fs::write(&file, changelog).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/release-notes");

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use ipam_delegated::cni::reply_version;
+use ipam_delegated::cni::version_for_reply;
 use ipam_delegated::config::Config;
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 const RESULT: &str = r#"{"fuzz":[1,{"x":null}]}"#;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = reply_version(data);
+    let _ = version_for_reply(data);
     let Ok(config) = Config::parse(data) else {
         return;
     };

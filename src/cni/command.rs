@@ -1,9 +1,8 @@
-//! The commands a runtime sends in CNI_COMMAND, and the variables each one
-//! needs.
+//! The commands a runtime can send in CNI_COMMAND.
 
 use std::fmt;
 
-/// A CNI command.
+/// A command of the CNI specification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Command {
     /// Allocate.

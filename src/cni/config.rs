@@ -1,6 +1,6 @@
-//! A network configuration's common keys (cniVersion and name, checked)
-//! and every member kept exactly as written, to hand on with a
-//! `prevResult`, or another member, set.
+//! A network configuration's common keys (cniVersion and name, checked),
+//! every member kept exactly as written, so that it can be passed on with
+//! `prevResult` (or another member) set.
 
 use std::cell::OnceCell;
 
@@ -22,7 +22,7 @@ pub struct NetConf<'a> {
     pub raw: &'a [u8],
     /// The configuration's cniVersion, one of the supported ones.
     pub cni_version: &'static str,
-    /// The network's name.
+    /// The network's name, which follows the specification's rule.
     pub name: String,
     members: Members<'a>,
     frame: OnceCell<Frame>,
@@ -107,7 +107,7 @@ impl<'a> NetConf<'a> {
 
 /// The cniVersion a reply should carry: the input's when it has a string
 /// one, whether supported or not, else the newest supported.
-pub fn reply_version(raw: &[u8]) -> String {
+pub fn version_for_reply(raw: &[u8]) -> String {
     serde_json::from_slice::<Members>(raw)
         .ok()
         .and_then(|members| string(members.get("cniVersion")?))
@@ -325,11 +325,11 @@ mod tests {
     }
 
     #[test]
-    fn reply_version_is_the_inputs_or_the_newest() {
-        assert_eq!(reply_version(br#"{"cniVersion":"0.4.0"}"#), "0.4.0");
-        assert_eq!(reply_version(br#"{"cniVersion":"9.9.9"}"#), "9.9.9");
-        assert_eq!(reply_version(b"not json"), NEWEST);
-        assert_eq!(reply_version(br#"{"cniVersion":4}"#), NEWEST);
-        assert_eq!(reply_version(b"[]"), NEWEST);
+    fn the_version_for_a_reply_is_the_inputs_or_the_newest() {
+        assert_eq!(version_for_reply(br#"{"cniVersion":"0.4.0"}"#), "0.4.0");
+        assert_eq!(version_for_reply(br#"{"cniVersion":"9.9.9"}"#), "9.9.9");
+        assert_eq!(version_for_reply(b"not json"), NEWEST);
+        assert_eq!(version_for_reply(br#"{"cniVersion":4}"#), NEWEST);
+        assert_eq!(version_for_reply(b"[]"), NEWEST);
     }
 }

@@ -17,7 +17,7 @@ const PATH: &str = "CNI_PATH";
 
 /// Where plugins are looked for when CNI_PATH is not set (libcni's and
 /// every runtime's default).
-pub const DEFAULT_PATH: &str = "/opt/cni/bin";
+const DEFAULT_PATH: &str = "/opt/cni/bin";
 
 /// Linux's IFNAMSIZ less the terminating NUL.
 const MAX_IFNAME_LEN: usize = 15;
@@ -116,6 +116,16 @@ fn invalid_variable(name: &'static str, reason: impl Into<String>) -> Error {
         name,
         reason: reason.into(),
     }
+}
+
+/// CNI_PATH for a plugin run outside a runtime (agent mode, a doctor):
+/// the variable's `value` when set and not empty, else where runtimes look
+/// by default.
+pub fn path_outside_runtime(value: Option<OsString>) -> String {
+    value
+        .filter(|p| !p.is_empty())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| DEFAULT_PATH.into())
 }
 
 /// A CNI_PATH value's directories, in order, empty entries dropped.
@@ -225,13 +235,30 @@ mod tests {
 
     #[test]
     fn add_reads_everything_it_needs() {
-        let env = env_of(&full("ADD")).unwrap().unwrap();
+        let env = env_of(&with(full("ADD"), ARGS, "K8S_POD_NAME=p"))
+            .unwrap()
+            .unwrap();
         assert_eq!(env.command, Command::Add);
         assert_eq!(env.container_id.as_deref(), Some("ctr-1"));
+        assert_eq!(env.netns.as_deref(), Some("/var/run/netns/x"));
+        assert_eq!(env.ifname.as_deref(), Some("eth0"));
+        assert_eq!(env.args.as_deref(), Some("K8S_POD_NAME=p"));
         assert_eq!(
             env.path,
             [PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
         );
+        // Empty is unset, for the optional ones too.
+        let env = env_of(&with(without(full("DEL"), NETNS), ARGS, ""))
+            .unwrap()
+            .unwrap();
+        assert_eq!((env.netns, env.args), (None, None));
+    }
+
+    #[test]
+    fn outside_a_runtime_cni_path_defaults_to_where_runtimes_look() {
+        assert_eq!(path_outside_runtime(None), "/opt/cni/bin");
+        assert_eq!(path_outside_runtime(Some("".into())), "/opt/cni/bin");
+        assert_eq!(path_outside_runtime(Some("/a:/b".into())), "/a:/b");
     }
 
     #[test]

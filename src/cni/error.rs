@@ -1,6 +1,6 @@
-//! What goes wrong at the protocol's level, in any plugin (its
-//! environment, its input, a result's version), the specification's error
-//! codes, and the error object a failing plugin prints.
+//! What goes wrong at the protocol's level, in any plugin (its environment,
+//! its input, its reply), the specification's error codes, and the error
+//! object a failing plugin prints.
 
 use std::io;
 
@@ -45,7 +45,7 @@ pub enum Error {
     },
 
     /// CNI_COMMAND names no CNI command.
-    #[error("CNI_COMMAND {0:?} is not a CNI command (ADD, DEL, CHECK, GC, STATUS, VERSION)")]
+    #[error("CNI_COMMAND {0:?} is not a CNI command this plugin knows (ADD, DEL, CHECK, GC, STATUS, VERSION)")]
     UnknownCommand(String),
 
     /// A variable the command needs is not set, or is empty.
@@ -82,50 +82,28 @@ pub enum Error {
     /// The configuration breaks a rule.
     #[error("invalid network configuration: {0}")]
     InvalidConfig(String),
-
-    /// A result is in a spec version the crate cannot convert from.
-    #[error(
-        "result in cniVersion {version}, which cannot be converted to the configuration's {wanted}"
-    )]
-    ResultVersion {
-        /// The result's cniVersion.
-        version: String,
-        /// The configuration's.
-        wanted: &'static str,
-    },
-
-    /// A result cannot be converted to the configuration's spec version.
-    #[error(
-        "result that cannot be converted to the configuration's cniVersion {wanted}: {reason}"
-    )]
-    Unconvertible {
-        /// The configuration's cniVersion.
-        wanted: &'static str,
-        /// What stands in the way.
-        reason: String,
-    },
 }
 
 impl Error {
     /// The CNI error code this failure is reported with.
     pub fn code(&self) -> u32 {
         match self {
-            Error::UnsupportedVersion(_)
-            | Error::CommandNeedsVersion { .. }
-            | Error::ResultVersion { .. } => code::INCOMPATIBLE_VERSION,
+            Error::UnsupportedVersion(_) | Error::CommandNeedsVersion { .. } => {
+                code::INCOMPATIBLE_VERSION
+            }
             Error::UnknownCommand(_)
             | Error::MissingVariable(_)
             | Error::InvalidVariable { .. }
             | Error::Variables(_) => code::INVALID_ENVIRONMENT,
             Error::ReadStdin(_) | Error::WriteReply(_) => code::IO_FAILURE,
-            Error::NotAnObject(_) | Error::Unconvertible { .. } => code::DECODING_FAILURE,
+            Error::NotAnObject(_) => code::DECODING_FAILURE,
             Error::InvalidConfig(_) => code::INVALID_CONFIG,
         }
     }
 
     /// The variable problems found in an environment as one error (the
     /// problem itself when there is one), or none.
-    pub fn from_variables(mut problems: Vec<Error>) -> Option<Error> {
+    pub(super) fn from_variables(mut problems: Vec<Error>) -> Option<Error> {
         match problems.len() {
             0 => None,
             1 => problems.pop(),
@@ -135,7 +113,7 @@ impl Error {
 }
 
 /// The CNI error object a failing plugin prints on stdout, on one line.
-pub fn reply(cni_version: &str, code: u32, msg: &str, details: &str) -> Vec<u8> {
+pub fn error_object(cni_version: &str, code: u32, msg: &str, details: &str) -> Vec<u8> {
     let object = json!({
         "cniVersion": cni_version,
         "code": code,
@@ -153,7 +131,7 @@ mod tests {
 
     #[test]
     fn the_reply_is_one_cni_error_object_on_one_line() {
-        let reply = reply("0.4.0", 4, "CNI_PATH is not set", "");
+        let reply = error_object("0.4.0", 4, "CNI_PATH is not set", "");
         assert_eq!(reply.last(), Some(&b'\n'));
         assert_eq!(reply.iter().filter(|b| **b == b'\n').count(), 1);
         let v: serde_json::Value = serde_json::from_slice(&reply).unwrap();

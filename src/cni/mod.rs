@@ -14,12 +14,12 @@ mod result;
 mod version;
 
 pub use command::Command;
-pub use config::{reply_version, NetConf};
+pub use config::{version_for_reply, NetConf};
 pub use env::{
-    check_container_id, check_ifname, is_identifier, search_path, Environment, DEFAULT_PATH,
-    IDENTIFIER_RULE,
+    check_container_id, check_ifname, is_identifier, path_outside_runtime, search_path,
+    Environment, IDENTIFIER_RULE,
 };
-pub use error::{code, reply, Error};
+pub use error::{code, error_object, Error};
 pub use json::{check_object, is_object, string, Members};
-pub use result::in_version;
-pub use version::{check_command, supported, version_reply, NEWEST, SUPPORTED};
+pub use result::{in_version, ConversionError};
+pub use version::{check_command, supported, version_result, NEWEST, SUPPORTED};

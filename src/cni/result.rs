@@ -4,8 +4,39 @@
 
 use serde_json::value::RawValue;
 
-use super::error::Error;
+use super::error::code;
 use super::json::{self, push_member, Members};
+
+/// Why a result cannot be the reply to a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversionError {
+    /// It is in a spec version the crate cannot convert from.
+    #[error("answered in cniVersion {version}, which cannot be converted to the configuration's {wanted}")]
+    Version {
+        /// The result's cniVersion.
+        version: String,
+        /// The configuration's.
+        wanted: &'static str,
+    },
+    /// Its content does not fit the configuration's version.
+    #[error("printed a result that cannot be converted to the configuration's cniVersion {wanted}: {reason}")]
+    Content {
+        /// The configuration's cniVersion.
+        wanted: &'static str,
+        /// What stands in the way.
+        reason: String,
+    },
+}
+
+impl ConversionError {
+    /// The CNI error code it is reported with.
+    pub fn code(&self) -> u32 {
+        match self {
+            ConversionError::Version { .. } => code::INCOMPATIBLE_VERSION,
+            ConversionError::Content { .. } => code::DECODING_FAILURE,
+        }
+    }
+}
 
 /// The result shapes of the versions the plugin speaks: results did not
 /// change within 0.3.0–0.4.0, nor within 1.0.0–1.1.0.
@@ -28,13 +59,13 @@ fn shape(version: &str) -> Option<Shape> {
 /// `result` (a JSON object) as the reply to a configuration of version
 /// `wanted`. A result already in that version, or with no cniVersion
 /// (which libcni reads as the configuration's), is returned as it is.
-pub fn in_version(result: Vec<u8>, wanted: &'static str) -> Result<Vec<u8>, Error> {
+pub fn in_version(result: Vec<u8>, wanted: &'static str) -> Result<Vec<u8>, ConversionError> {
     Ok(converted(&result, wanted)?.unwrap_or(result))
 }
 
 /// `result` converted to `wanted`, or `None` when it needs no conversion.
-fn converted(result: &[u8], wanted: &'static str) -> Result<Option<Vec<u8>>, Error> {
-    let unconvertible = |reason: String| Error::Unconvertible { wanted, reason };
+fn converted(result: &[u8], wanted: &'static str) -> Result<Option<Vec<u8>>, ConversionError> {
+    let unconvertible = |reason: String| ConversionError::Content { wanted, reason };
     let members: Members = serde_json::from_slice(result)
         .map_err(|e| unconvertible(format!("it is not a JSON object: {e}")))?;
     let Some(from) = members
@@ -45,7 +76,7 @@ fn converted(result: &[u8], wanted: &'static str) -> Result<Option<Vec<u8>>, Err
         return Ok(None);
     };
     let (Some(from_shape), Some(to_shape)) = (shape(&from), shape(wanted)) else {
-        return Err(Error::ResultVersion {
+        return Err(ConversionError::Version {
             version: from,
             wanted,
         });
@@ -134,7 +165,7 @@ mod tests {
         String::from_utf8(in_version(result.as_bytes().to_vec(), wanted).unwrap()).unwrap()
     }
 
-    fn refused(result: &str, wanted: &'static str) -> Error {
+    fn refused(result: &str, wanted: &'static str) -> ConversionError {
         in_version(result.as_bytes().to_vec(), wanted).unwrap_err()
     }
 
@@ -198,7 +229,7 @@ mod tests {
             assert_eq!(e.code(), code::INCOMPATIBLE_VERSION, "{version}");
             assert_eq!(
                 e.to_string(),
-                format!("result in cniVersion {version}, which cannot be converted to the configuration's 1.0.0")
+                format!("answered in cniVersion {version}, which cannot be converted to the configuration's 1.0.0")
             );
         }
     }

@@ -1,5 +1,5 @@
 //! CNI specification versions: which ones the crate speaks, which commands
-//! each one has, and the VERSION reply.
+//! each one has, and VERSION's result.
 
 use serde_json::json;
 
@@ -42,8 +42,9 @@ fn position(version: &str) -> Option<usize> {
     SUPPORTED.iter().position(|v| *v == version)
 }
 
-/// The VERSION reply, echoing the cniVersion asked with.
-pub fn version_reply(cni_version: &str) -> Vec<u8> {
+/// VERSION's result: the versions the crate speaks, and the cniVersion
+/// asked with, echoed.
+pub fn version_result(cni_version: &str) -> Vec<u8> {
     let mut bytes = json!({"cniVersion": cni_version, "supportedVersions": SUPPORTED})
         .to_string()
         .into_bytes();
@@ -105,8 +106,8 @@ mod tests {
     }
 
     #[test]
-    fn version_reply_echoes_and_lists() {
-        let v: serde_json::Value = serde_json::from_slice(&version_reply("0.4.0")).unwrap();
+    fn the_version_result_echoes_and_lists() {
+        let v: serde_json::Value = serde_json::from_slice(&version_result("0.4.0")).unwrap();
         assert_eq!(
             v,
             json!({"cniVersion": "0.4.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]})

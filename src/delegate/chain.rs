@@ -1,7 +1,8 @@
 //! The rules of a stack of delegates, whatever runs them: ADD threads each
 //! result into the next one's input and undoes the stack when one fails;
-//! DEL threads what each prints and is best effort, as GC is; CHECK and
-//! STATUS stop at the first failure.
+//! DEL passes on what each delegate prints and is best effort; GC is best
+//! effort but passes nothing on; CHECK and STATUS stop at the first
+//! failure.
 
 use std::time::Duration;
 
@@ -530,5 +531,107 @@ mod tests {
         for call in fake.calls() {
             assert_eq!(call.stdin, CONFIG);
         }
+    }
+
+    #[test]
+    fn every_call_is_bounded_and_only_rollback_dels_outlast_a_first_request() {
+        let net = net();
+        let fake = printing(&["a"], Command::Add).answer("b", Command::Add, Answer::Fails(11, "x"));
+        let timeout = Some(Duration::from_millis(1500));
+        let _ = Chain::new(&net, &fake, timeout).add(&delegates(&["a", "b"]));
+        for call in fake.calls() {
+            assert_eq!(call.limits.timeout, timeout, "{call:?}");
+            let stopped_by = if call.command == Command::Del { 2 } else { 1 };
+            assert_eq!(call.limits.stopped_by, stopped_by, "{call:?}");
+        }
+        assert_eq!(fake.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
+        let fake = Fake::default();
+        Chain::new(&net, &fake, timeout)
+            .del(vec![Ok(delegates(&["a"]).remove(0))])
+            .unwrap();
+        assert_eq!(
+            fake.calls()[0].limits.stopped_by,
+            1,
+            "a runtime's DEL stops at the first"
+        );
+    }
+
+    #[test]
+    fn a_middle_delegate_without_a_result_fails_the_add_with_code_6() {
+        let net = net();
+        let fake = printing(&["a", "c"], Command::Add);
+        let error = Chain::new(&net, &fake, None)
+            .add(&delegates(&["a", "b", "c"]))
+            .unwrap_err();
+        assert_eq!(error.code(), code::DECODING_FAILURE);
+        assert_eq!(
+            error.to_string(),
+            "b (ADD): succeeded but printed no result"
+        );
+        assert_eq!(fake.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
+    }
+
+    #[test]
+    fn a_last_result_that_cannot_be_the_reply_is_undone_with_its_code() {
+        for (printed, code) in [
+            (
+                r#"{"cniVersion":"0.2.0","ip4":{}}"#,
+                code::INCOMPATIBLE_VERSION,
+            ),
+            (r#"{"cniVersion":"1.0.0","ips":{}}"#, code::DECODING_FAILURE),
+        ] {
+            let config = r#"{"cniVersion":"0.4.0","name":"n","ipam":{}}"#;
+            let net = NetConf::parse(config.as_bytes()).unwrap();
+            let fake = printing(&["a"], Command::Add).answer(
+                "b",
+                Command::Add,
+                Answer::Prints(printed.into()),
+            );
+            let error = Chain::new(&net, &fake, None)
+                .add(&delegates(&["a", "b"]))
+                .unwrap_err();
+            assert_eq!(error.code(), code, "{printed}");
+            assert_eq!(
+                fake.call_list(),
+                ["a ADD", "b ADD", "a DEL", "b DEL"],
+                "{printed}"
+            );
+        }
+    }
+
+    #[test]
+    fn undo_threads_what_its_dels_print_and_outlasts_a_first_request() {
+        let net = net();
+        let fake = Fake::default()
+            .answer("a", Command::Del, Answer::Prints(r#"{"freed":"a"}"#.into()))
+            .request_after(0);
+        let failed =
+            Chain::new(&net, &fake, None).undo(&delegates(&["a", "b"]), result("b").as_bytes());
+        assert!(failed.is_empty(), "{failed:?}");
+        let calls = fake.calls();
+        assert_eq!(fake.call_list(), ["a DEL", "b DEL"]);
+        assert_eq!(calls[1].stdin, with_prev(r#"{"freed":"a"}"#));
+        // A second request cuts it short.
+        let fake = Fake::default().request_after(0).request_after(1);
+        let failed =
+            Chain::new(&net, &fake, None).undo(&delegates(&["a", "b"]), result("b").as_bytes());
+        assert_eq!(fake.call_list(), ["a DEL"]);
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].code(), code::INTERRUPTED);
+    }
+
+    #[test]
+    fn gc_runs_the_delegates_found_and_reports_the_missing_one() {
+        let (net, fake) = (net(), Fake::default());
+        let found = vec![
+            Err(Error::DelegateNotFound {
+                name: "gone".into(),
+                searched: "/x".into(),
+            }),
+            Ok(delegates(&["b"]).remove(0)),
+        ];
+        let error = Chain::new(&net, &fake, None).gc(b"{}", found).unwrap_err();
+        assert_eq!(error.code(), code::DELEGATE_NOT_FOUND);
+        assert_eq!(fake.call_list(), ["b GC"]);
     }
 }

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::{Call, Delegate, Runner};
+use super::{Call, Delegate, Limits, Runner};
 use crate::cni::Command;
 use crate::error::Failure;
 
@@ -24,14 +24,16 @@ pub enum Answer {
 }
 
 /// One call a fake delegate got.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Recorded {
     pub name: String,
     pub command: Command,
     pub stdin: String,
+    pub limits: Limits,
 }
 
-/// The fake runner.
+/// A Runner that starts nothing: each delegate answers as the test says,
+/// and every call is recorded.
 #[derive(Default)]
 pub struct Fake {
     answers: HashMap<(String, Command), Answer>,
@@ -102,6 +104,7 @@ impl Runner for Fake {
             name: delegate.name.clone(),
             command,
             stdin: String::from_utf8_lossy(stdin).into_owned(),
+            limits,
         });
         let answer = self.answers.get(&(delegate.name.clone(), command));
         match answer.cloned().unwrap_or(Answer::Silent) {

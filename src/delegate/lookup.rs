@@ -41,22 +41,22 @@ pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, 
             }),
             Err(_) => Err(Error::DelegateNotFound {
                 name: name.clone(),
-                searched: describe(dirs),
+                searched: list_dirs(dirs),
             }),
         })
         .collect()
 }
 
-/// Looks up every name; the first one missing is the error and nothing runs.
-pub fn resolve(names: &[String], dirs: &[PathBuf]) -> Result<Vec<Delegate>, Error> {
-    resolve_each(names, dirs).into_iter().collect()
+/// Every delegate of a lookup, for a command that runs none when one is
+/// missing: the first one missing is the error.
+pub fn all(found: Vec<Result<Delegate, Error>>) -> Result<Vec<Delegate>, Error> {
+    found.into_iter().collect()
 }
 
-/// Whether `path` is a copy of this very binary under another name (the
-/// same bytes): what a lookup does not catch (it compares files, not
-/// contents, which would cost reading every delegate on every call), and
-/// what the plugin finds out only when the copy starts, through
-/// [`super::PARENT_VARIABLE`]. The doctor asks it beforehand.
+/// Whether `path` has the same bytes as this binary. A lookup does not
+/// check this, since it would mean reading every delegate on every call:
+/// the plugin notices such a copy only when the copy starts, through
+/// [`super::PARENT_VARIABLE`]; the doctor checks in advance.
 pub fn is_copy_of_this_plugin(path: &Path) -> bool {
     let (Ok(this), Ok(that)) = (std::fs::metadata("/proc/self/exe"), std::fs::metadata(path))
     else {
@@ -74,13 +74,19 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// Whether `a` and `b` lead to one file (both existing), however named.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    identity(a).is_some_and(|a| identity(b) == Some(a))
+}
+
 /// CNI_PATH's directories hold no ':' (it was split on them), so joining
 /// them back cannot fail; an empty list searches nothing.
 fn join(dirs: &[PathBuf]) -> OsString {
     std::env::join_paths(dirs).unwrap_or_default()
 }
 
-fn describe(dirs: &[PathBuf]) -> String {
+/// Directories as a list for a message: "a, b".
+pub fn list_dirs(dirs: &[PathBuf]) -> String {
     dirs.iter()
         .map(|d| Path::display(d).to_string())
         .collect::<Vec<_>>()
@@ -129,7 +135,7 @@ mod tests {
         let later = d.file("two/b", 0o755);
         let first_b = d.file("one/b", 0o755);
         assert_ne!(later, first_b);
-        let found = resolve(&names(&["a", "b"]), &d.path()).unwrap();
+        let found = all(resolve_each(&names(&["a", "b"]), &d.path())).unwrap();
         assert_eq!(found[0].path, want);
         assert_eq!(found[1].path, first_b);
         assert_eq!(found[1].name, "b");
@@ -139,7 +145,7 @@ mod tests {
     fn a_directory_of_the_name_is_not_a_delegate() {
         let d = Dirs::new();
         fs::create_dir(d.0.path().join("one/a")).unwrap();
-        let e = resolve(&names(&["a"]), &d.path()).unwrap_err();
+        let e = all(resolve_each(&names(&["a"]), &d.path())).unwrap_err();
         assert_eq!(e.code(), code::DELEGATE_NOT_FOUND);
     }
 
@@ -147,7 +153,7 @@ mod tests {
     fn a_missing_delegate_names_itself_and_the_directories() {
         let d = Dirs::new();
         d.file("one/a", 0o755);
-        let e = resolve(&names(&["a", "nope"]), &d.path()).unwrap_err();
+        let e = all(resolve_each(&names(&["a", "nope"]), &d.path())).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("\"nope\""), "{msg}");
         assert!(

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 pub use chain::Chain;
 pub use judge::{judge, Printed};
-pub use lookup::{is_copy_of_this_plugin, resolve, resolve_each, Delegate};
-pub use process::{Processes, STDOUT_CAP};
+pub use lookup::{all, is_copy_of_this_plugin, list_dirs, resolve_each, same_file, Delegate};
+pub use process::Processes;
 
 use crate::cni::Command;
 use crate::error::{Error, Failure};
@@ -45,27 +45,24 @@ impl Limits {
     }
 }
 
-/// One call of a delegate: what it is asked, with what on stdin, within
-/// what limits, and the buffer its output is read into (cleared first;
-/// handed back as the result, so a chain reuses one allocation).
+/// One call of a delegate.
 #[derive(Debug)]
 pub struct Call<'a> {
-    /// The command, as CNI_COMMAND.
     pub command: Command,
-    /// What it reads on stdin.
     pub stdin: &'a [u8],
-    /// What bounds it.
     pub limits: Limits,
-    /// Where its output goes.
+    /// Cleared, filled with what the delegate prints, and handed back as
+    /// the result, so that a chain reuses one allocation.
     pub buffer: Vec<u8>,
 }
 
 /// What runs one delegate call.
 pub trait Runner {
-    /// Runs `call` on `delegate`. On success: the JSON object it printed
-    /// (the call's buffer, trimmed), or `None` for nothing (or, for any
-    /// command but ADD, output that is not one object). A call asked to
-    /// stop before it started is [`Failure::NotRun`].
+    /// Runs `call` on `delegate`. Returns the JSON object it printed
+    /// (trimmed, in the call's buffer), or `None` if it printed nothing;
+    /// for any command but ADD, output that is not one object also gives
+    /// `None`. A call asked to stop before it started fails with
+    /// [`Failure::NotRun`].
     fn run(&self, delegate: &Delegate, call: Call) -> Result<Option<Vec<u8>>, Failure>;
 
     /// The signal of the latest termination request, if at least `count`

@@ -253,11 +253,7 @@ fn supervise(
         if exited.is_none() && exit.needs_polling() {
             wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
         }
-        let mut fds = [libc::pollfd {
-            fd: -1,
-            events: 0,
-            revents: 0,
-        }; 5];
+        let mut fds = [pollfd(None, 0); 5];
         fds[STDOUT] = pollfd(pipes.stdout.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
         fds[STDIN] = pollfd(pipes.stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
         fds[STDERR] = pollfd(pipes.stderr.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
@@ -467,10 +463,10 @@ impl<'a> Pipes<'a> {
     }
 
     /// Copies what is there of the delegate's stderr to `sink` (the
-    /// plugin's stderr), whole lines at a time, so that they do not interleave with the plugin's
-    /// own; closes it at EOF. Reads a bounded amount: a delegate (or what
-    /// it left behind) writing without pause must not keep the loop from
-    /// its deadline and its signals.
+    /// plugin's stderr), whole lines at a time, so that they do not
+    /// interleave with the plugin's own; closes it at EOF. Reads a bounded
+    /// amount: a delegate (or what it left behind) writing without pause
+    /// must not keep the loop from its deadline and its signals.
     fn copy_stderr(&mut self, sink: &mut impl Write) {
         let Some(stderr) = self.stderr.as_mut() else {
             return;
