@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::agent::{self, Request};
-use crate::skel::respond;
+use crate::skel::{self, respond};
 use crate::{cni, config, doctor, signals};
 
 const USAGE: &str = "usage:
@@ -46,8 +46,10 @@ or one plugin's configuration.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let args: Vec<OsString> = args.into_iter().collect();
     let Some(command) = args.first() else {
-        let _ = std::io::stderr().write_all(about().as_bytes());
-        return ExitCode::FAILURE;
+        return skel::about(
+            "ipam-delegated",
+            "a CNI IPAM plugin that runs a stack of IPAM delegates",
+        );
     };
     let ensuring = match command.to_str() {
         Some("ensure") => true,
@@ -157,17 +159,6 @@ fn parse_agent_options(options: &[OsString]) -> Result<Request, String> {
         return Err("--netns needs a path".into());
     }
     Ok(request)
-}
-
-/// What the binary prints on stderr when run with neither CNI_COMMAND nor
-/// arguments.
-fn about() -> String {
-    format!(
-        "ipam-delegated {}: a CNI IPAM plugin that runs a stack of IPAM delegates\n\
-         CNI protocol versions supported: {}\n",
-        env!("CARGO_PKG_VERSION"),
-        cni::SUPPORTED.join(", ")
-    )
 }
 
 /// A usage error: what is wrong and the usage on stderr, exit status 2.

@@ -23,6 +23,16 @@ pub mod code {
     pub const DELEGATE_OUTPUT_TOO_LARGE: u32 = 104;
     /// SIGTERM or SIGINT stopped the plugin before its stack was done.
     pub const INTERRUPTED: u32 = 105;
+    /// A pool has no free address.
+    pub const POOL_EXHAUSTED: u32 = 110;
+    /// The address asked for cannot be given (outside the pool, its
+    /// gateway, held by another attachment …).
+    pub const ADDRESS_UNAVAILABLE: u32 = 111;
+    /// CHECK: an address of the previous result is not held by the
+    /// attachment.
+    pub const NOT_HELD: u32 = 112;
+    /// STATUS: the plugin cannot serve an ADD now (the specification's 50).
+    pub const NOT_AVAILABLE: u32 = 50;
 }
 
 /// Why a stack must not name the plugin itself: every delegate gets the
@@ -45,8 +55,8 @@ pub enum Error {
         during: &'static str,
     },
 
-    /// Agent mode's lock was held past the time the configuration allows.
-    #[error("agent mode's lock on {} is still held after {waited:?}: try again later", path.display())]
+    /// A lock was held past the time the configuration allows.
+    #[error("the lock on {} is still held after {waited:?}: try again later", path.display())]
     LockTimeout {
         /// The directory locked.
         path: std::path::PathBuf,
@@ -54,9 +64,11 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
-    /// Agent mode's state could not be read or written.
-    #[error("agent state {}: {error}", path.display())]
-    State {
+    /// Records kept in files (agent mode's state, a pool's local store)
+    /// could not be read or written, or are not what they should be.
+    #[error("{}: {error}", path.display())]
+    Files {
+        /// The file or directory.
         path: std::path::PathBuf,
         #[source]
         error: io::Error,
@@ -70,6 +82,48 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+
+    /// The etcd cluster cannot answer now: unreachable, no quorum, out of
+    /// time. Nothing of the command is half done: try again later.
+    #[error("the etcd cluster ({endpoints}) cannot answer now: {reason}; try again later")]
+    EtcdUnavailable {
+        endpoints: String,
+        /// What the last endpoint tried did.
+        reason: String,
+    },
+
+    /// The etcd cluster refused a request (its HTTP status and message).
+    #[error("the etcd cluster refused a request ({status}): {message}")]
+    EtcdRefused { status: u16, message: String },
+
+    /// A pool has no free address.
+    #[error("pool {pool:?} has no free address")]
+    PoolExhausted { pool: String },
+
+    /// The address asked for cannot be given; nothing was claimed.
+    #[error("{address} cannot be given from pool {pool:?}: {why}")]
+    AddressUnavailable {
+        address: String,
+        pool: String,
+        why: String,
+    },
+
+    /// CHECK: an address of the previous result is not the attachment's.
+    #[error("{address} is not held by {id}/{ifname}: {why}")]
+    NotHeld {
+        address: String,
+        id: String,
+        ifname: String,
+        why: String,
+    },
+
+    /// Other nodes kept changing what the command needed: try again later.
+    #[error("{0}: try again later")]
+    Busy(String),
+
+    /// STATUS: an ADD could not succeed now.
+    #[error("not available: {0}")]
+    NotAvailable(String),
 
     /// A delegate is this plugin itself, which would run itself forever.
     #[error("delegate {name:?} is ipam-delegated itself ({how}): {STACK_HOLDS_ITSELF}")]
@@ -191,13 +245,20 @@ impl Error {
     pub fn code(&self) -> u32 {
         match self {
             Error::Cni(e) => e.code(),
-            Error::State { .. } => code::IO_FAILURE,
+            Error::Files { .. } => code::IO_FAILURE,
             Error::Interrupted { .. } => code::INTERRUPTED,
             Error::LockTimeout { .. } => code::TRY_AGAIN_LATER,
             Error::ConfigFile { .. } | Error::SelfReference { .. } | Error::Recursion { .. } => {
                 code::INVALID_CONFIG
             }
             Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
+            Error::EtcdUnavailable { .. } => code::TRY_AGAIN_LATER,
+            Error::EtcdRefused { .. } => code::IO_FAILURE,
+            Error::PoolExhausted { .. } => code::POOL_EXHAUSTED,
+            Error::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
+            Error::NotHeld { .. } => code::NOT_HELD,
+            Error::NotAvailable(_) => code::NOT_AVAILABLE,
+            Error::Busy(_) => code::TRY_AGAIN_LATER,
             Error::Delegate { failure, .. } => match failure {
                 Failure::Reported { code, .. } => *code,
                 Failure::NotStarted(_) => code::DELEGATE_NOT_STARTED,
@@ -222,7 +283,9 @@ impl Error {
     /// be run) rather than answering with a failure.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            Error::Interrupted { .. } | Error::LockTimeout { .. } => true,
+            Error::Interrupted { .. }
+            | Error::LockTimeout { .. }
+            | Error::EtcdUnavailable { .. } => true,
             Error::Delegate { failure, .. } => matches!(
                 failure,
                 Failure::TimedOut(_)

@@ -14,8 +14,11 @@ pub mod skel;
 mod agent;
 mod cli;
 mod delegate;
+mod dir;
 mod doctor;
+mod etcd;
 mod logging;
+mod pool;
 mod signals;
 mod state;
 mod sys;
@@ -28,6 +31,7 @@ pub use cli::main as command_line;
 /// For the fuzz targets: what a delegate's exit status and output amount to.
 pub use delegate::{judge, Printed};
 pub use logging::init as init_logging;
+pub use pool::Allocator;
 
 use cni::{Environment, NetConf};
 use config::Config;

@@ -1,5 +1,6 @@
-//! Logging: warnings and errors to stderr, one line each, always; with the
-//! `verbose` feature, everything from debug up appended to a log file too.
+//! Logging, for every plugin binary of the crate: warnings and errors to
+//! stderr, one line each, always; with the `verbose` feature, everything
+//! from debug up appended to a log file too (`/var/log/cni/PROGRAM.log`).
 
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
@@ -9,22 +10,23 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber};
 
-/// Installs the global subscriber. Every event is written as it happens,
-/// with no background worker, so the log is complete whenever the process
-/// exits, whichever way it exits.
-pub fn init() {
+/// Installs the global subscriber for `program`, the name each line
+/// carries. Every event is written as it happens, with no background
+/// worker, so the log is complete whenever the process exits, whichever
+/// way it exits.
+pub fn init(program: &'static str) {
     #[cfg(feature = "verbose")]
-    if verbose::init() {
+    if verbose::init(program) {
         return;
     }
-    let _ = tracing::subscriber::set_global_default(Stderr);
+    let _ = tracing::subscriber::set_global_default(Stderr(program));
 }
 
 /// The standard flavour's subscriber (and the verbose one's fallback):
 /// each warning or error as one line on stderr, and nothing else is even
 /// formatted. It keeps no state, so setting it up costs nothing: most runs
 /// log nothing at all, and every pod start pays for the plugin's start-up.
-struct Stderr;
+struct Stderr(&'static str);
 
 impl Subscriber for Stderr {
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
@@ -55,7 +57,8 @@ impl Subscriber for Stderr {
     fn event(&self, event: &Event<'_>) {
         let metadata = event.metadata();
         let mut line = Line(format!(
-            "ipam-delegated[{}]: {} {}:",
+            "{}[{}]: {} {}:",
+            self.0,
             std::process::id(),
             metadata.level(),
             metadata.target()
@@ -114,21 +117,21 @@ mod verbose {
 
     use super::one_line;
 
-    /// Where the log is appended.
-    const LOG_FILE: &str = "/var/log/cni/ipam-delegated.log";
+    /// Where the logs are appended, each program's to its own file.
+    const LOG_DIR: &str = "/var/log/cni";
 
-    /// Overrides [`LOG_FILE`] (for a runtime whose /var/log is read-only,
-    /// and for tests).
+    /// Overrides the log file, for every program of the crate (for a
+    /// runtime whose /var/log is read-only, and for tests).
     const LOG_FILE_VARIABLE: &str = "IPAM_DELEGATED_LOG_FILE";
 
     /// Installs it; false (after saying why) if the log file cannot be opened.
-    pub(super) fn init() -> bool {
-        let file = match open_log_file() {
+    pub(super) fn init(program: &str) -> bool {
+        let file = match open_log_file(program) {
             Ok(file) => file,
             Err(e) => {
                 let _ = writeln!(
                     io::stderr(),
-                    "ipam-delegated: cannot open the log file, logging to stderr only: {e}"
+                    "{program}: cannot open the log file, logging to stderr only: {e}"
                 );
                 return false;
             }
@@ -147,10 +150,13 @@ mod verbose {
 
     /// Opens the log for appending, so that concurrent invocations each add
     /// whole lines and none truncates another's.
-    fn open_log_file() -> io::Result<std::fs::File> {
+    fn open_log_file(program: &str) -> io::Result<std::fs::File> {
         let path = std::env::var_os(LOG_FILE_VARIABLE)
             .filter(|p| !p.is_empty())
-            .map_or_else(|| LOG_FILE.into(), std::path::PathBuf::from);
+            .map_or_else(
+                || std::path::Path::new(LOG_DIR).join(format!("{program}.log")),
+                std::path::PathBuf::from,
+            );
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use ipam_delegated::{command_line, init_logging, skel, Delegated};
 
 fn main() -> ExitCode {
-    init_logging();
+    init_logging("ipam-delegated");
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-delegated", pid = std::process::id()).entered();
     tracing::debug!(version = env!("CARGO_PKG_VERSION"), "started");

@@ -124,6 +124,19 @@ fn dispatch(
     }
 }
 
+/// What a plugin binary says when run with neither CNI_COMMAND nor
+/// arguments, as libcni's skel does: its name, version and purpose, and
+/// the spec versions it speaks, on stderr; then it fails.
+pub fn about(program: &str, purpose: &str) -> ExitCode {
+    let text = format!(
+        "{program} {}: {purpose}\nCNI protocol versions supported: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        cni::SUPPORTED.join(", ")
+    );
+    let _ = std::io::stderr().write_all(text.as_bytes());
+    ExitCode::FAILURE
+}
+
 /// Writes a reply whole and flushed: a buffered write that fails only at
 /// exit would go unnoticed.
 pub fn write_reply(stdout: &mut dyn Write, reply: &[u8]) -> Result<(), Error> {

@@ -1,30 +1,20 @@
 //! The attachments agent mode keeps: one file per (network, container ID,
 //! interface) under the state directory, holding the last ADD result,
 //! written atomically; and the locks that serialise everything that reads
-//! or changes a network's attachments, GC included.
-//!
-//! Inside the state directory nothing is opened by path: the network's
-//! directory and every file in it are opened relative to a descriptor,
-//! without following a symbolic link, so a link planted there cannot send
-//! a write elsewhere. The locks are flock(2)s on directories, so taking one
-//! creates nothing.
+//! or changes a network's attachments, GC included. Files and locks are
+//! [`Dir`]'s: no link is followed inside the state directory, and taking a
+//! lock creates nothing.
 
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tracing::warn;
 
 use crate::cni::{self, is_object};
+use crate::dir::Dir;
 use crate::error::Error;
-use crate::signals;
-use crate::sys::{self, Lock};
-
-/// How often a waiter for a lock tries again (a flock cannot be waited for
-/// alongside the signalfd).
-const LOCK_RETRY: Duration = Duration::from_millis(20);
+use crate::sys::Lock;
 
 /// Where attachments are kept when `ipam.stateDir` does not say.
 pub const DEFAULT_DIR: &str = "/var/lib/cni/ipam-delegated";
@@ -32,11 +22,8 @@ pub const DEFAULT_DIR: &str = "/var/lib/cni/ipam-delegated";
 /// A network's attachments, locked for as long as this lives.
 #[derive(Debug)]
 pub struct Network {
-    /// The network's directory, opened without following a link; its
-    /// flock is the network's lock, released when it closes.
-    dir: File,
-    /// Its path, for messages only.
-    path: PathBuf,
+    /// The network's directory; its lock is the network's.
+    dir: Dir,
 }
 
 /// One attachment: which container ID and interface.
@@ -64,7 +51,7 @@ pub struct Kept {
     // Held for its lock: the network's directory, or the nearest one
     // above it that exists; none where this user cannot read the state
     // directory, which no agent of this user can keep anything in either.
-    _lock: Option<File>,
+    _lock: Option<Dir>,
 }
 
 impl Network {
@@ -83,11 +70,11 @@ impl Network {
         let path = root.join(name);
         loop {
             if let Some(dir) = open_network(root, name)? {
-                wait_for(&dir, Lock::Exclusive, &path, None)?;
-                return Ok(Network { dir, path });
+                dir.lock(Lock::Exclusive, None)?;
+                return Ok(Network { dir });
             }
             let above = Nearest::find(&path)?;
-            wait_for(&above.dir, Lock::Exclusive, &above.path, None)?;
+            above.dir.lock(Lock::Exclusive, None)?;
             if !above.still_missing() {
                 // Made by someone else meanwhile: start again from there.
                 continue;
@@ -95,19 +82,16 @@ impl Network {
             if above.missing != path {
                 // The state directory (or one above it) first; the
                 // network's under the state directory's own lock, next time.
-                create_dirs(root)?;
+                Dir::open_made(root).map_err(|e| files_error(root, e))?;
                 continue;
             }
-            match sys::mkdirat(&above.dir, name, 0o755) {
-                Ok(()) => above.dir.sync_all().map_err(|e| io_error(root, e))?,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_error(&path, e)),
-            }
             // Still holding the state directory's lock: no GC in between.
-            let dir = open_network(root, name)?
-                .ok_or_else(|| io_error(&path, io::ErrorKind::NotFound.into()))?;
-            wait_for(&dir, Lock::Exclusive, &path, None)?;
-            return Ok(Network { dir, path });
+            let dir = above
+                .dir
+                .child_made(name)
+                .map_err(|e| above.dir.error_at(name, e))?;
+            dir.lock(Lock::Exclusive, None)?;
+            return Ok(Network { dir });
         }
     }
 
@@ -117,77 +101,42 @@ impl Network {
     /// link or anything but a regular file is refused.
     pub fn read(&self, attachment: &Attachment) -> Result<Option<Vec<u8>>, Error> {
         let name = attachment.file_name();
-        let path = self.path.join(&name);
-        // Non-blocking, so that a FIFO planted there cannot hang the open.
-        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        let mut file = match sys::openat(&self.dir, &name, flags, 0) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(refused_or(&path, e)),
-        };
-        if !file.metadata().map_err(|e| io_error(&path, e))?.is_file() {
-            return Err(Error::State {
-                path,
-                error: io::Error::other("not a regular file: refused"),
-            });
-        }
-        let mut result = Vec::new();
-        file.read_to_end(&mut result)
-            .map_err(|e| io_error(&path, e))?;
-        if is_object(&result) {
-            Ok(Some(result))
-        } else {
-            warn!("ignoring {}: not a JSON object", path.display());
-            Ok(None)
+        match self
+            .dir
+            .read(&name)
+            .map_err(|e| self.dir.error_at(&name, e))?
+        {
+            Some(result) if is_object(&result) => Ok(Some(result)),
+            Some(_) => {
+                warn!(
+                    "ignoring {}: not a JSON object",
+                    self.dir.path().join(&name).display()
+                );
+                Ok(None)
+            }
+            None => Ok(None),
         }
     }
 
-    /// Stores `result` for `attachment`: a new temporary file (never one
-    /// that is there already, nor through a link), written and synced,
-    /// then renamed over the old one and the directory synced, so a crash
-    /// leaves the old result or the new one, never half of one. On failure
-    /// nothing of the new result is left.
+    /// Stores `result` for `attachment`, whole: a crash leaves the old
+    /// result or the new one, never half of one. On failure nothing of the
+    /// new result is left, and no old one either: the caller gives the
+    /// address back.
     pub fn write(&self, attachment: &Attachment, result: &[u8]) -> Result<(), Error> {
         let name = attachment.file_name();
-        let path = self.path.join(&name);
-        // Dot-files are not attachments: no container ID starts with a dot.
-        let temporary = format!(".{name}.tmp");
-        let written = self
-            .create_new(&temporary)
-            .and_then(|mut file| {
-                file.write_all(result)?;
-                file.sync_all()
-            })
-            .and_then(|()| sys::renameat(&self.dir, &temporary, &name))
-            .and_then(|()| self.dir.sync_all());
-        written.map_err(|e| {
-            let _ = sys::unlinkat(&self.dir, &temporary);
-            let _ = sys::unlinkat(&self.dir, &name);
-            io_error(&path, e)
+        self.dir.replace(&name, result).map_err(|e| {
+            let _ = self.dir.remove(&name);
+            self.dir.error_at(&name, e)
         })
-    }
-
-    /// A file of this name made anew. One left by a crash, or put there by
-    /// someone else (a link included), is removed first, not opened.
-    fn create_new(&self, name: &str) -> io::Result<File> {
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-        match sys::openat(&self.dir, name, flags, 0o644) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                sys::unlinkat(&self.dir, name)?;
-                sys::openat(&self.dir, name, flags, 0o644)
-            }
-            opened => opened,
-        }
     }
 
     /// Forgets `attachment`, durably; forgetting one not kept is no error.
     pub fn remove(&self, attachment: &Attachment) -> Result<(), Error> {
         let name = attachment.file_name();
-        match sys::unlinkat(&self.dir, &name) {
-            Ok(()) => self.dir.sync_all().map_err(|e| io_error(&self.path, e)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error(&self.path.join(name), e)),
-        }
+        self.dir
+            .remove(&name)
+            .map(drop)
+            .map_err(|e| self.dir.error_at(&name, e))
     }
 }
 
@@ -207,14 +156,14 @@ pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result
         });
         match found {
             Ok(Ok(dir)) => {
-                wait_for(&dir, Lock::Shared, &path, deadline)?;
+                dir.lock(Lock::Shared, deadline)?;
                 return Ok(Kept {
-                    attachments: list(&dir, &path)?,
+                    attachments: list(&dir)?,
                     _lock: Some(dir),
                 });
             }
             Ok(Err(above)) => {
-                wait_for(&above.dir, Lock::Shared, &above.path, deadline)?;
+                above.dir.lock(Lock::Shared, deadline)?;
                 if above.still_missing() {
                     return Ok(Kept {
                         attachments: Vec::new(),
@@ -223,7 +172,7 @@ pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result
                 }
                 // Made meanwhile: start again from there.
             }
-            Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::PermissionDenied => {
+            Err(Error::Files { error, .. }) if error.kind() == io::ErrorKind::PermissionDenied => {
                 return Ok(Kept {
                     attachments: Vec::new(),
                     _lock: None,
@@ -249,154 +198,61 @@ fn check_directory_name(name: &str) -> Result<(), Error> {
     }
 }
 
-/// The network's directory under `root`, opened without following a link
-/// (a link there is refused); `None` if it or `root` does not exist.
-fn open_network(root: &Path, name: &str) -> Result<Option<File>, Error> {
-    let path = root.join(name);
-    let root_dir = match open_dir(root) {
+/// The network's directory under `root` (a link there refused), or `None`
+/// if it or `root` does not exist.
+fn open_network(root: &Path, name: &str) -> Result<Option<Dir>, Error> {
+    let root_dir = match Dir::open(root) {
         Ok(dir) => dir,
-        Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
-            return Ok(None)
-        }
-        Err(e) => return Err(e),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(files_error(root, e)),
     };
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-    match sys::openat(&root_dir, name, flags, 0) {
-        Ok(dir) => Ok(Some(dir)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(refused_or(&path, e)),
-    }
+    root_dir.child(name).map_err(|e| root_dir.error_at(name, e))
 }
 
 /// The nearest directory above the network's that exists, opened, and
 /// the first one below it, on the way to the network's, that does not.
 struct Nearest {
-    dir: File,
-    path: PathBuf,
+    dir: Dir,
     missing: PathBuf,
 }
 
 impl Nearest {
     fn find(network: &Path) -> Result<Nearest, Error> {
         let mut missing = network.to_path_buf();
-        for dir in network.ancestors().skip(1) {
-            match open_dir(dir) {
-                Ok(file) => {
-                    return Ok(Nearest {
-                        dir: file,
-                        path: dir.to_path_buf(),
-                        missing,
-                    })
-                }
-                Err(Error::State { error, .. }) if error.kind() == io::ErrorKind::NotFound => {
-                    missing = dir.to_path_buf();
-                }
-                Err(e) => return Err(e),
+        for path in network.ancestors().skip(1) {
+            match Dir::open(path) {
+                Ok(dir) => return Ok(Nearest { dir, missing }),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => missing = path.to_path_buf(),
+                Err(e) => return Err(files_error(path, e)),
             }
         }
-        Err(io_error(network, io::ErrorKind::NotFound.into()))
+        Err(files_error(network, io::ErrorKind::NotFound.into()))
     }
 
     /// Whether the missing directory is still missing: once the one above
     /// is locked, nothing of ours makes it.
     fn still_missing(&self) -> bool {
-        matches!(fs::metadata(&self.missing), Err(e) if e.kind() == io::ErrorKind::NotFound)
+        matches!(std::fs::metadata(&self.missing), Err(e) if e.kind() == io::ErrorKind::NotFound)
     }
 }
 
-/// Opens a directory by path: the state directory and those above it,
-/// which are the operator's to place, links and all.
-fn open_dir(dir: &Path) -> Result<File, Error> {
-    use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY)
-        .open(dir)
-        .map_err(|e| io_error(dir, e))
-}
-
-/// Makes `dir` and any missing parent, each synced into its own parent so
-/// that a crash cannot lose a directory a kept result was written into.
-fn create_dirs(dir: &Path) -> Result<(), Error> {
-    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
-    fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-    for made in missing.iter().rev() {
-        if let Some(parent) = made.parent() {
-            File::open(parent)
-                .and_then(|p| p.sync_all())
-                .map_err(|e| io_error(parent, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// Takes `lock` on directory `dir`, waiting for other holders, but not
-/// past `deadline` (code 11) nor past a termination request (code 105).
-fn wait_for(dir: &File, lock: Lock, path: &Path, deadline: Option<Instant>) -> Result<(), Error> {
-    // Not a plain blocking flock: the plugin's termination signals are
-    // blocked (it reads them from a signalfd), so a request to stop must
-    // be looked for while waiting.
-    let started = Instant::now();
-    loop {
-        if sys::try_flock(dir, lock).map_err(|e| io_error(path, e))? {
-            return Ok(());
-        }
-        if let Some(signal) = signals::received(1) {
-            return Err(Error::Interrupted {
-                signal,
-                during: "waiting for agent mode's lock",
-            });
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::LockTimeout {
-                path: path.to_owned(),
-                waited: started.elapsed(),
-            });
-        }
-        signals::wait(LOCK_RETRY);
-    }
-}
-
-/// The attachments in network directory `dir`, by their files' names;
-/// read through the descriptor, so it is that very directory.
-fn list(dir: &File, path: &Path) -> Result<Vec<Attachment>, Error> {
-    let by_descriptor = format!("/proc/self/fd/{}", dir.as_raw_fd());
-    let entries = fs::read_dir(by_descriptor).map_err(|e| io_error(path, e))?;
-    let mut found: Vec<Attachment> = entries
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name().into_string().ok()?;
-            // Dot-files are temporary files: no container ID starts with a dot.
-            if name.starts_with('.') {
-                return None;
-            }
+/// The attachments in a network's directory, by their files' names.
+fn list(dir: &Dir) -> Result<Vec<Attachment>, Error> {
+    let names = dir.names().map_err(|e| dir.error(e))?;
+    Ok(names
+        .iter()
+        .filter_map(|name| {
             let (id, ifname) = name.split_once(':')?;
             Some(Attachment {
                 id: id.to_owned(),
                 ifname: ifname.to_owned(),
             })
         })
-        .collect();
-    found.sort_by(|a, b| (&a.id, &a.ifname).cmp(&(&b.id, &b.ifname)));
-    Ok(found)
+        .collect())
 }
 
-/// An open with O_NOFOLLOW fails on a link where a file or directory of
-/// ours should be (ELOOP, or ENOTDIR with O_DIRECTORY): said so. Anything
-/// else as it is.
-fn refused_or(path: &Path, error: io::Error) -> Error {
-    let is_link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-    if is_link && matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) {
-        Error::State {
-            path: path.to_owned(),
-            error: io::Error::other("a symbolic link: refused"),
-        }
-    } else {
-        io_error(path, error)
-    }
-}
-
-fn io_error(path: &Path, error: io::Error) -> Error {
-    Error::State {
+fn files_error(path: &Path, error: io::Error) -> Error {
+    Error::Files {
         path: path.to_owned(),
         error,
     }
@@ -405,6 +261,7 @@ fn io_error(path: &Path, error: io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::symlink;
 
     /// A state directory not made yet, in a temporary directory.
@@ -441,13 +298,13 @@ mod tests {
             Some(&b"{\"ips\":[]}"[..])
         );
         assert_eq!(
-            list(&net.dir, &net.path).unwrap(),
+            list(&net.dir).unwrap(),
             [health.clone(), attachment("dns.cache", "net1.100")]
         );
         net.remove(&health).unwrap();
         net.remove(&health).unwrap();
         assert_eq!(
-            list(&net.dir, &net.path).unwrap(),
+            list(&net.dir).unwrap(),
             [attachment("dns.cache", "net1.100")]
         );
     }
@@ -555,18 +412,6 @@ mod tests {
         let e = Network::lock(&root.path(), "planted").unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         assert!(kept_for_gc(&root.path(), "planted", None).is_err());
-    }
-
-    #[test]
-    fn a_fifo_in_place_of_a_state_file_is_refused_not_waited_on() {
-        let root = Root::new();
-        let net = Network::lock(&root.path(), "agents").unwrap();
-        let made = std::process::Command::new("mkfifo")
-            .arg(root.path().join("agents/x:eth0"))
-            .status();
-        assert!(made.unwrap().success());
-        let e = net.read(&attachment("x", "eth0")).unwrap_err();
-        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]

@@ -188,6 +188,38 @@ pub fn renameat(dir: &File, from: &str, to: &str) -> io::Result<()> {
     check(unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) })
 }
 
+/// Makes `to` a second name of file `from`, both in `dir`: fails with
+/// EEXIST, and changes nothing, if `to` is there already (a link included).
+pub fn linkat(dir: &File, from: &str, to: &str) -> io::Result<()> {
+    let (from, to) = (c_name(from)?, c_name(to)?);
+    let fd = dir.as_raw_fd();
+    // SAFETY: both names are NUL-terminated and outlive the call; flags 0
+    // follows no link.
+    check(unsafe { libc::linkat(fd, from.as_ptr(), fd, to.as_ptr(), 0) })
+}
+
+/// Whether anything is named `name` in `dir` (a link counts, unfollowed).
+pub fn exists_at(dir: &File, name: &str) -> io::Result<bool> {
+    let name = c_name(name)?;
+    // SAFETY: stat is plain data that fstatat fills in; zeroed is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is NUL-terminated and outlives the call; `stat` is
+    // valid for writing.
+    let result = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    match check(result) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Removes file `name` from `dir` (a link is removed, not followed).
 pub fn unlinkat(dir: &File, name: &str) -> io::Result<()> {
     let name = c_name(name)?;

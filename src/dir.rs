@@ -1,0 +1,313 @@
+//! A directory the plugins keep records in: opened once, everything in it
+//! reached through its descriptor and never through a symbolic link, each
+//! file written whole or not at all, and the directory itself the lock
+//! (a flock) over what is in it, so that taking it creates nothing.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::signals;
+use crate::sys::{self, Lock};
+
+/// How often a waiter for a lock tries again (a flock cannot be waited for
+/// alongside the signalfd).
+const LOCK_RETRY: Duration = Duration::from_millis(20);
+
+/// An open directory.
+#[derive(Debug)]
+pub struct Dir {
+    file: File,
+    path: PathBuf,
+}
+
+impl Dir {
+    /// Opens the directory at `path`, following links: a configured
+    /// directory, and those above it, are the operator's to place.
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(path)?;
+        Ok(Dir {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens the directory at `path`, making it and any missing parent,
+    /// each synced into its own parent so that a crash cannot lose a
+    /// directory a record was written into.
+    pub fn open_made(path: &Path) -> io::Result<Dir> {
+        let missing: Vec<&Path> = path.ancestors().take_while(|d| !d.exists()).collect();
+        fs::create_dir_all(path)?;
+        for made in missing.iter().rev() {
+            if let Some(parent) = made.parent() {
+                Dir::open(parent)?.sync()?;
+            }
+        }
+        Dir::open(path)
+    }
+
+    /// Where the directory is, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory `name` in this one, or `None` if there is none. A
+    /// link there is refused.
+    pub fn child(&self, name: &str) -> io::Result<Option<Dir>> {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        match sys::openat(&self.file, name, flags, 0) {
+            Ok(file) => Ok(Some(Dir {
+                file,
+                path: self.path.join(name),
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.refused_or(name, e)),
+        }
+    }
+
+    /// The directory `name` in this one, made (and synced into this one)
+    /// if it is missing.
+    pub fn child_made(&self, name: &str) -> io::Result<Dir> {
+        match sys::mkdirat(&self.file, name, 0o755) {
+            Ok(()) => self.sync()?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        self.child(name)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{name} vanished")))
+    }
+
+    /// The content of file `name`, or `None` if there is none. A link, or
+    /// anything but a regular file (a FIFO cannot hang the open), is
+    /// refused.
+    pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+        let mut file = match sys::openat(&self.file, name, flags, 0) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.refused_or(name, e)),
+        };
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file: refused"));
+        }
+        let mut content = Vec::new();
+        file.read_to_end(&mut content)?;
+        Ok(Some(content))
+    }
+
+    /// Whether anything is named `name` here (a link counts).
+    pub fn contains(&self, name: &str) -> io::Result<bool> {
+        sys::exists_at(&self.file, name)
+    }
+
+    /// Writes file `name` whole, replacing what was there: a new temporary
+    /// file, synced, renamed over the old one, and the directory synced, so
+    /// that a crash leaves the old content or the new, never half of one.
+    pub fn replace(&self, name: &str, content: &[u8]) -> io::Result<()> {
+        let temporary = self.write_temporary(name, content)?;
+        let renamed = sys::renameat(&self.file, &temporary, name).and_then(|()| self.sync());
+        if renamed.is_err() {
+            let _ = sys::unlinkat(&self.file, &temporary);
+        }
+        renamed
+    }
+
+    /// Writes file `name` whole if there is none yet: `Ok(false)`, and
+    /// nothing changed, if there is. A crash leaves the file whole or
+    /// absent, never empty or half written.
+    pub fn create(&self, name: &str, content: &[u8]) -> io::Result<bool> {
+        let temporary = self.write_temporary(name, content)?;
+        let linked = sys::linkat(&self.file, &temporary, name);
+        let _ = sys::unlinkat(&self.file, &temporary);
+        match linked {
+            Ok(()) => self.sync().map(|()| true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes file `name`, durably: `Ok(false)` if there was none.
+    pub fn remove(&self, name: &str) -> io::Result<bool> {
+        match sys::unlinkat(&self.file, name) {
+            Ok(()) => self.sync().map(|()| true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The names in this directory but dot-files (temporary files, by
+    /// this module's naming), read through the descriptor, so that it is
+    /// this very directory's.
+    pub fn names(&self) -> io::Result<Vec<String>> {
+        let by_descriptor = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let mut names: Vec<String> = fs::read_dir(by_descriptor)?
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Takes `lock` on the directory, waiting for other holders, but not
+    /// past `deadline` (code 11) nor past a termination request (code 105).
+    pub fn lock(&self, lock: Lock, deadline: Option<Instant>) -> Result<(), Error> {
+        // Not a plain blocking flock: the plugins' termination signals are
+        // blocked (read from a signalfd), so a request to stop must be
+        // looked for while waiting.
+        let started = Instant::now();
+        loop {
+            if sys::try_flock(&self.file, lock).map_err(|e| self.error(e))? {
+                return Ok(());
+            }
+            if let Some(signal) = signals::received(1) {
+                return Err(Error::Interrupted {
+                    signal,
+                    during: "waiting for a lock",
+                });
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::LockTimeout {
+                    path: self.path.clone(),
+                    waited: started.elapsed(),
+                });
+            }
+            signals::wait(LOCK_RETRY);
+        }
+    }
+
+    /// `error` on this directory, as the crate reports it.
+    pub fn error(&self, error: io::Error) -> Error {
+        Error::Files {
+            path: self.path.clone(),
+            error,
+        }
+    }
+
+    /// `error` on file `name` in this directory, as the crate reports it.
+    pub fn error_at(&self, name: &str, error: io::Error) -> Error {
+        Error::Files {
+            path: self.path.join(name),
+            error,
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_all()
+    }
+
+    /// A new dot-file holding `content`, synced. One left by a crash, or
+    /// put there by someone else (a link included), is removed first, not
+    /// written through.
+    fn write_temporary(&self, name: &str, content: &[u8]) -> io::Result<String> {
+        let temporary = format!(".{name}.tmp");
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        let mut file = match sys::openat(&self.file, &temporary, flags, 0o644) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                sys::unlinkat(&self.file, &temporary)?;
+                sys::openat(&self.file, &temporary, flags, 0o644)?
+            }
+            opened => opened?,
+        };
+        let written = file.write_all(content).and_then(|()| file.sync_all());
+        if let Err(e) = written {
+            let _ = sys::unlinkat(&self.file, &temporary);
+            return Err(e);
+        }
+        Ok(temporary)
+    }
+
+    /// An open with O_NOFOLLOW fails on a link where a file or directory
+    /// should be (ELOOP, or ENOTDIR with O_DIRECTORY): said so.
+    fn refused_or(&self, name: &str, error: io::Error) -> io::Error {
+        let is_link =
+            fs::symlink_metadata(self.path.join(name)).is_ok_and(|m| m.file_type().is_symlink());
+        if is_link && matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) {
+            io::Error::other("a symbolic link: refused")
+        } else {
+            error
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn files_are_written_whole_created_once_read_listed_and_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = Dir::open_made(&root.path().join("a/b")).unwrap();
+        assert_eq!(dir.read("x").unwrap(), None);
+        dir.replace("x", b"one").unwrap();
+        dir.replace("x", b"two").unwrap();
+        assert_eq!(dir.read("x").unwrap().as_deref(), Some(&b"two"[..]));
+        assert!(dir.create("y", b"first").unwrap());
+        assert!(!dir.create("y", b"second").unwrap(), "never overwritten");
+        assert_eq!(dir.read("y").unwrap().as_deref(), Some(&b"first"[..]));
+        assert!(dir.contains("y").unwrap() && !dir.contains("z").unwrap());
+        assert_eq!(dir.names().unwrap(), ["x", "y"], "no temporary file left");
+        assert!(dir.remove("x").unwrap() && !dir.remove("x").unwrap());
+        let child = dir.child_made("c").unwrap();
+        assert!(child.path().ends_with("a/b/c"));
+        assert!(dir.child("c").unwrap().is_some() && dir.child("d").unwrap().is_none());
+    }
+
+    #[test]
+    fn links_are_never_followed() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = Dir::open_made(&root.path().join("d")).unwrap();
+        let target = root.path().join("precious");
+        fs::write(&target, "precious").unwrap();
+        // At a temporary file's path: replaced, not written through.
+        symlink(&target, root.path().join("d/.x.tmp")).unwrap();
+        dir.replace("x", b"{}").unwrap();
+        symlink(&target, root.path().join("d/.y.tmp")).unwrap();
+        assert!(dir.create("y", b"{}").unwrap());
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+        // In place of a file or a directory: refused, or taken as taken.
+        symlink(&target, root.path().join("d/l")).unwrap();
+        let e = dir.read("l").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(!dir.create("l", b"{}").unwrap());
+        assert!(dir.contains("l").unwrap());
+        symlink(root.path(), root.path().join("d/sub")).unwrap();
+        let e = dir.child("sub").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_file_is_refused_not_waited_on() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = Dir::open(root.path()).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(root.path().join("f"))
+            .status();
+        assert!(made.unwrap().success());
+        let e = dir.read("f").unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn a_held_lock_is_waited_for_no_longer_than_asked() {
+        let root = tempfile::tempdir().unwrap();
+        let (one, two) = (
+            Dir::open(root.path()).unwrap(),
+            Dir::open(root.path()).unwrap(),
+        );
+        one.lock(Lock::Exclusive, None).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let e = two.lock(Lock::Shared, Some(deadline)).unwrap_err();
+        assert_eq!(e.code(), crate::error::code::TRY_AGAIN_LATER);
+        drop(one);
+        two.lock(Lock::Shared, Some(Instant::now())).unwrap();
+    }
+}

@@ -1,0 +1,285 @@
+//! Just enough HTTP/1.1 for etcd's JSON gateway: a POST of a JSON body on a
+//! kept-alive connection, plain or TLS (with a client certificate), and
+//! its answer, sized by Content-Length or chunked.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+
+/// The largest answer read: a page of keys is far smaller, and a larger
+/// one is a broken peer.
+const MAX_BODY: usize = 64 << 20;
+
+/// A connection to one endpoint.
+pub struct Connection {
+    stream: BufReader<Stream>,
+    host: String,
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.read(buffer),
+            Stream::Tls(stream) => stream.read(buffer),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.write(bytes),
+            Stream::Tls(stream) => stream.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(stream) => stream.flush(),
+            Stream::Tls(stream) => stream.flush(),
+        }
+    }
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(stream) => stream,
+            Stream::Tls(stream) => stream.get_ref(),
+        }
+    }
+}
+
+impl Connection {
+    /// Connects to `host:port` before `deadline`, through TLS when `tls`
+    /// is given.
+    pub fn open(
+        host: &str,
+        port: u16,
+        tls: Option<&Arc<ClientConfig>>,
+        deadline: Instant,
+    ) -> io::Result<Connection> {
+        let address = (host, port).to_socket_addrs()?.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"))
+        })?;
+        let tcp = TcpStream::connect_timeout(&address, remaining(deadline)?)?;
+        tcp.set_nodelay(true)?;
+        let stream = match tls {
+            None => Stream::Plain(tcp),
+            Some(config) => {
+                let name = ServerName::try_from(host.to_owned())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let session =
+                    ClientConnection::new(Arc::clone(config), name).map_err(io::Error::other)?;
+                Stream::Tls(Box::new(StreamOwned::new(session, tcp)))
+            }
+        };
+        Ok(Connection {
+            stream: BufReader::new(stream),
+            host: host.to_owned(),
+        })
+    }
+
+    /// POSTs `body` to `path` and reads the answer before `deadline`: its
+    /// status and its body.
+    pub fn post(
+        &mut self,
+        path: &str,
+        body: &[u8],
+        deadline: Instant,
+    ) -> io::Result<(u16, Vec<u8>)> {
+        let wait = remaining(deadline)?;
+        let tcp = self.stream.get_ref().tcp();
+        tcp.set_read_timeout(Some(wait))?;
+        tcp.set_write_timeout(Some(wait))?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.host,
+            body.len()
+        );
+        let stream = self.stream.get_mut();
+        stream.write_all(head.as_bytes())?;
+        stream.write_all(body)?;
+        stream.flush()?;
+        self.read_answer()
+    }
+
+    fn read_answer(&mut self) -> io::Result<(u16, Vec<u8>)> {
+        let status_line = self.line()?;
+        let status: u16 = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| bad(format!("not an HTTP answer: {status_line:?}")))?;
+        let mut length = None;
+        let mut chunked = false;
+        loop {
+            let line = self.line()?;
+            if line.is_empty() {
+                break;
+            }
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                length = Some(
+                    value
+                        .parse::<usize>()
+                        .map_err(|_| bad("bad Content-Length".into()))?,
+                );
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = value.eq_ignore_ascii_case("chunked");
+            }
+        }
+        let body = if chunked {
+            self.chunks()?
+        } else {
+            let length =
+                length.ok_or_else(|| bad("an answer with neither length nor chunks".into()))?;
+            self.exactly(length)?
+        };
+        Ok((status, body))
+    }
+
+    fn chunks(&mut self) -> io::Result<Vec<u8>> {
+        let mut body = Vec::new();
+        loop {
+            let size_line = self.line()?;
+            let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|_| bad(format!("bad chunk size {size_line:?}")))?;
+            if size == 0 {
+                // Trailers, then the empty line that ends the answer.
+                while !self.line()?.is_empty() {}
+                return Ok(body);
+            }
+            body.extend_from_slice(&self.exactly(size)?);
+            if !self.line()?.is_empty() {
+                return Err(bad("a chunk not followed by its line end".into()));
+            }
+        }
+    }
+
+    fn exactly(&mut self, length: usize) -> io::Result<Vec<u8>> {
+        if length > MAX_BODY {
+            return Err(bad(format!("an answer of {length} bytes")));
+        }
+        let mut bytes = vec![0; length];
+        self.stream.read_exact(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// One line, without its line end; an end of stream is an error.
+    fn line(&mut self) -> io::Result<String> {
+        let mut line = String::new();
+        if self.stream.read_line(&mut line)? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the connection closed",
+            ));
+        }
+        if line.len() > 64 * 1024 {
+            return Err(bad("a line too long".into()));
+        }
+        Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+    }
+}
+
+/// The time left before `deadline`; none left is a timeout.
+fn remaining(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(io::Error::new(io::ErrorKind::TimedOut, "out of time"))
+    } else {
+        Ok(left)
+    }
+}
+
+fn bad(reason: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Serves one connection with the answers given, each after reading
+    /// one request.
+    fn server(answers: Vec<&'static [u8]>) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut writer = stream;
+            for answer in answers {
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                writer.write_all(answer).unwrap();
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn answers_sized_by_length_or_chunked_on_one_connection() {
+        let port = server(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+            b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n",
+        ]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
+        assert_eq!(
+            connection.post("/v3/kv/range", b"{}", deadline).unwrap(),
+            (200, b"{}".to_vec())
+        );
+        let (status, body) = connection
+            .post("/v3/kv/range", b"{\"k\":1}", deadline)
+            .unwrap();
+        assert_eq!((status, body.as_slice()), (503, &b"{\"a\":1}"[..]));
+        // The peer has closed: the next request fails, it does not hang.
+        assert!(connection.post("/v3/kv/range", b"{}", deadline).is_err());
+    }
+
+    #[test]
+    fn a_silent_peer_is_bounded_by_the_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(300);
+        let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
+        let error = connection
+            .post("/v3/kv/range", b"{}", deadline)
+            .unwrap_err();
+        assert!(
+            matches!(
+                error.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+        drop(listener);
+    }
+}

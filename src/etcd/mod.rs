@@ -1,0 +1,570 @@
+//! A client of etcd's v3 API through its JSON gateway: the cluster's
+//! settings (endpoints, key prefix, TLS with a client certificate, a
+//! timeout), one kept-alive connection that moves on to the next endpoint
+//! when one fails, and the calls the pools make (range, txn), each bounded
+//! by the timeout. A cluster that cannot answer is code 11: try again
+//! later.
+
+mod http;
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+use serde_json::{json, Value};
+
+use crate::error::Error;
+use http::Connection;
+
+/// How long one call may take unless the settings say.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where keys go unless the settings say.
+const DEFAULT_PREFIX: &str = "/ipam-da-pool";
+
+/// gRPC codes that mean "not now" rather than "no": deadline exceeded,
+/// resource exhausted, aborted, unavailable.
+const TRANSIENT: [u64; 4] = [4, 8, 10, 14];
+
+/// How to reach a cluster: `{"endpoints", "prefix"?, "tls"?: {"ca", "cert"?,
+/// "key"?}, "timeout"?}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub endpoints: Vec<Endpoint>,
+    /// Every key the pools keep starts with it.
+    pub prefix: String,
+    pub tls: Option<TlsFiles>,
+    /// How long one call may take, across endpoints.
+    pub timeout: Duration,
+}
+
+/// One member's client address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+}
+
+/// PEM files: the CA that signed the members' certificates, and this
+/// client's certificate and key, when the cluster asks for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+impl Settings {
+    /// Reads the settings; the error says which one is wrong.
+    pub fn parse(value: &Value) -> Result<Settings, String> {
+        let object = value.as_object().ok_or("must be an object")?;
+        let tls = match object.get("tls") {
+            None => None,
+            Some(tls) => Some(TlsFiles::parse(tls)?),
+        };
+        let endpoints = object
+            .get("endpoints")
+            .and_then(Value::as_array)
+            .filter(|list| !list.is_empty())
+            .ok_or("\"endpoints\" must be a non-empty array of addresses")?
+            .iter()
+            .map(|endpoint| {
+                let text = endpoint
+                    .as_str()
+                    .ok_or_else(|| format!("endpoint {endpoint} is not a string"))?;
+                Endpoint::parse(text, tls.is_some())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if endpoints.iter().any(|e| e.tls) && tls.is_none() {
+            return Err("an https endpoint needs \"tls\" with the cluster's \"ca\"".into());
+        }
+        let prefix = match object.get("prefix") {
+            None => DEFAULT_PREFIX.to_owned(),
+            Some(Value::String(prefix)) if prefix.starts_with('/') && !prefix.ends_with('/') => {
+                prefix.clone()
+            }
+            Some(other) => {
+                return Err(format!(
+                    "\"prefix\" must start with '/' and not end with one, not {other}"
+                ))
+            }
+        };
+        let timeout = match object.get("timeout") {
+            None => DEFAULT_TIMEOUT,
+            Some(seconds) => seconds
+                .as_f64()
+                .filter(|s| (0.001..=3600.0).contains(s))
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    format!("\"timeout\" must be seconds from 0.001 to 3600, not {seconds}")
+                })?,
+        };
+        Ok(Settings {
+            endpoints,
+            prefix,
+            tls,
+            timeout,
+        })
+    }
+
+    /// The endpoints, as a list for messages.
+    pub fn described(&self) -> String {
+        let list: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}://{}:{}",
+                    if e.tls { "https" } else { "http" },
+                    e.host,
+                    e.port
+                )
+            })
+            .collect();
+        list.join(", ")
+    }
+}
+
+impl Endpoint {
+    /// `http://HOST:PORT`, `https://HOST:PORT`, or `HOST:PORT` (TLS when
+    /// the settings have `tls`); an IPv6 host in brackets.
+    fn parse(text: &str, tls_by_default: bool) -> Result<Endpoint, String> {
+        let (tls, rest) = match text.split_once("://") {
+            Some(("http", rest)) => (false, rest),
+            Some(("https", rest)) => (true, rest),
+            Some((scheme, _)) => {
+                return Err(format!(
+                    "endpoint {text}: scheme {scheme} is neither http nor https"
+                ))
+            }
+            None => (tls_by_default, text),
+        };
+        let rest = rest.trim_end_matches('/');
+        let bad = || format!("endpoint {text} is not HOST:PORT");
+        let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = port.parse().map_err(|_| bad())?;
+        if host.is_empty() || host.contains('/') {
+            return Err(bad());
+        }
+        Ok(Endpoint {
+            host: host.to_owned(),
+            port,
+            tls,
+        })
+    }
+}
+
+impl TlsFiles {
+    fn parse(value: &Value) -> Result<TlsFiles, String> {
+        let path = |key: &str| -> Result<Option<PathBuf>, String> {
+            match value.get(key) {
+                None => Ok(None),
+                Some(Value::String(path)) => Ok(Some(path.into())),
+                Some(other) => Err(format!("\"tls.{key}\" must be a file's path, not {other}")),
+            }
+        };
+        let ca = path("ca")?.ok_or(
+            "\"tls\" needs \"ca\", the file of the CA that signed the members' certificates",
+        )?;
+        let client = match (path("cert")?, path("key")?) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err("\"tls.cert\" and \"tls.key\" go together".into()),
+        };
+        Ok(TlsFiles { ca, client })
+    }
+
+    /// The TLS client configuration these files make: the CA the only
+    /// root trusted, the client certificate presented if there is one.
+    fn load(&self) -> Result<Arc<ClientConfig>, String> {
+        let read_failed =
+            |path: &PathBuf, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let mut roots = RootCertStore::empty();
+        for cert in
+            CertificateDer::pem_file_iter(&self.ca).map_err(|e| read_failed(&self.ca, &e))?
+        {
+            let cert = cert.map_err(|e| read_failed(&self.ca, &e))?;
+            roots.add(cert).map_err(|e| read_failed(&self.ca, &e))?;
+        }
+        if roots.is_empty() {
+            return Err(format!("{}: no certificate in it", self.ca.display()));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots);
+        let config = match &self.client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_file_iter(cert)
+                    .map_err(|e| read_failed(cert, &e))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| read_failed(cert, &e))?;
+                let key_der =
+                    PrivateKeyDer::from_pem_file(key).map_err(|e| read_failed(key, &e))?;
+                builder
+                    .with_client_auth_cert(chain, key_der)
+                    .map_err(|e| read_failed(cert, &e))?
+            }
+        };
+        Ok(Arc::new(config))
+    }
+}
+
+/// A key and its value, as a range read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+}
+
+/// A condition of a transaction.
+#[derive(Debug, Clone)]
+pub enum Compare {
+    /// No such key.
+    Absent(Vec<u8>),
+    /// The key was last written at this revision (as read).
+    Unchanged(Vec<u8>, i64),
+}
+
+/// A write of a transaction.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+}
+
+/// A client: the settings, the TLS configuration they make, and the
+/// connection in use, with the index of its endpoint.
+pub struct Client {
+    settings: Settings,
+    tls: Option<Arc<ClientConfig>>,
+    connection: RefCell<Option<(usize, Connection)>>,
+}
+
+impl Client {
+    /// A client for `settings`; nothing is connected until the first call.
+    /// TLS files that cannot be read are code 7.
+    pub fn new(settings: Settings) -> Result<Client, Error> {
+        let tls = match &settings.tls {
+            None => None,
+            Some(files) => Some(files.load().map_err(|reason| {
+                crate::cni::Error::InvalidConfig(format!("\"ipam.pool.etcd.tls\": {reason}"))
+            })?),
+        };
+        Ok(Client {
+            settings,
+            tls,
+            connection: RefCell::new(None),
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The value of `key`, if it exists.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Kv>, Error> {
+        let answer = self.call("/v3/kv/range", &json!({ "key": encode(key) }))?;
+        Ok(kvs(&answer)?.into_iter().next())
+    }
+
+    /// The keys from `from` up to (not including) `to`, in order, at most
+    /// `limit` of them (0: all), with their values unless `keys_only`.
+    pub fn range(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        keys_only: bool,
+    ) -> Result<Vec<Kv>, Error> {
+        let request = json!({
+            "key": encode(from),
+            "range_end": encode(to),
+            "limit": limit.to_string(),
+            "keys_only": keys_only,
+        });
+        kvs(&self.call("/v3/kv/range", &request)?)
+    }
+
+    /// Every key that starts with `prefix`, with its value.
+    pub fn with_prefix(&self, prefix: &[u8]) -> Result<Vec<Kv>, Error> {
+        self.range(prefix, &prefix_end(prefix), 0, false)
+    }
+
+    /// Runs `ops` if every one of `compares` holds, all or nothing:
+    /// whether they held.
+    pub fn txn(&self, compares: &[Compare], ops: &[Op]) -> Result<bool, Error> {
+        let compare: Vec<Value> = compares
+            .iter()
+            .map(|c| match c {
+                Compare::Absent(key) => json!({
+                    "key": encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0",
+                }),
+                Compare::Unchanged(key, revision) => json!({
+                    "key": encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision.to_string(),
+                }),
+            })
+            .collect();
+        let success: Vec<Value> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Put(key, value) => {
+                    json!({"request_put": {"key": encode(key), "value": encode(value)}})
+                }
+                Op::Delete(key) => json!({"request_delete_range": {"key": encode(key)}}),
+            })
+            .collect();
+        let answer = self.call(
+            "/v3/kv/txn",
+            &json!({"compare": compare, "success": success}),
+        )?;
+        // Protobuf's JSON leaves a false out.
+        Ok(answer
+            .get("succeeded")
+            .and_then(Value::as_bool)
+            .unwrap_or(false))
+    }
+
+    /// POSTs `request` to `path` within the timeout: on the connection in
+    /// use, else each endpoint in turn, starting from one that depends on
+    /// the process, so that nodes spread over the members. An endpoint that
+    /// cannot be reached, or that breaks the connection, gives way to the
+    /// next: every request the pools make is safe to send twice, since
+    /// they read again what a transaction's outcome was.
+    fn call(&self, path: &str, request: &Value) -> Result<Value, Error> {
+        let body = request.to_string().into_bytes();
+        let deadline = Instant::now() + self.settings.timeout;
+        let count = self.settings.endpoints.len();
+        let first = self
+            .connection
+            .borrow()
+            .as_ref()
+            .map_or(std::process::id() as usize % count, |(index, _)| *index);
+        let mut last_error = String::from("no endpoint tried");
+        for index in (0..count).map(|i| (first + i) % count) {
+            let mut slot = self.connection.borrow_mut();
+            if slot.as_ref().is_none_or(|(used, _)| *used != index) {
+                let endpoint = &self.settings.endpoints[index];
+                let tls = if endpoint.tls {
+                    self.tls.as_ref()
+                } else {
+                    None
+                };
+                match Connection::open(&endpoint.host, endpoint.port, tls, deadline) {
+                    Ok(connection) => *slot = Some((index, connection)),
+                    Err(e) => {
+                        last_error = format!("{}:{}: {e}", endpoint.host, endpoint.port);
+                        continue;
+                    }
+                }
+            }
+            let Some((_, connection)) = slot.as_mut() else {
+                continue;
+            };
+            match connection.post(path, &body, deadline) {
+                Ok((status, answer)) => return self.answer(status, &answer),
+                Err(e) => {
+                    let endpoint = &self.settings.endpoints[index];
+                    last_error = format!("{}:{}: {e}", endpoint.host, endpoint.port);
+                    *slot = None;
+                }
+            }
+        }
+        Err(self.unavailable(last_error))
+    }
+
+    /// A gateway's answer: the JSON of a success, or its error as the
+    /// crate reports it.
+    fn answer(&self, status: u16, body: &[u8]) -> Result<Value, Error> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| self.unavailable(format!("an answer that is not JSON ({e})")))?;
+        if status == 200 {
+            return Ok(value);
+        }
+        let message = value
+            .get("message")
+            .or_else(|| value.get("error"))
+            .and_then(Value::as_str)
+            .unwrap_or("no message")
+            .to_owned();
+        let code = value.get("code").and_then(Value::as_u64).unwrap_or(0);
+        if TRANSIENT.contains(&code) || status == 503 {
+            Err(self.unavailable(message))
+        } else {
+            Err(Error::EtcdRefused { status, message })
+        }
+    }
+
+    fn unavailable(&self, reason: String) -> Error {
+        Error::EtcdUnavailable {
+            endpoints: self.settings.described(),
+            reason,
+        }
+    }
+}
+
+/// The key just after every key that starts with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every key: etcd's "\0" range end.
+    vec![0]
+}
+
+/// The key-values of a range's answer.
+fn kvs(answer: &Value) -> Result<Vec<Kv>, Error> {
+    let Some(list) = answer.get("kvs").and_then(Value::as_array) else {
+        return Ok(Vec::new());
+    };
+    list.iter()
+        .map(|kv| {
+            let field = |name: &str| kv.get(name).and_then(Value::as_str).unwrap_or("");
+            let decoded = |name: &str| {
+                decode(field(name)).ok_or_else(|| Error::EtcdRefused {
+                    status: 200,
+                    message: format!("a {name} that is not base64"),
+                })
+            };
+            Ok(Kv {
+                key: decoded("key")?,
+                value: decoded("value")?,
+                mod_revision: field("mod_revision").parse().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Base64, as protobuf's JSON carries bytes.
+fn encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> shift & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Base64 back to bytes; `None` if it is not base64.
+fn decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut bits = 0u32;
+    let mut count = 0;
+    for c in text.bytes() {
+        let value = ALPHABET.iter().position(|a| *a == c)?;
+        bits = bits << 6 | value as u32;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_and_matches_the_standard() {
+        for (plain, coded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+        ] {
+            assert_eq!(encode(plain.as_bytes()), coded);
+            assert_eq!(decode(coded).unwrap(), plain.as_bytes());
+        }
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(decode(&encode(&all)).unwrap(), all);
+        assert_eq!(decode("not base64!"), None);
+    }
+
+    #[test]
+    fn the_end_of_a_prefix_is_just_after_it() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), b"\0");
+    }
+
+    #[test]
+    fn settings_are_checked_and_named() {
+        let s = Settings::parse(&json!({"endpoints": ["127.0.0.1:2379", "http://[::1]:2379"]}))
+            .unwrap();
+        assert_eq!(s.endpoints[1].host, "::1");
+        assert_eq!(
+            (s.prefix.as_str(), s.timeout),
+            (DEFAULT_PREFIX, DEFAULT_TIMEOUT)
+        );
+        let s = Settings::parse(&json!({"endpoints": ["10.0.0.1:2379"], "tls": {"ca": "/ca.pem", "cert": "/c.pem", "key": "/k.pem"}})).unwrap();
+        assert!(s.endpoints[0].tls, "TLS settings make TLS the default");
+        for (settings, said) in [
+            (json!({"endpoints": []}), "\"endpoints\""),
+            (
+                json!({"endpoints": ["ftp://x:1"]}),
+                "neither http nor https",
+            ),
+            (json!({"endpoints": ["x"]}), "not HOST:PORT"),
+            (json!({"endpoints": ["https://x:1"]}), "needs \"tls\""),
+            (
+                json!({"endpoints": ["x:1"], "tls": {"cert": "/c"}}),
+                "needs \"ca\"",
+            ),
+            (
+                json!({"endpoints": ["x:1"], "tls": {"ca": "/a", "cert": "/c"}}),
+                "go together",
+            ),
+            (json!({"endpoints": ["x:1"], "prefix": "p/"}), "\"prefix\""),
+            (json!({"endpoints": ["x:1"], "timeout": 0}), "\"timeout\""),
+        ] {
+            let e = Settings::parse(&settings).unwrap_err();
+            assert!(e.contains(said), "{settings}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_that_cannot_be_reached_is_try_again_later() {
+        // A port nothing listens on: connections are refused at once.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let settings =
+            Settings::parse(&json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 2}))
+                .unwrap();
+        let error = Client::new(settings).unwrap().get(b"k").unwrap_err();
+        assert_eq!(error.code(), crate::error::code::TRY_AGAIN_LATER);
+        assert!(
+            error.to_string().contains(&format!("127.0.0.1:{port}")),
+            "{error}"
+        );
+    }
+}

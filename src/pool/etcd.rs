@@ -1,0 +1,206 @@
+//! The etcd store: every node of a cluster shares the pools.
+//!
+//! ```text
+//! PREFIX/networks/NETWORK/attachments/ID:IFNAME    what the attachment holds
+//! PREFIX/networks/NETWORK/addresses/POOL/ADDRESS   who holds the address
+//! PREFIX/networks/NETWORK/hints/POOL               where to look next
+//! PREFIX/pools/NAME                                a pool defined centrally
+//! ```
+//!
+//! Each address is one key, written with its attachment's record in one
+//! transaction that fails if any of those keys exists: two nodes can never
+//! hold one address, and a claim is all there or not at all. Addresses are
+//! named so that their keys sort as they do, and a free one is found by
+//! reading the held keys after a hint, a page at a time.
+
+use serde_json::Value;
+
+use super::range::Addr;
+use super::store::{self, Held, Holding, Owner, Store};
+use crate::error::Error;
+use crate::etcd::{Client, Compare, Op};
+
+/// How many held keys one read looks at while searching for a free address.
+const PAGE: usize = 256;
+
+/// A network's keys in a cluster.
+pub struct Etcd {
+    client: Client,
+    /// `PREFIX/networks/NETWORK/`.
+    network: String,
+}
+
+impl Etcd {
+    /// The store of network `name` on the cluster `client` reaches.
+    pub fn new(client: Client, name: &str) -> Etcd {
+        let network = format!("{}/networks/{name}/", client.settings().prefix);
+        Etcd { client, network }
+    }
+
+    fn attachment_key(&self, id: &str, ifname: &str) -> Vec<u8> {
+        format!(
+            "{}attachments/{}",
+            self.network,
+            store::attachment_name(id, ifname)
+        )
+        .into_bytes()
+    }
+
+    fn pool_prefix(&self, pool: &str) -> String {
+        format!("{}addresses/{pool}/", self.network)
+    }
+
+    fn address_key(&self, pool: &str, address: Addr) -> Vec<u8> {
+        format!("{}{}", self.pool_prefix(pool), address.sortable()).into_bytes()
+    }
+
+    fn hint_key(&self, pool: &str) -> Vec<u8> {
+        format!("{}hints/{pool}", self.network).into_bytes()
+    }
+}
+
+impl Store for Etcd {
+    fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+        let found = self.client.get(&self.attachment_key(id, ifname))?;
+        Ok(found.and_then(|kv| store::read_holding(&kv.value, kv.mod_revision)))
+    }
+
+    fn holder(&self, pool: &str, address: Addr) -> Result<Option<Owner>, Error> {
+        let found = self.client.get(&self.address_key(pool, address))?;
+        Ok(found.map(|kv| {
+            // A record that says no one still makes the address taken.
+            store::read_owner(&kv.value).unwrap_or(Owner {
+                id: String::new(),
+                ifname: String::new(),
+                node: String::new(),
+            })
+        }))
+    }
+
+    fn first_free(
+        &self,
+        pool: &str,
+        from: Addr,
+        to: Addr,
+        gives: &dyn Fn(Addr) -> bool,
+    ) -> Result<Option<Addr>, Error> {
+        let prefix = self.pool_prefix(pool);
+        let mut end = self.address_key(pool, to);
+        // Just after `to`'s key: the read is of [from, to].
+        end.push(0);
+        let mut candidate = from;
+        loop {
+            let page = self
+                .client
+                .range(&self.address_key(pool, candidate), &end, PAGE, true)?;
+            let taken: Vec<Addr> = page
+                .iter()
+                .filter_map(|kv| {
+                    let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_bytes())?).ok()?;
+                    Addr::from_sortable(name)
+                })
+                .collect();
+            for held in &taken {
+                // Every address before the next held one is free.
+                while candidate < *held {
+                    if gives(candidate) {
+                        return Ok(Some(candidate));
+                    }
+                    candidate = candidate.plus(1).unwrap_or(*held);
+                }
+                match held.plus(1) {
+                    Some(next) if next <= to => candidate = next,
+                    _ => return Ok(None),
+                }
+            }
+            if page.len() < PAGE {
+                // Nothing held from here to `to`.
+                loop {
+                    if gives(candidate) {
+                        return Ok(Some(candidate));
+                    }
+                    match candidate.plus(1) {
+                        Some(next) if next <= to => candidate = next,
+                        _ => return Ok(None),
+                    }
+                }
+            }
+        }
+    }
+
+    fn hint(&self, pool: &str) -> Result<Option<Addr>, Error> {
+        let found = self.client.get(&self.hint_key(pool))?;
+        Ok(found.and_then(|kv| {
+            std::str::from_utf8(&kv.value)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+                .map(Addr::new)
+        }))
+    }
+
+    fn claim(&self, owner: &Owner, held: &[Held]) -> Result<bool, Error> {
+        let attachment = self.attachment_key(&owner.id, &owner.ifname);
+        let address_record = store::address_record(owner);
+        let mut compares = vec![Compare::Absent(attachment.clone())];
+        let mut ops = vec![Op::Put(attachment, store::attachment_record(owner, held))];
+        for h in held {
+            let key = self.address_key(&h.pool, h.address);
+            compares.push(Compare::Absent(key.clone()));
+            ops.push(Op::Put(key, address_record.clone()));
+            if let Some(next) = h.address.plus(1) {
+                ops.push(Op::Put(
+                    self.hint_key(&h.pool),
+                    next.to_string().into_bytes(),
+                ));
+            }
+        }
+        self.client.txn(&compares, &ops)
+    }
+
+    fn release(&self, holding: &Holding) -> Result<bool, Error> {
+        let attachment = self.attachment_key(&holding.owner.id, &holding.owner.ifname);
+        let mut compares = vec![Compare::Unchanged(attachment.clone(), holding.revision)];
+        let mut ops = vec![Op::Delete(attachment)];
+        for h in &holding.held {
+            let key = self.address_key(&h.pool, h.address);
+            let Some(kv) = self.client.get(&key)? else {
+                continue;
+            };
+            let mine = store::read_owner(&kv.value)
+                .is_some_and(|o| o.id == holding.owner.id && o.ifname == holding.owner.ifname);
+            if mine {
+                compares.push(Compare::Unchanged(key.clone(), kv.mod_revision));
+                ops.push(Op::Delete(key));
+            }
+        }
+        self.client.txn(&compares, &ops)
+    }
+
+    fn holdings(&self) -> Result<Vec<Holding>, Error> {
+        let prefix = format!("{}attachments/", self.network);
+        let found = self.client.with_prefix(prefix.as_bytes())?;
+        Ok(found
+            .iter()
+            .filter_map(|kv| store::read_holding(&kv.value, kv.mod_revision))
+            .collect())
+    }
+
+    fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error> {
+        let key = format!("{}/pools/{name}", self.client.settings().prefix);
+        let Some(kv) = self.client.get(key.as_bytes())? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&kv.value).map(Some).map_err(|e| {
+            crate::cni::Error::InvalidConfig(format!(
+                "pool {name:?} in etcd ({key}) is not JSON: {e}"
+            ))
+            .into()
+        })
+    }
+
+    fn ping(&self) -> Result<(), Error> {
+        self.client.get(self.network.as_bytes()).map(drop)
+    }
+}

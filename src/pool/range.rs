@@ -1,0 +1,387 @@
+//! Address ranges: a range read and checked whole, the addresses it may
+//! give out, and arithmetic on addresses as 128-bit numbers, so that even a
+//! /48 of IPv6 is never enumerated.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde_json::Value;
+
+/// An IP version; IPv4's addresses sort before IPv6's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn bits(self) -> u32 {
+        match self {
+            Family::V4 => 32,
+            Family::V6 => 128,
+        }
+    }
+}
+
+/// An address as a number in its family (IPv4's in the low 32 bits), in
+/// the order the family's addresses come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Addr {
+    family: Family,
+    value: u128,
+}
+
+impl Addr {
+    /// The address of `ip`; an IPv4-mapped IPv6 address is the IPv4 one,
+    /// as libcni reads it.
+    pub fn new(ip: IpAddr) -> Addr {
+        match ip {
+            IpAddr::V4(v4) => Addr::v4(v4),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Addr::v4(v4),
+                None => Addr {
+                    family: Family::V6,
+                    value: u128::from(v6),
+                },
+            },
+        }
+    }
+
+    fn v4(v4: Ipv4Addr) -> Addr {
+        Addr {
+            family: Family::V4,
+            value: u128::from(u32::from(v4)),
+        }
+    }
+
+    pub fn family(self) -> Family {
+        self.family
+    }
+
+    pub fn ip(self) -> IpAddr {
+        match self.family {
+            // Only IPv4 values (at most u32::MAX) are made for V4.
+            Family::V4 => IpAddr::V4(Ipv4Addr::from(u32::try_from(self.value).unwrap_or(0))),
+            Family::V6 => IpAddr::V6(Ipv6Addr::from(self.value)),
+        }
+    }
+
+    /// The address `n` after this one, if the family has it.
+    pub fn plus(self, n: u128) -> Option<Addr> {
+        let value = self.value.checked_add(n)?;
+        let fits = self.family.bits() == 128 || value >> self.family.bits() == 0;
+        fits.then_some(Addr { value, ..self })
+    }
+
+    /// A fixed-width text that sorts as the addresses do: dotted quads of
+    /// three digits, or the eight groups of IPv6 in full. What the stores
+    /// name addresses by, so that a range of names is a range of addresses.
+    pub fn sortable(self) -> String {
+        match self.ip() {
+            IpAddr::V4(v4) => {
+                let [a, b, c, d] = v4.octets();
+                format!("{a:03}.{b:03}.{c:03}.{d:03}")
+            }
+            IpAddr::V6(v6) => {
+                let groups: Vec<String> =
+                    v6.segments().iter().map(|g| format!("{g:04x}")).collect();
+                groups.join(":")
+            }
+        }
+    }
+
+    /// The address a [`Self::sortable`] text names.
+    pub fn from_sortable(text: &str) -> Option<Addr> {
+        if text.contains('.') {
+            let octets: Vec<u8> = text
+                .split('.')
+                .map(|o| o.parse().ok())
+                .collect::<Option<_>>()?;
+            let octets: [u8; 4] = octets.try_into().ok()?;
+            Some(Addr::v4(Ipv4Addr::from(octets)))
+        } else {
+            text.parse::<Ipv6Addr>()
+                .ok()
+                .map(|v6| Addr::new(IpAddr::V6(v6)))
+        }
+    }
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.ip().fmt(f)
+    }
+}
+
+/// A range of a pool: a subnet, the part of it addresses are given from,
+/// and its gateway, which is never given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    /// The subnet's network address.
+    pub network: Addr,
+    /// The subnet's prefix length: an address given from the range has it.
+    pub prefix: u8,
+    /// The first address that may be given.
+    pub start: Addr,
+    /// The last address that may be given.
+    pub end: Addr,
+    /// The gateway (by default the subnet's first address).
+    pub gateway: Addr,
+}
+
+impl Range {
+    /// Reads and checks a range, `{"subnet", "rangeStart"?, "rangeEnd"?,
+    /// "gateway"?}`, whole: the subnet a network address of a size that
+    /// has addresses to give, every other address inside it and of its
+    /// family, the start not after the end. Defaults as host-local's: the
+    /// range from the subnet's second address to its last (its broadcast
+    /// address excluded in IPv4), the gateway its first. The error names
+    /// the field.
+    pub fn parse(value: &Value) -> Result<Range, String> {
+        let object = value
+            .as_object()
+            .ok_or_else(|| "must be an object with a \"subnet\"".to_owned())?;
+        let subnet = object
+            .get("subnet")
+            .and_then(Value::as_str)
+            .ok_or_else(|| "\"subnet\" is missing or not a string".to_owned())?;
+        let (network, prefix) = parse_subnet(subnet)?;
+        let last = network
+            .plus(host_count(network.family, prefix) - 1)
+            .ok_or_else(|| format!("\"subnet\" {subnet} is not a subnet"))?;
+        let inside = |field: &str| -> Result<Option<Addr>, String> {
+            let Some(value) = object.get(field) else {
+                return Ok(None);
+            };
+            let text = value
+                .as_str()
+                .ok_or_else(|| format!("\"{field}\" must be an address"))?;
+            let ip: IpAddr = text
+                .parse()
+                .map_err(|_| format!("\"{field}\" {text:?} is not an address"))?;
+            let addr = Addr::new(ip);
+            if addr.family != network.family {
+                return Err(format!(
+                    "\"{field}\" {text} is not of the subnet's IP version ({subnet})"
+                ));
+            }
+            if addr < network || addr > last {
+                return Err(format!("\"{field}\" {text} is outside the subnet {subnet}"));
+            }
+            Ok(Some(addr))
+        };
+        let start = inside("rangeStart")?;
+        let end = inside("rangeEnd")?;
+        let gateway = inside("gateway")?;
+        // A subnet has at least four addresses (checked above), so these
+        // neighbours exist.
+        let first = Addr {
+            value: network.value + 1,
+            ..network
+        };
+        let default_end = match network.family {
+            // IPv4's broadcast address is never given.
+            Family::V4 => Addr {
+                value: last.value - 1,
+                ..last
+            },
+            Family::V6 => last,
+        };
+        let range = Range {
+            network,
+            prefix,
+            start: start.unwrap_or(first),
+            end: end.unwrap_or(default_end),
+            gateway: gateway.unwrap_or(first),
+        };
+        if range.start > range.end {
+            return Err(format!(
+                "\"rangeStart\" {} is after \"rangeEnd\" {}",
+                range.start, range.end
+            ));
+        }
+        Ok(range)
+    }
+
+    /// Whether `addr` is in the part of the range addresses are given from.
+    pub fn contains(&self, addr: Addr) -> bool {
+        self.start <= addr && addr <= self.end
+    }
+
+    /// Whether `addr` may be given from this range: in it, and neither the
+    /// gateway nor, in IPv4, the subnet's network or broadcast address.
+    pub fn gives(&self, addr: Addr) -> bool {
+        let broadcast = self
+            .network
+            .plus(host_count(self.network.family, self.prefix) - 1);
+        self.contains(addr)
+            && addr != self.gateway
+            && !(self.network.family == Family::V4
+                && (addr == self.network || Some(addr) == broadcast))
+    }
+
+    /// Whether the two ranges share an address that either may give.
+    pub fn overlaps(&self, other: &Range) -> bool {
+        self.network.family == other.network.family
+            && self.start <= other.end
+            && other.start <= self.end
+    }
+
+    /// The subnet, as text (`10.1.0.0/16`).
+    pub fn subnet(&self) -> String {
+        format!("{}/{}", self.network, self.prefix)
+    }
+}
+
+/// How many addresses a subnet of `prefix` holds (at most 2^127 counted,
+/// which no range comes near).
+fn host_count(family: Family, prefix: u8) -> u128 {
+    let host_bits = family.bits() - u32::from(prefix);
+    1u128.checked_shl(host_bits).unwrap_or(u128::MAX)
+}
+
+/// `ADDRESS/PREFIX`, the address a network address, with room for an
+/// address besides the network's (and, in IPv4, the broadcast one).
+fn parse_subnet(text: &str) -> Result<(Addr, u8), String> {
+    let bad = || format!("\"subnet\" {text:?} is not ADDRESS/PREFIX");
+    let (address, prefix) = text.split_once('/').ok_or_else(bad)?;
+    let ip: IpAddr = address.parse().map_err(|_| bad())?;
+    let network = Addr::new(ip);
+    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+    let bits = network.family.bits();
+    if u32::from(prefix) > bits {
+        return Err(bad());
+    }
+    let host_bits = bits - u32::from(prefix);
+    let mask = 1u128.checked_shl(host_bits).map_or(u128::MAX, |m| m - 1);
+    if network.value & mask != 0 {
+        let real = Addr {
+            value: network.value & !mask,
+            ..network
+        };
+        return Err(format!(
+            "\"subnet\" {text} is not a network address: with /{prefix} it is {real}/{prefix}"
+        ));
+    }
+    if host_bits < 2 {
+        return Err(format!(
+            "\"subnet\" {text} is too small: it has no address to give"
+        ));
+    }
+    Ok((network, prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn addr(text: &str) -> Addr {
+        Addr::new(text.parse().unwrap())
+    }
+
+    fn range(value: Value) -> Range {
+        Range::parse(&value).unwrap()
+    }
+
+    fn refused(value: Value) -> String {
+        Range::parse(&value).unwrap_err()
+    }
+
+    #[test]
+    fn defaults_are_host_locals() {
+        let r = range(json!({"subnet": "10.1.0.0/24"}));
+        assert_eq!((r.start, r.end), (addr("10.1.0.1"), addr("10.1.0.254")));
+        assert_eq!(r.gateway, addr("10.1.0.1"));
+        assert!(!r.gives(addr("10.1.0.1")), "the gateway");
+        assert!(r.gives(addr("10.1.0.2")));
+        assert!(!r.gives(addr("10.1.0.255")) && !r.gives(addr("10.1.0.0")));
+        let r = range(json!({"subnet": "fd00::/64"}));
+        assert_eq!(r.start, addr("fd00::1"));
+        assert_eq!(r.end, addr("fd00::ffff:ffff:ffff:ffff"));
+        assert!(r.gives(r.end), "IPv6 has no broadcast address");
+        let r = range(json!({"subnet": "fd00::/48"}));
+        assert_eq!(r.end, addr("fd00:0:0:ffff:ffff:ffff:ffff:ffff"));
+    }
+
+    #[test]
+    fn every_field_is_checked_and_named() {
+        for (value, said) in [
+            (
+                json!({"subnet": "10.1.0.1/24"}),
+                "not a network address: with /24 it is 10.1.0.0/24",
+            ),
+            (json!({"subnet": "10.1.0.0/31"}), "too small"),
+            (json!({"subnet": "10.1.0.0"}), "not ADDRESS/PREFIX"),
+            (json!({"subnet": "10.1.0.0/33"}), "not ADDRESS/PREFIX"),
+            (json!({}), "\"subnet\" is missing"),
+            (
+                json!({"subnet": "10.1.0.0/24", "rangeStart": "10.2.0.1"}),
+                "\"rangeStart\" 10.2.0.1 is outside the subnet",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "rangeEnd": "10.1.1.0"}),
+                "\"rangeEnd\" 10.1.1.0 is outside",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "gateway": "10.9.9.9"}),
+                "\"gateway\" 10.9.9.9 is outside",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "rangeStart": "fd00::1"}),
+                "not of the subnet's IP version",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.9", "rangeEnd": "10.1.0.5"}),
+                "\"rangeStart\" 10.1.0.9 is after \"rangeEnd\" 10.1.0.5",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "gateway": 3}),
+                "\"gateway\" must be an address",
+            ),
+            (json!("10.1.0.0/24"), "must be an object"),
+        ] {
+            let error = refused(value.clone());
+            assert!(error.contains(said), "{value}: {error}");
+        }
+    }
+
+    #[test]
+    fn sortable_names_sort_as_addresses_do_and_read_back() {
+        let mut addresses = vec![
+            addr("10.1.0.10"),
+            addr("10.1.0.9"),
+            addr("9.255.0.1"),
+            addr("10.1.0.200"),
+        ];
+        let mut names: Vec<String> = addresses.iter().map(|a| a.sortable()).collect();
+        addresses.sort();
+        names.sort();
+        let read: Vec<Addr> = names
+            .iter()
+            .map(|n| Addr::from_sortable(n).unwrap())
+            .collect();
+        assert_eq!(read, addresses);
+        assert_eq!(addr("10.1.0.9").sortable(), "010.001.000.009");
+        let v6 = addr("fd00::1:2");
+        assert_eq!(v6.sortable(), "fd00:0000:0000:0000:0000:0000:0001:0002");
+        assert_eq!(Addr::from_sortable(&v6.sortable()), Some(v6));
+    }
+
+    #[test]
+    fn arithmetic_stays_in_the_family() {
+        assert_eq!(addr("10.0.0.255").plus(1), Some(addr("10.0.1.0")));
+        assert_eq!(addr("255.255.255.255").plus(1), None);
+        assert_eq!(addr("fd00::").plus(1 << 64), Some(addr("fd00:0:0:1::")));
+        assert_eq!(addr("::ffff:10.0.0.1"), addr("10.0.0.1"));
+    }
+
+    #[test]
+    fn overlapping_ranges_are_found() {
+        let a = range(json!({"subnet": "10.1.0.0/24", "rangeEnd": "10.1.0.100"}));
+        let b = range(json!({"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.101"}));
+        let c = range(json!({"subnet": "10.1.0.0/16"}));
+        assert!(!a.overlaps(&b));
+        assert!(a.overlaps(&c) && c.overlaps(&b));
+    }
+}

@@ -1,0 +1,480 @@
+//! ipam-da-pool's settings, read from `ipam.pool` (the original convention:
+//! delegate `ipam-dX-NAME` reads `ipam.NAME`), and the pools an ADD asks
+//! for, from `prevResult.pools`; all of it read and checked whole before
+//! anything is claimed.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use super::range::{Addr, Range};
+use crate::cni::{self, Environment, NetConf};
+use crate::error::Error;
+use crate::etcd;
+
+/// Where the local store keeps its files unless `ipam.pool.dataDir` says.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-pool";
+
+/// A pool: a name, and the ranges it gives addresses from, all of one IP
+/// version and none overlapping another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    pub name: String,
+    pub ranges: Vec<Range>,
+}
+
+impl Pool {
+    /// Reads pool `name`'s ranges (a JSON array of ranges) and checks them
+    /// whole; the error names the pool, the range and the field.
+    pub fn parse(name: &str, ranges: &Value) -> Result<Pool, Error> {
+        check_pool_name(name)?;
+        let fail = |reason: String| invalid(format!("pool {name:?}: {reason}"));
+        let list = ranges
+            .as_array()
+            .filter(|list| !list.is_empty())
+            .ok_or_else(|| fail("must be a non-empty array of ranges".into()))?;
+        let ranges = list
+            .iter()
+            .enumerate()
+            .map(|(i, range)| Range::parse(range).map_err(|e| fail(format!("range {i}: {e}"))))
+            .collect::<Result<Vec<Range>, Error>>()?;
+        for (i, a) in ranges.iter().enumerate() {
+            for (j, b) in ranges.iter().enumerate().skip(i + 1) {
+                if a.network.family() != b.network.family() {
+                    return Err(fail(format!(
+                        "ranges {i} ({}) and {j} ({}) are of different IP versions: a pool gives one address, of one version",
+                        a.subnet(),
+                        b.subnet()
+                    )));
+                }
+                if a.overlaps(b) {
+                    return Err(fail(format!(
+                        "ranges {i} ({}) and {j} ({}) overlap",
+                        a.subnet(),
+                        b.subnet()
+                    )));
+                }
+            }
+        }
+        Ok(Pool {
+            name: name.to_owned(),
+            ranges,
+        })
+    }
+
+    /// The range that gives `addr`, if one does.
+    pub fn range_of(&self, addr: Addr) -> Option<&Range> {
+        self.ranges.iter().find(|range| range.contains(addr))
+    }
+}
+
+/// Where allocations are kept.
+#[derive(Debug, Clone)]
+pub enum StoreSettings {
+    /// Files under a directory on this node.
+    Local { data_dir: PathBuf },
+    /// An etcd cluster, shared by every node.
+    Etcd(etcd::Settings),
+}
+
+/// `ipam.pool`.
+#[derive(Debug)]
+pub struct Settings {
+    /// `pools`: the pools the configuration defines, in order.
+    pub pools: Vec<Pool>,
+    /// `default`: the pools an ADD without `prevResult.pools` gets one
+    /// address from each of.
+    pub default: Vec<String>,
+    /// `routes`, as written: the routes every result carries.
+    pub routes: Option<String>,
+    /// `dataDir`, or `etcd`.
+    pub store: StoreSettings,
+    /// `node`: the name allocations of this node are recorded under.
+    pub node: String,
+}
+
+impl Settings {
+    /// Reads `ipam.pool` from `net`.
+    pub fn from_net(net: &NetConf) -> Result<Settings, Error> {
+        let ipam = net
+            .member("ipam")
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        let pool = match ipam.get("pool") {
+            Some(Value::Object(pool)) => pool.clone(),
+            Some(_) => return Err(invalid("\"ipam.pool\" must be an object".into())),
+            None => Map::new(),
+        };
+        let pools = match pool.get("pools") {
+            None => Vec::new(),
+            Some(Value::Object(pools)) => pools
+                .iter()
+                .map(|(name, ranges)| Pool::parse(name, ranges))
+                .collect::<Result<_, _>>()?,
+            Some(_) => {
+                return Err(invalid(
+                    "\"ipam.pool.pools\" must be an object of pool names and their ranges".into(),
+                ))
+            }
+        };
+        let default = match pool.get("default") {
+            None => Vec::new(),
+            Some(Value::String(name)) => vec![name.clone()],
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|n| n.as_str().map(String::from))
+                .collect::<Option<_>>()
+                .ok_or_else(|| {
+                    invalid("\"ipam.pool.default\" must be a pool name or a list of them".into())
+                })?,
+            Some(_) => {
+                return Err(invalid(
+                    "\"ipam.pool.default\" must be a pool name or a list of them".into(),
+                ))
+            }
+        };
+        for name in &default {
+            check_pool_name(name)?;
+        }
+        let routes = match pool.get("routes") {
+            None => None,
+            Some(routes @ Value::Array(_)) => Some(routes.to_string()),
+            Some(_) => {
+                return Err(invalid(
+                    "\"ipam.pool.routes\" must be an array of routes".into(),
+                ))
+            }
+        };
+        let store = match (pool.get("etcd"), pool.get("dataDir")) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "\"ipam.pool\" has both \"etcd\" and \"dataDir\": one store only".into(),
+                ))
+            }
+            (Some(settings), None) => StoreSettings::Etcd(
+                etcd::Settings::parse(settings)
+                    .map_err(|e| invalid(format!("\"ipam.pool.etcd\": {e}")))?,
+            ),
+            (None, data_dir) => StoreSettings::Local {
+                data_dir: match data_dir {
+                    None => DEFAULT_DATA_DIR.into(),
+                    Some(Value::String(dir)) if dir.starts_with('/') => dir.into(),
+                    Some(other) => {
+                        return Err(invalid(format!(
+                            "\"ipam.pool.dataDir\" must be an absolute directory, not {other}"
+                        )))
+                    }
+                },
+            },
+        };
+        let node = match pool.get("node") {
+            None => hostname()?,
+            Some(Value::String(node)) if cni::is_identifier(node) => node.clone(),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "\"ipam.pool.node\" {other} {}",
+                    cni::IDENTIFIER_RULE
+                )))
+            }
+        };
+        Ok(Settings {
+            pools,
+            default,
+            routes,
+            store,
+            node,
+        })
+    }
+
+    /// The pool the configuration defines under `name`.
+    pub fn pool(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|pool| pool.name == name)
+    }
+}
+
+/// A pool an ADD asks for: by name, with its ranges inline or not (then
+/// they are the configuration's, or the store's), and the address asked
+/// for, if one is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    pub name: String,
+    pub inline: Option<Pool>,
+    pub requested: Option<Addr>,
+}
+
+/// The pools an ADD asks for: `prevResult.pools` (Pool objects, as a
+/// selector prints them), or else `ipam.pool.default`; an address asked
+/// for through `CNI_ARGS` (`IP=`) or `runtimeConfig.ips` goes to the pool
+/// that gives it, at allocation.
+pub fn wanted(net: &NetConf, settings: &Settings) -> Result<Vec<Wanted>, Error> {
+    let prev: Option<Value> = net
+        .member("prevResult")
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+    let listed = prev.as_ref().and_then(|prev| prev.get("pools"));
+    let objects = match listed {
+        Some(Value::Array(objects)) if !objects.is_empty() => objects.clone(),
+        Some(Value::Array(_)) | None => settings
+            .default
+            .iter()
+            .map(|name| serde_json::json!({ "name": name }))
+            .collect(),
+        Some(_) => {
+            return Err(invalid(
+                "\"prevResult.pools\" must be an array of pools".into(),
+            ))
+        }
+    };
+    if objects.is_empty() {
+        return Err(invalid(
+            "no pool to allocate from: the previous result lists no \"pools\", and \"ipam.pool.default\" names none".into(),
+        ));
+    }
+    objects.iter().map(wanted_pool).collect()
+}
+
+/// One Pool object: `{"name", "requested-ip"?, "subnet"?, "gateway"?,
+/// "rangeStart"?, "rangeEnd"?}`.
+fn wanted_pool(object: &Value) -> Result<Wanted, Error> {
+    let name = object.get("name").and_then(Value::as_str).ok_or_else(|| {
+        invalid(format!(
+            "a pool in \"prevResult.pools\" has no \"name\": {object}"
+        ))
+    })?;
+    check_pool_name(name)?;
+    let requested = match object.get("requested-ip") {
+        None => None,
+        Some(value) => Some(value.as_str().and_then(parse_address).ok_or_else(|| {
+            invalid(format!(
+                "pool {name:?}: \"requested-ip\" {value} is not an address"
+            ))
+        })?),
+    };
+    let inline = match object.get("subnet") {
+        Some(_) => {
+            let mut range = object.clone();
+            if let Some(fields) = range.as_object_mut() {
+                fields.retain(|key, _| {
+                    matches!(
+                        key.as_str(),
+                        "subnet" | "gateway" | "rangeStart" | "rangeEnd"
+                    )
+                });
+            }
+            Some(Pool::parse(name, &Value::Array(vec![range]))?)
+        }
+        None => None,
+    };
+    Ok(Wanted {
+        name: name.to_owned(),
+        inline,
+        requested,
+    })
+}
+
+/// The addresses the runtime asks for: `CNI_ARGS`'s `IP=` (a comma-separated
+/// list, as the static plugin takes it) and `runtimeConfig.ips`; each with
+/// or without its prefix length.
+pub fn requested_by_runtime(env: &Environment, net: &NetConf) -> Result<Vec<Addr>, Error> {
+    let mut asked = Vec::new();
+    for pair in env.args.as_deref().unwrap_or_default().split(';') {
+        if let Some(list) = pair.strip_prefix("IP=") {
+            for text in list.split(',').filter(|t| !t.is_empty()) {
+                asked.push(
+                    parse_address(text)
+                        .ok_or_else(|| invalid(format!("CNI_ARGS IP={text} is not an address")))?,
+                );
+            }
+        }
+    }
+    let runtime: Option<Value> = net
+        .member("runtimeConfig")
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+    if let Some(ips) = runtime.as_ref().and_then(|r| r.get("ips")) {
+        let list = ips
+            .as_array()
+            .ok_or_else(|| invalid("\"runtimeConfig.ips\" must be an array of addresses".into()))?;
+        for value in list {
+            asked.push(value.as_str().and_then(parse_address).ok_or_else(|| {
+                invalid(format!(
+                    "\"runtimeConfig.ips\" holds {value}, which is not an address"
+                ))
+            })?);
+        }
+    }
+    Ok(asked)
+}
+
+/// An address, with or without a prefix length.
+fn parse_address(text: &str) -> Option<Addr> {
+    let address = text.split_once('/').map_or(text, |(address, _)| address);
+    address.parse::<IpAddr>().ok().map(Addr::new)
+}
+
+/// Pool names name files and keys: the identifier rule.
+fn check_pool_name(name: &str) -> Result<(), Error> {
+    if cni::is_identifier(name) {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "pool name {name:?} {}",
+            cni::IDENTIFIER_RULE
+        )))
+    }
+}
+
+/// This node's name: the host's.
+fn hostname() -> Result<String, Error> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_default();
+    if cni::is_identifier(&name) {
+        Ok(name)
+    } else {
+        Err(invalid(format!(
+            "the host name {name:?} cannot name a node: set \"ipam.pool.node\""
+        )))
+    }
+}
+
+fn invalid(reason: String) -> Error {
+    cni::Error::InvalidConfig(reason).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn net(ipam_pool: Value, prev: Option<Value>) -> Vec<u8> {
+        let mut config = json!({
+            "cniVersion": "1.0.0",
+            "name": "n",
+            "ipam": {"type": "ipam-delegated", "pool": ipam_pool},
+        });
+        if let Some(prev) = prev {
+            config["prevResult"] = prev;
+        }
+        config.to_string().into_bytes()
+    }
+
+    fn settings(ipam_pool: Value) -> Result<Settings, Error> {
+        let raw = net(ipam_pool, None);
+        Settings::from_net(&NetConf::parse(&raw).unwrap())
+    }
+
+    #[test]
+    fn pools_are_checked_whole_and_errors_name_pool_range_and_field() {
+        let ok = settings(json!({"node": "a", "pools": {"blue": [
+            {"subnet": "10.1.0.0/24", "rangeEnd": "10.1.0.100"},
+            {"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.101"},
+        ]}}))
+        .unwrap();
+        assert_eq!(ok.pools[0].ranges.len(), 2);
+        for (pools, said) in [
+            (
+                json!({"blue": [{"subnet": "10.1.0.0/24"}, {"subnet": "10.1.0.0/16"}]}),
+                "pool \"blue\": ranges 0 (10.1.0.0/24) and 1 (10.1.0.0/16) overlap",
+            ),
+            (
+                json!({"blue": [{"subnet": "10.1.0.0/24"}, {"subnet": "fd00::/64"}]}),
+                "of different IP versions",
+            ),
+            (
+                json!({"blue": [{"subnet": "10.1.0.0/24", "gateway": "10.2.0.1"}]}),
+                "pool \"blue\": range 0: \"gateway\" 10.2.0.1 is outside the subnet",
+            ),
+            (json!({"blue": []}), "must be a non-empty array"),
+            (
+                json!({"../x": [{"subnet": "10.1.0.0/24"}]}),
+                "pool name \"../x\"",
+            ),
+        ] {
+            let e = settings(json!({"node": "a", "pools": pools})).unwrap_err();
+            assert_eq!(e.code(), 7);
+            assert!(e.to_string().contains(said), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_store_is_local_by_default_or_etcd_never_both() {
+        let s = settings(json!({"node": "a"})).unwrap();
+        assert!(
+            matches!(s.store, StoreSettings::Local { ref data_dir } if data_dir == &PathBuf::from(DEFAULT_DATA_DIR))
+        );
+        let e = settings(
+            json!({"node": "a", "dataDir": "/x", "etcd": {"endpoints": ["127.0.0.1:2379"]}}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("one store only"), "{e}");
+        let e = settings(json!({"node": "a", "dataDir": "relative"})).unwrap_err();
+        assert!(e.to_string().contains("absolute"), "{e}");
+        let e = settings(json!({"node": "../n"})).unwrap_err();
+        assert!(e.to_string().contains("\"ipam.pool.node\""), "{e}");
+    }
+
+    #[test]
+    fn wanted_pools_come_from_the_previous_result_else_the_default() {
+        let pool = json!({"node": "a", "default": ["blue", "blue6"]});
+        let raw = net(pool.clone(), None);
+        let conf = NetConf::parse(&raw).unwrap();
+        let names: Vec<String> = wanted(&conf, &Settings::from_net(&conf).unwrap())
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+        assert_eq!(names, ["blue", "blue6"]);
+
+        let prev = json!({"cniVersion": "1.0.0", "pools": [
+            {"name": "local-pool", "subnet": "192.168.0.0/24", "gateway": "192.168.0.1", "requested-ip": "192.168.0.23/24"},
+            {"name": "red"},
+        ]});
+        let raw = net(pool, Some(prev));
+        let conf = NetConf::parse(&raw).unwrap();
+        let asked = wanted(&conf, &Settings::from_net(&conf).unwrap()).unwrap();
+        assert_eq!(asked[0].name, "local-pool");
+        assert_eq!(
+            asked[0].requested,
+            Some(Addr::new("192.168.0.23".parse().unwrap()))
+        );
+        assert_eq!(
+            asked[0].inline.as_ref().unwrap().ranges[0].subnet(),
+            "192.168.0.0/24"
+        );
+        assert_eq!(
+            (asked[1].name.as_str(), asked[1].inline.is_none()),
+            ("red", true)
+        );
+
+        let raw = net(json!({"node": "a"}), None);
+        let conf = NetConf::parse(&raw).unwrap();
+        let e = wanted(&conf, &Settings::from_net(&conf).unwrap()).unwrap_err();
+        assert_eq!(e.code(), 7);
+        assert!(e.to_string().contains("no pool to allocate from"), "{e}");
+    }
+
+    #[test]
+    fn the_runtime_asks_for_addresses_by_cni_args_or_runtime_config() {
+        let mut raw: Value = serde_json::from_slice(&net(json!({"node": "a"}), None)).unwrap();
+        raw["runtimeConfig"] = json!({"ips": ["fd00::5/64"]});
+        let raw = raw.to_string().into_bytes();
+        let conf = NetConf::parse(&raw).unwrap();
+        let env = Environment::from_vars(|name| match name {
+            "CNI_COMMAND" => Some("ADD".into()),
+            "CNI_CONTAINERID" => Some("c".into()),
+            "CNI_NETNS" => Some("/n".into()),
+            "CNI_IFNAME" => Some("eth0".into()),
+            "CNI_PATH" => Some("/p".into()),
+            "CNI_ARGS" => Some("IgnoreUnknown=1;IP=10.1.0.7,10.2.0.7/24".into()),
+            _ => None,
+        })
+        .unwrap()
+        .unwrap();
+        let asked: Vec<String> = requested_by_runtime(&env, &conf)
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(asked, ["10.1.0.7", "10.2.0.7", "fd00::5"]);
+    }
+}
