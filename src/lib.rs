@@ -19,6 +19,7 @@ mod doctor;
 mod etcd;
 mod logging;
 mod pool;
+mod select;
 mod signals;
 mod state;
 mod sys;
@@ -32,6 +33,7 @@ pub use cli::main as command_line;
 pub use delegate::{judge, Printed};
 pub use logging::init as init_logging;
 pub use pool::Allocator;
+pub use select::Selector;
 
 use cni::{Environment, NetConf};
 use config::Config;

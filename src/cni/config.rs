@@ -103,6 +103,48 @@ impl<'a> NetConf<'a> {
     pub fn with_member(&self, key: &str, value: &[u8]) -> Vec<u8> {
         Frame::new(&self.members, key).around(value)
     }
+
+    /// A result that amends `prevResult` (or `{}` without one), for a
+    /// plugin that adds to what came before it: each of `set` (key, JSON
+    /// text) replaces the member of its key where it stands or comes last,
+    /// `cniVersion` is the configuration's (first when it was missing),
+    /// and every other member is kept as written, in its place.
+    pub fn result_on_previous(&self, set: &[(&str, &str)]) -> Vec<u8> {
+        let version = serde_json::Value::from(self.cni_version).to_string();
+        let previous: Option<Members> = self
+            .member(PREV_RESULT)
+            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let kept: Vec<(&str, &str)> = previous
+            .iter()
+            .flat_map(|members| members.iter())
+            .map(|(key, value)| (key, value.get()))
+            .collect();
+        let mut members: Vec<(&str, &str)> = Vec::with_capacity(kept.len() + set.len() + 1);
+        if !kept.iter().any(|(key, _)| *key == "cniVersion") {
+            members.push(("cniVersion", &version));
+        }
+        for (key, value) in kept {
+            let new = match key {
+                "cniVersion" => Some(version.as_str()),
+                _ => set.iter().find(|(k, _)| *k == key).map(|(_, v)| *v),
+            };
+            members.push((key, new.unwrap_or(value)));
+        }
+        for (key, value) in set {
+            if !members.iter().any(|(k, _)| k == key) {
+                members.push((key, value));
+            }
+        }
+        let mut out = b"{".to_vec();
+        for (i, (key, value)) in members.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_member(&mut out, key, value.as_bytes());
+        }
+        out.push(b'}');
+        out
+    }
 }
 
 /// The cniVersion a reply should carry: the input's when it has a string
@@ -183,6 +225,32 @@ mod tests {
     fn spliced(input: &str, result: &str) -> String {
         let config = NetConf::parse(input.as_bytes()).unwrap();
         String::from_utf8(config.with_prev_result(result.as_bytes())).unwrap()
+    }
+
+    #[test]
+    fn a_result_on_the_previous_keeps_its_members_in_place() {
+        let on = |input: &str, set: &[(&str, &str)]| {
+            let config = NetConf::parse(input.as_bytes()).unwrap();
+            String::from_utf8(config.result_on_previous(set)).unwrap()
+        };
+        assert_eq!(
+            on(
+                r#"{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":"0.4.0","ips":[],"dns":{"x":1.50}}}"#,
+                &[("ips", "[1]"), ("pools", "[]")]
+            ),
+            r#"{"cniVersion":"1.0.0","ips":[1],"dns":{"x":1.50},"pools":[]}"#
+        );
+        assert_eq!(
+            on(
+                r#"{"cniVersion":"0.4.0","name":"n","prevResult":{"dns":{}}}"#,
+                &[("ips", "[]")]
+            ),
+            r#"{"cniVersion":"0.4.0","dns":{},"ips":[]}"#
+        );
+        assert_eq!(
+            on(r#"{"cniVersion":"1.1.0","name":"n"}"#, &[("ips", "[]")]),
+            r#"{"cniVersion":"1.1.0","ips":[]}"#
+        );
     }
 
     #[test]

@@ -18,11 +18,13 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use crate::cni::{self, Environment, Members, NetConf};
+use crate::cni::{self, Environment, NetConf};
 use crate::error::Error;
 use crate::skel::{self, Plugin};
-use range::{Addr, Family, Range};
-use settings::{Pool, Settings, StoreSettings, Wanted};
+pub(crate) use range::Addr;
+use range::{Family, Range};
+pub(crate) use settings::{requested_by_runtime, Pool, Wanted};
+use settings::{Settings, StoreSettings};
 use store::{Held, Holding, Owner, Store};
 
 /// How many times a command starts again after losing a race for a key to
@@ -287,40 +289,12 @@ fn reply(
         ip.insert("gateway".into(), json!(range.gateway.to_string()));
         ips.push(Value::Object(ip));
     }
-    let mut members: Vec<(String, String)> = match net.member("prevResult") {
-        Some(raw) => serde_json::from_str::<Members>(raw.get())
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.to_owned(), v.get().to_owned()))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        None => Vec::new(),
-    };
-    let mut set = |key: &str, value: String| match members.iter_mut().find(|(k, _)| k == key) {
-        Some(member) => member.1 = value,
-        None => members.push((key.to_owned(), value)),
-    };
-    set("ips", Value::Array(ips).to_string());
+    let ips = Value::Array(ips).to_string();
+    let mut set = vec![("ips", ips.as_str())];
     if let Some(routes) = &settings.routes {
-        set("routes", routes.clone());
+        set.push(("routes", routes));
     }
-    let version = json!(net.cni_version).to_string();
-    match members.iter_mut().find(|(k, _)| k == "cniVersion") {
-        Some(member) => member.1 = version,
-        None => members.insert(0, ("cniVersion".into(), version)),
-    }
-    let mut out = b"{".to_vec();
-    for (i, (key, value)) in members.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(json!(key).to_string().as_bytes());
-        out.push(b':');
-        out.extend_from_slice(value.as_bytes());
-    }
-    out.push(b'}');
-    Ok(out)
+    Ok(net.result_on_previous(&set))
 }
 
 /// DEL: gives back what the attachment holds, if anything.

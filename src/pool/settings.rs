@@ -230,46 +230,50 @@ pub fn wanted(net: &NetConf, settings: &Settings) -> Result<Vec<Wanted>, Error> 
             "no pool to allocate from: the previous result lists no \"pools\", and \"ipam.pool.default\" names none".into(),
         ));
     }
-    objects.iter().map(wanted_pool).collect()
+    objects
+        .iter()
+        .map(|object| Wanted::parse(object, "\"prevResult.pools\""))
+        .collect()
 }
 
-/// One Pool object: `{"name", "requested-ip"?, "subnet"?, "gateway"?,
-/// "rangeStart"?, "rangeEnd"?}`.
-fn wanted_pool(object: &Value) -> Result<Wanted, Error> {
-    let name = object.get("name").and_then(Value::as_str).ok_or_else(|| {
-        invalid(format!(
-            "a pool in \"prevResult.pools\" has no \"name\": {object}"
-        ))
-    })?;
-    check_pool_name(name)?;
-    let requested = match object.get("requested-ip") {
-        None => None,
-        Some(value) => Some(value.as_str().and_then(parse_address).ok_or_else(|| {
-            invalid(format!(
-                "pool {name:?}: \"requested-ip\" {value} is not an address"
-            ))
-        })?),
-    };
-    let inline = match object.get("subnet") {
-        Some(_) => {
-            let mut range = object.clone();
-            if let Some(fields) = range.as_object_mut() {
-                fields.retain(|key, _| {
-                    matches!(
-                        key.as_str(),
-                        "subnet" | "gateway" | "rangeStart" | "rangeEnd"
-                    )
-                });
+impl Wanted {
+    /// One Pool object: `{"name", "requested-ip"?, "subnet"?, "gateway"?,
+    /// "rangeStart"?, "rangeEnd"?}`, from the list `list` names.
+    pub fn parse(object: &Value, list: &str) -> Result<Wanted, Error> {
+        let name = object
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid(format!("a pool in {list} has no \"name\": {object}")))?;
+        check_pool_name(name)?;
+        let requested = match object.get("requested-ip") {
+            None => None,
+            Some(value) => Some(value.as_str().and_then(parse_address).ok_or_else(|| {
+                invalid(format!(
+                    "pool {name:?}: \"requested-ip\" {value} is not an address"
+                ))
+            })?),
+        };
+        let inline = match object.get("subnet") {
+            Some(_) => {
+                let mut range = object.clone();
+                if let Some(fields) = range.as_object_mut() {
+                    fields.retain(|key, _| {
+                        matches!(
+                            key.as_str(),
+                            "subnet" | "gateway" | "rangeStart" | "rangeEnd"
+                        )
+                    });
+                }
+                Some(Pool::parse(name, &Value::Array(vec![range]))?)
             }
-            Some(Pool::parse(name, &Value::Array(vec![range]))?)
-        }
-        None => None,
-    };
-    Ok(Wanted {
-        name: name.to_owned(),
-        inline,
-        requested,
-    })
+            None => None,
+        };
+        Ok(Wanted {
+            name: name.to_owned(),
+            inline,
+            requested,
+        })
+    }
 }
 
 /// The addresses the runtime asks for: `CNI_ARGS`'s `IP=` (a comma-separated
