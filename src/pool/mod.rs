@@ -17,6 +17,7 @@ mod store;
 use std::io::Write;
 
 use serde_json::{json, Value};
+use tracing::warn;
 
 use crate::cni::{self, Environment, NetConf};
 use crate::error::Error;
@@ -30,12 +31,6 @@ use store::{Held, Holding, Owner, Store};
 /// How many times a command starts again after losing a race for a key to
 /// another node, before it says "try again later".
 const ATTEMPTS: usize = 8;
-
-/// How old an attachment must be before GC may free it. A runtime lists
-/// the valid attachments before it calls GC; an ADD that finishes in
-/// between is not on the list, and freeing it would hand its address out
-/// twice. What is stale now is still stale a minute later.
-const GC_GRACE_SECONDS: u64 = 60;
 
 /// ipam-da-pool as a CNI plugin.
 pub struct Allocator;
@@ -64,7 +59,7 @@ impl Plugin for Allocator {
     fn gc(&self, _env: &Environment, net: NetConf) -> Result<(), Error> {
         let settings = Settings::from_net(&net)?;
         let store = open(&settings, &net.name)?;
-        gc(&*store, &net, &settings.node)
+        gc(&*store, &net, &settings)
     }
 
     fn status(&self, _env: &Environment, net: NetConf) -> Result<(), Error> {
@@ -122,7 +117,19 @@ fn add(
     }
     for _ in 0..ATTEMPTS {
         if let Some(holding) = store.holding(&owner.id, &owner.ifname)? {
-            return reply(store, net, settings, &pools, &holding.held);
+            if holds_all(store, &holding)? {
+                return reply(store, net, settings, &pools, &holding.held);
+            }
+            // A claim cut short (the allocator killed between its record
+            // and its addresses): what it got is given back, and the ADD
+            // starts afresh, rather than answer with an address another
+            // attachment may hold.
+            warn!(
+                "{}/{} holds only part of what its record lists: claiming again",
+                owner.id, owner.ifname
+            );
+            store.release(&holding)?;
+            continue;
         }
         let mut chosen = Vec::new();
         for (w, pool) in wanted.iter().zip(&pools) {
@@ -145,6 +152,17 @@ fn add(
     Err(Error::Busy(format!(
         "another node took the addresses chosen, {ATTEMPTS} times over"
     )))
+}
+
+/// Whether the attachment holds every address its record lists.
+fn holds_all(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
+    for h in &holding.held {
+        let holder = store.holder(&h.pool, h.address)?;
+        if !holder.is_some_and(|o| o.id == holding.owner.id && o.ifname == holding.owner.ifname) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The pool `wanted` names: its inline ranges, else the configuration's,
@@ -380,8 +398,9 @@ fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(), Error> {
 
 /// GC (CNI 1.1): frees what this node's attachments hold that the runtime
 /// no longer lists in `cni.dev/valid-attachments`; another node's are its
-/// own runtime's business.
-fn gc(store: &dyn Store, net: &NetConf, node: &str) -> Result<(), Error> {
+/// own runtime's business. An attachment younger than the grace is kept:
+/// its ADD may have finished after the runtime made its list.
+fn gc(store: &dyn Store, net: &NetConf, settings: &Settings) -> Result<(), Error> {
     let valid: Vec<(String, String)> = match net.member("cni.dev/valid-attachments") {
         None => Vec::new(),
         Some(raw) => serde_json::from_str::<Vec<Value>>(raw.get())
@@ -399,8 +418,8 @@ fn gc(store: &dyn Store, net: &NetConf, node: &str) -> Result<(), Error> {
     };
     let now = store::now();
     let stale = |h: &Holding| {
-        h.owner.node == node
-            && h.since.saturating_add(GC_GRACE_SECONDS) <= now
+        h.owner.node == settings.node
+            && h.since.saturating_add(settings.gc_grace) <= now
             && !valid
                 .iter()
                 .any(|(id, ifname)| *id == h.owner.id && *ifname == h.owner.ifname)
@@ -512,6 +531,31 @@ mod tests {
             "repeated: the same"
         );
         assert_eq!(store.held().len(), 4);
+    }
+
+    #[test]
+    fn a_claim_cut_short_is_claimed_again_never_answered_with_another_attachments_address() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        let first = add_for(&store, &raw, "c1", &[]).unwrap();
+        // As a SIGKILL between the records leaves it: c1's record lists
+        // 10.1.0.2, which c1 never got, and which c2 holds now.
+        store.addresses.borrow_mut().insert(
+            ("blue".into(), Addr::new("10.1.0.2".parse().unwrap())),
+            owner("c2"),
+        );
+        let again = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_ne!(addresses(&again)[0], addresses(&first)[0]);
+        assert_eq!(addresses(&again), ["10.1.0.3/29", "fd00::3/64"]);
+        let holders = store.addresses.borrow();
+        assert_eq!(
+            holders[&("blue".into(), Addr::new("10.1.0.2".parse().unwrap()))].id,
+            "c2"
+        );
+        assert!(
+            !holders.contains_key(&("blue6".into(), Addr::new("fd00::2".parse().unwrap()))),
+            "what the cut claim got is given back"
+        );
     }
 
     #[test]
@@ -679,7 +723,7 @@ mod tests {
             let mut attachments = store.attachments.borrow_mut();
             for ((id, _), holding) in attachments.iter_mut() {
                 if id != "young" {
-                    holding.since -= 2 * GC_GRACE_SECONDS;
+                    holding.since -= 2 * settings::DEFAULT_GC_GRACE_SECONDS;
                 }
                 if id == "elsewhere" {
                     holding.owner.node = "node-b".into();
@@ -689,14 +733,21 @@ mod tests {
         let mut gc_config: Value = serde_json::from_slice(&raw).unwrap();
         gc_config["cni.dev/valid-attachments"] = json!([{"containerID": "kept", "ifname": "eth0"}]);
         let gc_raw = gc_config.to_string().into_bytes();
-        gc(&store, &NetConf::parse(&gc_raw).unwrap(), "node-a").unwrap();
-        let left: Vec<String> = store
-            .attachments
-            .borrow()
-            .keys()
-            .map(|(id, _)| id.clone())
-            .collect();
-        assert_eq!(left, ["elsewhere", "kept", "young"]);
+        let gc_net = NetConf::parse(&gc_raw).unwrap();
+        let mut settings = Settings::from_net(&gc_net).unwrap();
+        let left = |store: &Fake| -> Vec<String> {
+            let attachments = store.attachments.borrow();
+            attachments.keys().map(|(id, _)| id.clone()).collect()
+        };
+        gc(&store, &gc_net, &settings).unwrap();
+        assert_eq!(left(&store), ["elsewhere", "kept", "young"]);
+        settings.gc_grace = 0;
+        gc(&store, &gc_net, &settings).unwrap();
+        assert_eq!(
+            left(&store),
+            ["elsewhere", "kept"],
+            "no grace: young goes too"
+        );
     }
 
     #[test]

@@ -16,6 +16,13 @@ use crate::etcd;
 /// Where the local store keeps its files unless `ipam.pool.dataDir` says.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-pool";
 
+/// How old an attachment must be, unless `ipam.pool.gcGraceSeconds` says,
+/// before GC may free it. A runtime lists the valid attachments before it
+/// calls GC; an ADD that finishes in between is not on the list, and
+/// freeing it would hand its address out twice. What is stale now is
+/// still stale a minute later.
+pub const DEFAULT_GC_GRACE_SECONDS: u64 = 60;
+
 /// A pool: a name, and the ranges it gives addresses from, all of one IP
 /// version and none overlapping another.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +99,9 @@ pub struct Settings {
     pub store: StoreSettings,
     /// `node`: the name allocations of this node are recorded under.
     pub node: String,
+    /// `gcGraceSeconds`: how old an attachment must be before GC may
+    /// free it.
+    pub gc_grace: u64,
 }
 
 impl Settings {
@@ -178,12 +188,21 @@ impl Settings {
                 )))
             }
         };
+        let gc_grace = match pool.get("gcGraceSeconds") {
+            None => DEFAULT_GC_GRACE_SECONDS,
+            Some(seconds) => seconds.as_u64().ok_or_else(|| {
+                invalid(format!(
+                    "\"ipam.pool.gcGraceSeconds\" must be a whole number of seconds, not {seconds}"
+                ))
+            })?,
+        };
         Ok(Settings {
             pools,
             default,
             routes,
             store,
             node,
+            gc_grace,
         })
     }
 
@@ -415,6 +434,17 @@ mod tests {
         assert!(e.to_string().contains("absolute"), "{e}");
         let e = settings(json!({"node": "../n"})).unwrap_err();
         assert!(e.to_string().contains("\"ipam.pool.node\""), "{e}");
+    }
+
+    #[test]
+    fn the_gc_grace_is_a_minute_unless_set_to_whole_seconds() {
+        assert_eq!(settings(json!({"node": "a"})).unwrap().gc_grace, 60);
+        let s = settings(json!({"node": "a", "gcGraceSeconds": 0})).unwrap();
+        assert_eq!(s.gc_grace, 0);
+        for bad in [json!(-1), json!(1.5), json!("60")] {
+            let e = settings(json!({"node": "a", "gcGraceSeconds": bad})).unwrap_err();
+            assert!(e.to_string().contains("whole number of seconds"), "{e}");
+        }
     }
 
     #[test]
