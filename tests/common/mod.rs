@@ -17,6 +17,9 @@ use serde_json::Value;
 
 /// The plugin binary cargo built for these tests.
 pub const PLUGIN: &str = env!("CARGO_BIN_EXE_ipam-delegated");
+/// The selector and the allocator, built with it.
+pub const SELECTOR: &str = env!("CARGO_BIN_EXE_ipam-ds-static");
+pub const ALLOCATOR: &str = env!("CARGO_BIN_EXE_ipam-da-pool");
 
 pub use tempfile::TempDir;
 
@@ -118,7 +121,18 @@ pub fn run_plugin_in(cwd: &Path, env: &Env, stdin: &[u8]) -> Outcome {
 /// Starts the plugin in `cwd` with `args`, exactly `env`, and `stderr`;
 /// stdin and stdout are pipes, left to the caller.
 pub fn spawn_plugin(cwd: &Path, args: &[&str], env: &Env, stderr: Stdio) -> std::process::Child {
-    Command::new(PLUGIN)
+    spawn_program(PLUGIN, cwd, args, env, stderr)
+}
+
+/// Starts `program` as [`spawn_plugin`] starts the plugin.
+pub fn spawn_program(
+    program: &str,
+    cwd: &Path,
+    args: &[&str],
+    env: &Env,
+    stderr: Stdio,
+) -> std::process::Child {
+    Command::new(program)
         .args(args)
         .current_dir(cwd)
         .env_clear()
@@ -163,7 +177,12 @@ pub fn run_cli(args: &[&str], env: &Env) -> Outcome {
 }
 
 fn run_command(cwd: &Path, args: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
-    let mut child = spawn_plugin(cwd, args, env, Stdio::piped());
+    run_program(PLUGIN, cwd, args, env, stdin)
+}
+
+/// Runs `program` in `cwd` with `args`, exactly `env`, and `stdin`.
+pub fn run_program(program: &str, cwd: &Path, args: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
+    let mut child = spawn_program(program, cwd, args, env, Stdio::piped());
     // Written from a thread: a large input must not block reading the output.
     let mut pipe = child.stdin.take().unwrap();
     let input = stdin.to_vec();
@@ -265,6 +284,13 @@ impl Stack {
     pub fn fake(&self, name: &str) {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-delegate");
         symlink(script, self.bin().join(name)).unwrap();
+    }
+
+    /// Adds the crate's selector and allocator under their names.
+    pub fn with_pool_plugins(self) -> Stack {
+        self.link("ipam-ds-static", Path::new(SELECTOR));
+        self.link("ipam-da-pool", Path::new(ALLOCATOR));
+        self
     }
 
     /// Adds `target` (a real plugin) under `name`.

@@ -1,0 +1,543 @@
+//! ipam-ds-static and ipam-da-pool, with the local store: the original
+//! README's example flow through ipam-delegated, each plugin's commands,
+//! many processes at once in a small pool, and allocators killed at random
+//! instants. The stress figures are printed on stderr.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{run_plugin, run_program, spawn_program, temp_dir, Env, Stack, ALLOCATOR, SELECTOR};
+use serde_json::{json, Value};
+
+/// A network configuration whose stack is the selector, then the
+/// allocator, with these settings.
+fn pool_config(name: &str, version: &str, selector: Value, allocator: Value) -> String {
+    json!({
+        "cniVersion": version,
+        "name": name,
+        "type": "bridge",
+        "ipam": {
+            "type": "ipam-delegated",
+            "delegates": ["ipam-ds-static", "ipam-da-pool"],
+            "static": selector,
+            "pool": allocator,
+        },
+    })
+    .to_string()
+}
+
+/// The names (dot-files aside) in `dir`, which may not exist.
+fn names(dir: &Path) -> BTreeSet<String> {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|name| !name.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The local store's records for `network` under `data`: the attachments,
+/// and each pool's addresses as `POOL/ADDRESS`.
+fn records(data: &Path, network: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let network = data.join(network);
+    let attachments = names(&network.join("attachments"));
+    let addresses = names(&network.join("addresses"))
+        .iter()
+        .flat_map(|pool| {
+            names(&network.join("addresses").join(pool))
+                .into_iter()
+                .map(move |address| format!("{pool}/{address}"))
+        })
+        .collect();
+    (attachments, addresses)
+}
+
+fn json_of(path: &Path) -> Value {
+    let text = fs::read(path).unwrap();
+    serde_json::from_slice(&text)
+        .unwrap_or_else(|e| panic!("{} is not a whole record ({e}): {text:?}", path.display()))
+}
+
+#[test]
+fn the_original_readmes_example_flow_with_a_real_selector_and_allocator() {
+    let stack = Stack::new().with_pool_plugins();
+    let data = temp_dir("pool-data");
+    let input = pool_config(
+        "example",
+        "1.0.0",
+        json!({"default": [{"name": "local-pool", "subnet": "192.168.0.0/24", "gateway": "192.168.0.1"}]}),
+        json!({
+            "dataDir": data.path(),
+            "node": "node-a",
+            "routes": [{"dst": "0.0.0.0/0", "gw": "192.168.0.1"}],
+        }),
+    );
+    let env = stack
+        .env("ADD")
+        .set("CNI_ARGS", "IgnoreUnknown=1;IP=192.168.0.23");
+    let out = run_plugin(&env, input.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    let result = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(
+        result,
+        concat!(
+            r#"{"cniVersion":"1.0.0","ips":[{"address":"192.168.0.23/24","gateway":"192.168.0.1"}],"#,
+            r#""pools":[{"name":"local-pool","subnet":"192.168.0.0/24","gateway":"192.168.0.1","requested-ip":"192.168.0.23"}],"#,
+            r#""routes":[{"dst":"0.0.0.0/0","gw":"192.168.0.1"}]}"#
+        )
+    );
+    let other = run_plugin(
+        &stack.env("ADD").set("CNI_CONTAINERID", "ctr-other"),
+        input.as_bytes(),
+    );
+    // Allocation goes on from the last address given.
+    assert_eq!(other.json()["ips"][0]["address"], "192.168.0.24/24");
+    let (attachments, addresses) = records(data.path(), "example");
+    assert_eq!(
+        attachments,
+        BTreeSet::from(["ctr-0123:eth0".into(), "ctr-other:eth0".into()])
+    );
+    assert_eq!(
+        addresses,
+        BTreeSet::from([
+            "local-pool/192.168.0.23".into(),
+            "local-pool/192.168.0.24".into()
+        ])
+    );
+    let record = json_of(
+        &data
+            .path()
+            .join("example/addresses/local-pool/192.168.0.23"),
+    );
+    assert_eq!(
+        (&record["containerID"], &record["ifname"], &record["node"]),
+        (&json!("ctr-0123"), &json!("eth0"), &json!("node-a"))
+    );
+
+    // The same ADD again: the same address, nothing more held.
+    let again = run_plugin(&env, input.as_bytes());
+    assert_eq!(again.stdout, out.stdout);
+    assert_eq!(records(data.path(), "example").1.len(), 2);
+
+    let with_prev = common::with_prev(&input, &result);
+    run_plugin(&stack.env("CHECK"), &with_prev).assert_silent_success();
+    let wrong = common::with_prev(&input, &result.replace("192.168.0.23", "192.168.0.24"));
+    let check = run_plugin(&stack.env("CHECK"), &wrong);
+    let e = check.assert_error(112);
+    assert!(e["msg"].as_str().unwrap().contains("192.168.0.24"), "{e}");
+    assert!(
+        check.stderr.contains("ipam-da-pool (CHECK)"),
+        "{}",
+        check.stderr
+    );
+
+    for id in ["ctr-0123", "ctr-other"] {
+        let del = stack.env("DEL").set("CNI_CONTAINERID", id);
+        run_plugin(&del, &with_prev).assert_silent_success();
+        run_plugin(&del, &with_prev).assert_silent_success();
+    }
+    assert_eq!(records(data.path(), "example"), Default::default());
+}
+
+#[test]
+fn a_dual_stack_selection_gives_an_address_of_each_version_in_a_legacy_result() {
+    let stack = Stack::new().with_pool_plugins();
+    let data = temp_dir("pool-data");
+    let input = pool_config(
+        "dual",
+        "0.4.0",
+        json!({
+            "default": [{"name": "blue"}],
+            "rules": [{"args": {"K8S_POD_NAMESPACE": "edge"}, "pools": [{"name": "edge4"}, {"name": "edge6"}]}],
+        }),
+        json!({
+            "dataDir": data.path(),
+            "node": "node-a",
+            "pools": {
+                "blue": [{"subnet": "10.1.0.0/24"}],
+                "edge4": [{"subnet": "10.2.0.0/24", "rangeStart": "10.2.0.100"}],
+                "edge6": [{"subnet": "fd00:2::/64"}],
+            },
+        }),
+    );
+    let edge = stack
+        .env("ADD")
+        .set("CNI_ARGS", "K8S_POD_NAMESPACE=edge;K8S_POD_NAME=web");
+    let result = run_plugin(&edge, input.as_bytes()).json();
+    assert_eq!(
+        result["ips"],
+        json!([
+            {"version": "4", "address": "10.2.0.100/24", "gateway": "10.2.0.1"},
+            {"version": "6", "address": "fd00:2::2/64", "gateway": "fd00:2::1"},
+        ])
+    );
+    assert_eq!(result["cniVersion"], "0.4.0");
+    assert_eq!(
+        result["pools"],
+        json!([{"name": "edge4"}, {"name": "edge6"}])
+    );
+    let other = stack.env("ADD").set("CNI_CONTAINERID", "ctr-blue");
+    assert_eq!(
+        run_plugin(&other, input.as_bytes()).json()["ips"][0]["address"],
+        "10.1.0.2/24"
+    );
+}
+
+#[test]
+fn an_allocation_that_fails_is_undone_and_keeps_the_allocators_code() {
+    let stack = Stack::new().with_pool_plugins();
+    let data = temp_dir("pool-data");
+    // A /30 gives one address: its gateway takes the other.
+    let input = pool_config(
+        "tiny",
+        "1.0.0",
+        json!({"default": [{"name": "tiny", "subnet": "10.3.0.0/30"}]}),
+        json!({"dataDir": data.path(), "node": "node-a"}),
+    );
+    run_plugin(&stack.env("ADD"), input.as_bytes()).json();
+    let second = stack.env("ADD").set("CNI_CONTAINERID", "ctr-second");
+    let out = run_plugin(&second, input.as_bytes());
+    let e = out.assert_error(110);
+    assert_eq!(e["msg"], "pool \"tiny\" has no free address");
+    assert!(out.stderr.contains("ipam-da-pool (ADD)"), "{}", out.stderr);
+    let (attachments, addresses) = records(data.path(), "tiny");
+    assert_eq!(attachments, BTreeSet::from(["ctr-0123:eth0".into()]));
+    assert_eq!(addresses, BTreeSet::from(["tiny/10.3.0.2".into()]));
+
+    let asked = stack
+        .env("ADD")
+        .set("CNI_ARGS", "IP=10.3.0.1")
+        .set("CNI_CONTAINERID", "c3");
+    let e = run_plugin(&asked, input.as_bytes()).assert_error(111);
+    assert!(e.to_string().contains("the gateway"), "{e}");
+}
+
+/// The environment for running one of the pool plugins by itself.
+fn alone(command: &str, id: &str) -> Env {
+    Env(vec![
+        ("CNI_COMMAND".into(), command.into()),
+        ("CNI_CONTAINERID".into(), id.into()),
+        ("CNI_NETNS".into(), "/var/run/netns/test".into()),
+        ("CNI_IFNAME".into(), "eth0".into()),
+        ("CNI_PATH".into(), "/nonexistent".into()),
+    ])
+}
+
+#[test]
+fn the_selector_keeps_nothing_and_so_prints_nothing_but_on_add() {
+    let input = json!({
+        "cniVersion": "1.1.0",
+        "name": "n",
+        "ipam": {"type": "ipam-delegated", "static": {"default": [{"name": "blue"}]}},
+        "prevResult": {"cniVersion": "1.1.0", "ips": [{"address": "10.1.0.2/24"}]},
+    })
+    .to_string();
+    for command in ["DEL", "CHECK", "GC", "STATUS"] {
+        let out = run_program(
+            SELECTOR,
+            Path::new("/"),
+            &[],
+            &alone(command, "c"),
+            input.as_bytes(),
+        );
+        out.assert_silent_success();
+    }
+    let out = run_program(
+        SELECTOR,
+        Path::new("/"),
+        &[],
+        &alone("ADD", "c"),
+        input.as_bytes(),
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        r#"{"cniVersion":"1.1.0","ips":[{"address":"10.1.0.2/24"}],"pools":[{"name":"blue"}]}"#
+    );
+    let version = run_program(SELECTOR, Path::new("/"), &[], &alone("VERSION", "c"), b"{}");
+    assert_eq!(version.json()["supportedVersions"][0], "0.3.0");
+    let no_settings = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"x"}}"#;
+    let out = run_program(
+        SELECTOR,
+        Path::new("/"),
+        &[],
+        &alone("ADD", "c"),
+        no_settings.as_bytes(),
+    );
+    let e = out.assert_error(7);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("\"ipam.static\" is missing"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_allocator_alone_allocates_from_its_default_and_says_what_is_missing() {
+    let data = temp_dir("pool-data");
+    let input = |pool: Value| {
+        json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "ipam-da-pool", "pool": pool}})
+            .to_string()
+    };
+    let good = input(json!({
+        "dataDir": data.path(), "node": "a", "default": "blue",
+        "pools": {"blue": [{"subnet": "10.4.0.0/24", "gateway": "10.4.0.254"}]},
+    }));
+    let run = |command: &str, input: &str| {
+        run_program(
+            ALLOCATOR,
+            Path::new("/"),
+            &[],
+            &alone(command, "c"),
+            input.as_bytes(),
+        )
+    };
+    assert_eq!(
+        run("ADD", &good).json()["ips"],
+        json!([{"address": "10.4.0.1/24", "gateway": "10.4.0.254"}])
+    );
+    run("DEL", &good).assert_silent_success();
+    let e = run("ADD", &input(json!({"dataDir": data.path(), "node": "a"}))).assert_error(7);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("no pool to allocate from"),
+        "{e}"
+    );
+    let e = run(
+        "ADD",
+        &input(json!({"dataDir": data.path(), "node": "a", "default": "red"})),
+    )
+    .assert_error(7);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("pool \"red\" is not defined"),
+        "{e}"
+    );
+}
+
+/// A small pseudo-random sequence (xorshift), seeded from the clock and
+/// printed, so that a failure can be replayed with STRESS_SEED.
+struct Random(u64);
+
+impl Random {
+    fn new() -> Random {
+        let seed = std::env::var("STRESS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos() as u64
+                    | 1
+            });
+        eprintln!("STRESS_SEED={seed}");
+        Random(seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn thirty_two_processes_at_once_never_hold_one_address_twice_and_leave_nothing() {
+    let cycles: usize = std::env::var("STRESS_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(50);
+    let workers = 32;
+    let stack = Stack::new().with_pool_plugins();
+    let data = temp_dir("pool-stress");
+    let holding = temp_dir("pool-stress-held");
+    // 32 at once in a /27 (29 addresses): addresses go round and round,
+    // and some ADDs find the pool exhausted.
+    let input = pool_config(
+        "stressnet",
+        "1.1.0",
+        json!({"default": [{"name": "small"}]}),
+        json!({
+            "dataDir": data.path(),
+            "node": "node-a",
+            "pools": {"small": [{"subnet": "10.250.0.0/27"}]},
+        }),
+    );
+    let (given, exhausted) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for w in 0..workers {
+            let (stack, input, holding) = (&stack, &input, holding.path());
+            let (given, exhausted) = (&given, &exhausted);
+            scope.spawn(move || {
+                for i in 0..cycles {
+                    let id = format!("w{w}-{i}");
+                    let add = stack.env("ADD").set("CNI_CONTAINERID", &id);
+                    let out = run_plugin(&add, input.as_bytes());
+                    if !out.status.success() {
+                        out.assert_error(110);
+                        exhausted.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    given.fetch_add(1, Ordering::Relaxed);
+                    let address = out.json()["ips"][0]["address"].as_str().unwrap().to_owned();
+                    // Exists exactly while this container holds the address.
+                    let marker = holding.join(address.replace('/', "_"));
+                    let made = fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&marker);
+                    assert!(
+                        made.is_ok(),
+                        "{address} given to {id} while another holds it"
+                    );
+                    fs::remove_file(&marker).unwrap();
+                    let del = stack.env("DEL").set("CNI_CONTAINERID", &id);
+                    run_plugin(
+                        &del,
+                        &common::with_prev(input, &String::from_utf8_lossy(&out.stdout)),
+                    )
+                    .assert_silent_success();
+                }
+            });
+        }
+    });
+    let (given, exhausted) = (given.into_inner(), exhausted.into_inner());
+    eprintln!(
+        "{workers} processes at once: {given} ADDs given and DELs, {exhausted} found the pool exhausted, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        given >= workers * cycles / 2,
+        "most ADDs get an address: {given}"
+    );
+    assert_eq!(records(data.path(), "stressnet"), Default::default());
+    // The hint, where the next look starts, is all that is left.
+    let leftovers: Vec<_> = walk(data.path())
+        .into_iter()
+        .filter(|p| p.is_file())
+        .collect();
+    assert_eq!(
+        leftovers,
+        [data.path().join("stressnet/hints/small")],
+        "no record or temporary file is left"
+    );
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
+#[test]
+fn allocators_killed_at_random_instants_leave_no_unowned_reservation() {
+    let kills: usize = std::env::var("STRESS_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let data = temp_dir("pool-kill");
+    let input = json!({
+        "cniVersion": "1.0.0",
+        "name": "killnet",
+        "ipam": {"type": "ipam-da-pool", "pool": {
+            "dataDir": data.path(), "node": "node-a", "default": ["blue", "blue6"],
+            "pools": {"blue": [{"subnet": "10.251.0.0/24"}], "blue6": [{"subnet": "fd00:251::/64"}]},
+        }},
+    })
+    .to_string();
+    let mut random = Random::new();
+    let mut finished = 0;
+    for i in 0..kills {
+        // ADDs, and now and then the DEL of an earlier one.
+        let (command, id) = match random.below(4) {
+            0 if i > 0 => ("DEL", format!("k{}", random.below(i as u64))),
+            _ => ("ADD", format!("k{i}")),
+        };
+        let mut child = spawn_program(
+            ALLOCATOR,
+            Path::new("/"),
+            &[],
+            &alone(command, &id),
+            Stdio::null(),
+        );
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(random.below(4000)));
+        let _ = child.kill();
+        if child.wait().unwrap().success() {
+            finished += 1;
+        }
+    }
+    let (attachments, addresses) = records(data.path(), "killnet");
+    eprintln!(
+        "{kills} allocators killed at random: {finished} had finished; {} attachments and {} addresses recorded",
+        attachments.len(),
+        addresses.len()
+    );
+    let network = data.path().join("killnet");
+    for address in &addresses {
+        let record = json_of(&network.join("addresses").join(address));
+        let attachment = format!(
+            "{}:{}",
+            record["containerID"].as_str().unwrap(),
+            record["ifname"].as_str().unwrap()
+        );
+        assert!(
+            attachments.contains(&attachment),
+            "{address} is held by {attachment}, which has no record"
+        );
+        let lists = json_of(&network.join("attachments").join(&attachment))["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|held| {
+                format!(
+                    "{}/{}",
+                    held["pool"].as_str().unwrap(),
+                    held["address"].as_str().unwrap()
+                ) == *address
+            });
+        assert!(lists, "{attachment}'s record does not list {address}");
+    }
+    // Every attachment found by DEL: nothing is left.
+    for attachment in &attachments {
+        let id = attachment.split(':').next().unwrap();
+        let del = run_program(
+            ALLOCATOR,
+            Path::new("/"),
+            &[],
+            &alone("DEL", id),
+            input.as_bytes(),
+        );
+        del.assert_silent_success();
+    }
+    assert_eq!(records(data.path(), "killnet"), Default::default());
+}
