@@ -25,7 +25,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{
-    recorded_calls, recorded_env, recorded_stdin, temp_dir, write_answer, Answer, TempDir, PLUGIN,
+    recorded_calls, recorded_env, recorded_stdin, temp_dir, write_answer, Answer, TempDir,
+    ALLOCATOR, PLUGIN, SELECTOR,
 };
 use serde_json::{json, Value};
 
@@ -44,12 +45,15 @@ enum Case {
     SelectorThenAllocator,
     /// host-local, then a delegate that fails: rolled back.
     LastFails,
+    /// The crate's own selector and allocator (local store).
+    Pools,
 }
 
-const CASES: [Case; 3] = [
+const CASES: [Case; 4] = [
     Case::OneDelegate,
     Case::SelectorThenAllocator,
     Case::LastFails,
+    Case::Pools,
 ];
 
 impl Case {
@@ -58,6 +62,7 @@ impl Case {
             Case::OneDelegate => &["host-local"],
             Case::SelectorThenAllocator => &["ipam-ds-pool", "host-local"],
             Case::LastFails => &["host-local", "ipam-da-fail"],
+            Case::Pools => &["ipam-ds-static", "ipam-da-pool"],
         }
     }
 }
@@ -166,7 +171,13 @@ impl Lab {
             std::os::unix::fs::symlink(Path::new("/usr/lib/cni").join(plugin), bin.join(plugin))
                 .unwrap();
         }
-        fs::copy(PLUGIN, bin.join("ipam-delegated")).unwrap();
+        for (program, name) in [
+            (PLUGIN, "ipam-delegated"),
+            (SELECTOR, "ipam-ds-static"),
+            (ALLOCATOR, "ipam-da-pool"),
+        ] {
+            fs::copy(program, bin.join(name)).unwrap();
+        }
         let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-delegate");
         for name in ["ipam-ds-pool", "ipam-da-fail", "ipam-da-other-version"] {
             std::os::unix::fs::symlink(&fake, bin.join(name)).unwrap();
@@ -205,6 +216,15 @@ impl Lab {
         range["subnet"] = json!(format!("{prefix}0/24"));
         if range.get("gateway").is_some() {
             range["gateway"] = json!(format!("{prefix}1"));
+        }
+        if case == Case::Pools {
+            ipam["static"] = json!({"default": [{"name": "e2e"}]});
+            ipam["pool"] = json!({
+                "dataDir": self.path("pools"),
+                "node": "e2e-node",
+                "pools": {"e2e": [{"subnet": format!("{prefix}0/24")}]},
+                "routes": ipam.get("routes").cloned().unwrap_or(json!([])),
+            });
         }
 
         let rec = self.path(&format!("rec-{octet}"));
@@ -258,9 +278,14 @@ impl Lab {
             .env("IPAM_DELEGATED_LOG_FILE", network.log()))
     }
 
-    /// The addresses host-local holds for `network`.
+    /// The addresses the case's allocator holds for `network`: host-local's,
+    /// or ipam-da-pool's records.
     fn reservations(&self, network: &Network) -> BTreeSet<String> {
-        let Ok(entries) = fs::read_dir(self.path("data").join(&network.name)) else {
+        let dir = match network.case {
+            Case::Pools => self.path("pools").join(&network.name).join("addresses/e2e"),
+            _ => self.path("data").join(&network.name),
+        };
+        let Ok(entries) = fs::read_dir(dir) else {
             return BTreeSet::new();
         };
         entries
@@ -269,9 +294,15 @@ impl Lab {
             .collect()
     }
 
-    /// The last address host-local handed out for `network`: proof that it
-    /// allocated in the test's store and nowhere else.
+    /// The last address the case's allocator handed out for `network`:
+    /// proof that it allocated in the test's store and nowhere else.
+    /// ipam-da-pool's hint is the address after it.
     fn last_reserved(&self, network: &Network) -> Option<String> {
+        if network.case == Case::Pools {
+            let hint = self.path("pools").join(&network.name).join("hints/e2e");
+            let next: std::net::Ipv4Addr = fs::read_to_string(hint).ok()?.trim().parse().ok()?;
+            return Some(std::net::Ipv4Addr::from(u32::from(next) - 1).to_string());
+        }
         fs::read_to_string(
             self.path("data")
                 .join(&network.name)
@@ -311,7 +342,7 @@ fn run_cases(
             .map(|c| format!("{} {}", c.name, c.command))
             .collect();
         match case {
-            Case::OneDelegate | Case::SelectorThenAllocator => {
+            Case::OneDelegate | Case::SelectorThenAllocator | Case::Pools => {
                 assert!(outcome.succeeded, "{context}");
                 let address = outcome.address.unwrap_or_default();
                 assert!(
@@ -398,7 +429,7 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
     prerequisites(&["go", "nsenter"], &[libcni]);
     let driver = libcni_driver();
     let lab = Lab::new("lib");
-    for (fixture, first_octet) in [("crio.conflist", 41), ("cnitool.conflist", 44)] {
+    for (fixture, first_octet) in [("crio.conflist", 41), ("cnitool.conflist", 45)] {
         run_cases(&lab, fixture, first_octet, |net| {
             let file = lab.path(&format!("{}.conflist", net.name));
             fs::write(&file, &net.conflist).unwrap();
@@ -443,6 +474,90 @@ fn libcni_as_used_by_containerd_cri_crio_and_cnitool() {
             }
         });
     }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and the runtimes"]
+fn pods_get_their_namespaces_pool_and_their_static_address_under_libcni() {
+    let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
+    prerequisites(&["go", "nsenter"], &[libcni]);
+    let driver = libcni_driver();
+    let lab = Lab::new("k8s");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/conflists/kubernetes.conflist");
+    let mut list: Value = serde_json::from_str(&fs::read_to_string(fixture).unwrap()).unwrap();
+    let name = "ipamd-k8s-pods";
+    list["name"] = json!(name);
+    let bridge = &mut list["plugins"][0];
+    bridge["bridge"] = json!("ipdk8s0");
+    let pool = &mut bridge["ipam"]["pool"];
+    // One subnet on the bridge, two ranges of it: a bridge has one IPv4
+    // gateway address.
+    pool["pools"]["pods"][0] = json!({"subnet": "10.250.71.0/24", "rangeEnd": "10.250.71.127"});
+    pool["pools"]["pci"][0] = json!({"subnet": "10.250.71.0/24", "rangeStart": "10.250.71.128"});
+    pool["dataDir"] = json!(lab.path("pools"));
+    let file = lab.path("pods.conflist");
+    fs::write(&file, list.to_string()).unwrap();
+    let rec = lab.path("rec");
+    fs::create_dir_all(&rec).unwrap();
+
+    // (pod, namespace, static address asked for, address expected)
+    let pods = [
+        ("pay", "payments", None, "10.250.71.128/24"),
+        ("web", "default", None, "10.250.71.2/24"),
+        ("db", "default", Some("10.250.71.50/24"), "10.250.71.50/24"),
+        ("db-twin", "default", Some("10.250.71.50/24"), ""),
+    ];
+    let call = |command: &str, pod: &str, container: &Netns, namespace: &str, ip: Option<&str>| {
+        run(lab
+            .host
+            .bounded(driver.to_str().unwrap())
+            .args([
+                command,
+                file.to_str().unwrap(),
+                &format!("ctr-{pod}"),
+                &container.path(),
+                "eth0",
+            ])
+            .env("CNI_PATH", lab.path("bin"))
+            .env("CNI_CACHE_DIR", lab.path("libcni-cache"))
+            .env("IPAM_DELEGATED_LOG_FILE", rec.join("plugin.log"))
+            .env(
+                "LIBCNI_ARGS",
+                format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod}"),
+            )
+            .env("LIBCNI_IPS", ip.unwrap_or_default()))
+    };
+    let mut containers = Vec::new();
+    for (pod, namespace, ip, expected) in pods {
+        let container = Netns::new(format!("ipamd-k8s-{pod}-{}", std::process::id()));
+        let add = call("add", pod, &container, namespace, ip);
+        if expected.is_empty() {
+            // The address is another pod's: refused, with the allocator's code.
+            assert!(!add.status.success(), "{pod}: {}", text(&add));
+            assert!(
+                text(&add).contains("cni-error code=111"),
+                "{pod}: {}",
+                text(&add)
+            );
+        } else {
+            assert!(add.status.success(), "{pod}: {}", text(&add));
+            let shown =
+                ok(bounded("ip").args(["-n", &container.0, "-4", "-o", "addr", "show", "eth0"]));
+            assert_eq!(inet(&shown).as_deref(), Some(expected), "{pod}");
+            let check = call("check", pod, &container, namespace, ip);
+            assert!(check.status.success(), "{pod} CHECK: {}", text(&check));
+        }
+        containers.push((pod, namespace, ip, container));
+    }
+    for (pod, namespace, ip, container) in &containers {
+        let del = call("del", pod, container, namespace, *ip);
+        assert!(del.status.success(), "{pod} DEL: {}", text(&del));
+    }
+    let left = fs::read_dir(lab.path("pools").join(name).join("attachments"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "every pod's attachment is released");
 }
 
 #[test]

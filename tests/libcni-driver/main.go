@@ -6,7 +6,10 @@
 //
 // Plugins are looked up in CNI_PATH (colon-separated); libcni keeps its
 // cache of results in CNI_CACHE_DIR, which must be set (libcni would fall
-// back to the machine's /var/lib/cni). ADD prints the result as JSON. A
+// back to the machine's /var/lib/cni). LIBCNI_ARGS ("K1=V1;K2=V2") sets the
+// runtime's CNI_ARGS, as containerd's CRI sets K8S_POD_NAMESPACE and the
+// rest; LIBCNI_IPS (comma-separated) the "ips" capability, as a pod's
+// static address reaches runtimeConfig. ADD prints the result as JSON. A
 // failure prints libcni's error on stderr, and for a CNI error object also
 // a line "cni-error code=N msg=...", then exits 1.
 package main
@@ -18,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -50,6 +54,14 @@ func run(args []string) error {
 	paths := filepath.SplitList(os.Getenv("CNI_PATH"))
 	cni := libcni.NewCNIConfigWithCacheDir(paths, cacheDir, nil)
 	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netns, IfName: ifname}
+	for _, pair := range strings.Split(os.Getenv("LIBCNI_ARGS"), ";") {
+		if key, value, found := strings.Cut(pair, "="); found {
+			rt.Args = append(rt.Args, [2]string{key, value})
+		}
+	}
+	if ips := os.Getenv("LIBCNI_IPS"); ips != "" {
+		rt.CapabilityArgs = map[string]interface{}{"ips": strings.Split(ips, ",")}
+	}
 	ctx := context.Background()
 
 	switch command {
