@@ -92,6 +92,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// No member of the etcd cluster would complete TLS with this client:
+    /// certificates to fix, not a cluster to wait for.
+    #[error("TLS with the etcd cluster failed ({endpoint}: {reason}): check \"ipam.pool.etcd.tls\" and the members' certificates")]
+    EtcdTls { endpoint: String, reason: String },
+
     /// The etcd cluster refused a request (its HTTP status and message).
     #[error("the etcd cluster refused a request ({status}): {message}")]
     EtcdRefused { status: u16, message: String },
@@ -253,7 +258,7 @@ impl Error {
             }
             Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
             Error::EtcdUnavailable { .. } => code::TRY_AGAIN_LATER,
-            Error::EtcdRefused { .. } => code::IO_FAILURE,
+            Error::EtcdRefused { .. } | Error::EtcdTls { .. } => code::IO_FAILURE,
             Error::PoolExhausted { .. } => code::POOL_EXHAUSTED,
             Error::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
             Error::NotHeld { .. } => code::NOT_HELD,

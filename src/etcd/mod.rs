@@ -26,6 +26,12 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where keys go unless the settings say.
 const DEFAULT_PREFIX: &str = "/ipam-da-pool";
 
+/// The least time one try at one member gets, within the call's timeout.
+const MIN_TRY: Duration = Duration::from_millis(500);
+
+/// How long a call waits before it tries every endpoint again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// gRPC codes that mean "not now" rather than "no": deadline exceeded,
 /// resource exhausted, aborted, unavailable.
 const TRANSIENT: [u64; 4] = [4, 8, 10, 14];
@@ -335,50 +341,95 @@ impl Client {
 
     /// POSTs `request` to `path` within the timeout: on the connection in
     /// use, else each endpoint in turn, starting from one that depends on
-    /// the process, so that nodes spread over the members. An endpoint that
-    /// cannot be reached, or that breaks the connection, gives way to the
-    /// next: every request the pools make is safe to send twice, since
+    /// the process, so that nodes spread over the members; round after
+    /// round, a little apart, until the deadline. An endpoint that cannot
+    /// be reached, breaks the connection, or answers "not now" (no leader
+    /// during an election, a member cut off from the quorum) gives way to
+    /// the next: every request the pools make is safe to send twice, since
     /// they read again what a transaction's outcome was.
     fn call(&self, path: &str, request: &Value) -> Result<Value, Error> {
         let body = request.to_string().into_bytes();
         let deadline = Instant::now() + self.settings.timeout;
         let count = self.settings.endpoints.len();
-        let first = self
+        let mut first = self
             .connection
             .borrow()
             .as_ref()
             .map_or(std::process::id() as usize % count, |(index, _)| *index);
-        let mut last_error = String::from("no endpoint tried");
-        for index in (0..count).map(|i| (first + i) % count) {
-            let mut slot = self.connection.borrow_mut();
-            if slot.as_ref().is_none_or(|(used, _)| *used != index) {
-                let endpoint = &self.settings.endpoints[index];
+        loop {
+            let mut last_error = String::from("no endpoint tried");
+            let mut tls_failed = None;
+            for index in (0..count).map(|i| (first + i) % count) {
+                // A member may hold a request past the whole budget (one
+                // forwarded to a leader that died waits for etcd's own
+                // timeout): each try gets a share, and the next member
+                // the rest.
+                let share = (self.settings.timeout / 4).max(MIN_TRY);
+                let try_deadline = deadline.min(Instant::now() + share);
+                match self.call_one(index, path, &body, try_deadline) {
+                    Err(Error::EtcdUnavailable { reason, .. }) => last_error = reason,
+                    // Perhaps this member's certificate only: the next.
+                    Err(tls @ Error::EtcdTls { .. }) => {
+                        tls_failed.get_or_insert(tls);
+                    }
+                    answered => return answered,
+                }
+            }
+            // Every member tried, and TLS failed with some: waiting mends
+            // no certificate.
+            if let Some(tls) = tls_failed {
+                return Err(tls);
+            }
+            let pause = deadline
+                .saturating_duration_since(Instant::now())
+                .min(RETRY_PAUSE);
+            if pause < RETRY_PAUSE {
+                return Err(self.unavailable(last_error));
+            }
+            std::thread::sleep(pause);
+            first = (first + 1) % count;
+        }
+    }
+
+    /// One try of a call at endpoint `index`, on its connection (opened if
+    /// need be, dropped if it fails).
+    fn call_one(
+        &self,
+        index: usize,
+        path: &str,
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<Value, Error> {
+        let endpoint = &self.settings.endpoints[index];
+        let failed = |e: std::io::Error| {
+            let at = format!("{}:{}", endpoint.host, endpoint.port);
+            let tls = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+            match tls {
+                Some(tls) => Error::EtcdTls {
+                    endpoint: at,
+                    reason: tls.to_string(),
+                },
+                None => self.unavailable(format!("{at}: {e}")),
+            }
+        };
+        let mut slot = self.connection.borrow_mut();
+        let mut connection = match slot.take() {
+            Some((used, connection)) if used == index => connection,
+            _ => {
                 let tls = if endpoint.tls {
                     self.tls.as_ref()
                 } else {
                     None
                 };
-                match Connection::open(&endpoint.host, endpoint.port, tls, deadline) {
-                    Ok(connection) => *slot = Some((index, connection)),
-                    Err(e) => {
-                        last_error = format!("{}:{}: {e}", endpoint.host, endpoint.port);
-                        continue;
-                    }
-                }
+                Connection::open(&endpoint.host, endpoint.port, tls, deadline).map_err(failed)?
             }
-            let Some((_, connection)) = slot.as_mut() else {
-                continue;
-            };
-            match connection.post(path, &body, deadline) {
-                Ok((status, answer)) => return self.answer(status, &answer),
-                Err(e) => {
-                    let endpoint = &self.settings.endpoints[index];
-                    last_error = format!("{}:{}: {e}", endpoint.host, endpoint.port);
-                    *slot = None;
-                }
-            }
-        }
-        Err(self.unavailable(last_error))
+        };
+        // A connection that failed is not kept.
+        let (status, answer) = connection.post(path, body, deadline).map_err(failed)?;
+        *slot = Some((index, connection));
+        self.answer(status, &answer)
     }
 
     /// A gateway's answer: the JSON of a success, or its error as the
@@ -558,7 +609,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         drop(listener);
         let settings =
-            Settings::parse(&json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 2}))
+            Settings::parse(&json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 0.3}))
                 .unwrap();
         let error = Client::new(settings).unwrap().get(b"k").unwrap_err();
         assert_eq!(error.code(), crate::error::code::TRY_AGAIN_LATER);

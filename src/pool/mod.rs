@@ -115,6 +115,7 @@ fn add(
             });
         }
     }
+    let mut lost = 0;
     for _ in 0..ATTEMPTS {
         if let Some(holding) = store.holding(&owner.id, &owner.ifname)? {
             if holds_all(store, &holding)? {
@@ -138,7 +139,7 @@ fn add(
                 .or_else(|| asked.iter().copied().find(|a| pool.range_of(*a).is_some()));
             let address = match requested {
                 Some(address) => check_requested(store, pool, address, owner)?,
-                None => choose_free(store, pool)?,
+                None => choose_free(store, pool, starting_point(store, pool, lost)?)?,
             };
             chosen.push(Held {
                 pool: pool.name.clone(),
@@ -148,6 +149,7 @@ fn add(
         if store.claim(owner, &chosen)? {
             return reply(store, net, settings, &pools, &chosen);
         }
+        lost += 1;
     }
     Err(Error::Busy(format!(
         "another node took the addresses chosen, {ATTEMPTS} times over"
@@ -228,21 +230,41 @@ fn check_requested(
     }
 }
 
-/// A free address of `pool`: from the hint (just after the last address
-/// given) to the end of its range, then in the other ranges, then from the
-/// start of the hint's range; never enumerating the pool.
-fn choose_free(store: &dyn Store, pool: &Pool) -> Result<Addr, Error> {
-    let hint = store
-        .hint(&pool.name)?
-        .filter(|h| pool.range_of(*h).is_some());
-    let first = hint
-        .and_then(|h| pool.ranges.iter().position(|r| r.contains(h)))
+/// Where an attempt starts looking in `pool`: until a race is lost, from
+/// the hint (just after the last address given), so that addresses go
+/// round the pool in order; after `lost` races, at a random address of a
+/// random range, so that the nodes that raced for one address spread out
+/// rather than race again for the next.
+fn starting_point(store: &dyn Store, pool: &Pool, lost: usize) -> Result<Option<Addr>, Error> {
+    if lost == 0 {
+        return Ok(store
+            .hint(&pool.name)?
+            .filter(|h| pool.range_of(*h).is_some()));
+    }
+    let random = random();
+    let range = &pool.ranges[(random % pool.ranges.len() as u64) as usize];
+    Ok(Some(range.at(u128::from(random >> 8))))
+}
+
+/// A number no other process draws: SipHash keyed from the system's
+/// randomness, which std seeds once per thread and steps per use.
+fn random() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0u8)
+}
+
+/// A free address of `pool`: from `start` to the end of its range, then in
+/// the other ranges, then from the start of `start`'s range; never
+/// enumerating the pool.
+fn choose_free(store: &dyn Store, pool: &Pool, start: Option<Addr>) -> Result<Addr, Error> {
+    let first = start
+        .and_then(|s| pool.ranges.iter().position(|r| r.contains(s)))
         .unwrap_or(0);
     let count = pool.ranges.len();
     for i in 0..count {
         let range = &pool.ranges[(first + i) % count];
-        let from = match hint {
-            Some(h) if i == 0 => h,
+        let from = match start {
+            Some(s) if i == 0 => s,
             _ => range.start,
         };
         let gives = |a: Addr| range.gives(a);
@@ -250,10 +272,10 @@ fn choose_free(store: &dyn Store, pool: &Pool) -> Result<Addr, Error> {
             return Ok(free);
         }
     }
-    if let Some(h) = hint {
+    if let Some(s) = start {
         let range = &pool.ranges[first];
         let gives = |a: Addr| range.gives(a);
-        if let Some(free) = store.first_free(&pool.name, range.start, h, &gives)? {
+        if let Some(free) = store.first_free(&pool.name, range.start, s, &gives)? {
             return Ok(free);
         }
     }
@@ -438,7 +460,8 @@ fn status(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
     let not_available = |e: Error| Error::NotAvailable(e.to_string());
     store.ping().map_err(not_available)?;
     for pool in &settings.pools {
-        choose_free(store, pool).map_err(not_available)?;
+        let start = starting_point(store, pool, 0).map_err(not_available)?;
+        choose_free(store, pool, start).map_err(not_available)?;
     }
     Ok(())
 }
@@ -670,13 +693,47 @@ mod tests {
         let store = Fake::default();
         let raw = config("1.0.0", pools(), None);
         store.losing_claims.set(2);
+        let given = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(store.held().len(), 2, "{given}");
         assert_eq!(
-            addresses(&add_for(&store, &raw, "c1", &[]).unwrap()),
-            ["10.1.0.2/29", "fd00::2/64"]
+            addresses(&given),
+            store
+                .held()
+                .iter()
+                .zip(["/29", "/64"])
+                .map(|(a, p)| format!("{a}{p}"))
+                .collect::<Vec<_>>()
         );
         store.losing_claims.set(ATTEMPTS);
         let e = add_for(&store, &raw, "c2", &[]).unwrap_err();
         assert_eq!(e.code(), code::TRY_AGAIN_LATER);
+    }
+
+    #[test]
+    fn after_a_lost_race_the_search_starts_at_random() {
+        let store = Fake::default();
+        let raw = config(
+            "1.0.0",
+            json!({"node": "node-a", "default": "big", "pools": {"big": [{"subnet": "10.8.0.0/16"}]}}),
+            None,
+        );
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c1", &[]).unwrap()),
+            ["10.8.0.2/16"]
+        );
+        // Every node that lost 10.8.0.3 to another would race again for
+        // 10.8.0.4 if it looked from the hint.
+        let mut spread = std::collections::BTreeSet::new();
+        for id in 0..4 {
+            store.losing_claims.set(1);
+            spread.insert(
+                addresses(&add_for(&store, &raw, &format!("r{id}"), &[]).unwrap())[0].to_owned(),
+            );
+        }
+        assert!(
+            !spread.contains("10.8.0.3/16") && spread.len() == 4,
+            "{spread:?}"
+        );
     }
 
     #[test]

@@ -208,6 +208,15 @@ impl Range {
         self.start <= addr && addr <= self.end
     }
 
+    /// The address `n` places into the range, counting round it.
+    pub fn at(&self, n: u128) -> Addr {
+        let size = (self.end.value - self.start.value).saturating_add(1);
+        Addr {
+            value: self.start.value + n % size.max(1),
+            ..self.start
+        }
+    }
+
     /// Whether `addr` may be given from this range: in it, and neither the
     /// gateway nor, in IPv4, the subnet's network or broadcast address.
     pub fn gives(&self, addr: Addr) -> bool {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod etcd;
 
 use std::collections::HashMap;
 use std::fs;
@@ -35,11 +36,21 @@ pub fn temp_dir(tag: &str) -> TempDir {
 }
 
 /// What one plugin run produced.
-#[derive(Debug)]
 pub struct Outcome {
     pub status: ExitStatus,
     pub stdout: Vec<u8>,
     pub stderr: String,
+}
+
+impl std::fmt::Debug for Outcome {
+    /// Stdout as text, so that a failure message can be read.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("status", &self.status)
+            .field("stdout", &String::from_utf8_lossy(&self.stdout))
+            .field("stderr", &self.stderr)
+            .finish()
+    }
 }
 
 impl Outcome {

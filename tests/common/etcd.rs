@@ -1,0 +1,365 @@
+//! etcd clusters of the tests' own, from Debian's etcd-server: members on
+//! loopback ports of their own, data in a temporary directory, every one
+//! stopped when the cluster is dropped (and bounded by timeout(1) should
+//! the test process die first). Keys are read and written through the
+//! members' JSON gateway.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::{temp_dir, TempDir};
+
+/// PEM files for a TLS cluster: its CA, the members' certificate and key
+/// (for 127.0.0.1), and a client's.
+pub struct Certificates {
+    pub dir: TempDir,
+}
+
+impl Certificates {
+    /// A CA, and a member's and a client's certificates it signs, made
+    /// with openssl.
+    pub fn make() -> Certificates {
+        let dir = temp_dir("etcd-tls");
+        let script = r#"set -e
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > member.ext
+openssl req -newkey rsa:2048 -nodes -subj /CN=member -keyout member.key -out member.csr
+openssl x509 -req -in member.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile member.ext -out member.pem
+printf 'extendedKeyUsage=clientAuth\n' > client.ext
+openssl req -newkey rsa:2048 -nodes -subj /CN=ipam-da-pool -keyout client.key -out client.csr
+openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out client.pem
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca -keyout other.key -out other.pem
+"#;
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir.path())
+            .output()
+            .expect("openssl runs (apt-get install openssl; ./.ci/test installs it)");
+        assert!(
+            out.status.success(),
+            "openssl: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Certificates { dir }
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// One member: its name, ports, and process while it runs.
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    process: Option<Child>,
+}
+
+/// A cluster of members on loopback.
+pub struct Cluster {
+    dir: TempDir,
+    members: Vec<Member>,
+    tls: bool,
+    token: String,
+}
+
+/// Ports nothing listens on now, each different.
+fn free_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+impl Cluster {
+    /// `size` members, started and healthy; TLS with client certificates
+    /// when `tls` is given.
+    pub fn start(size: usize, tls: Option<&Certificates>) -> Cluster {
+        assert!(
+            Path::new("/usr/bin/etcd").exists(),
+            "etcd tests need Debian's etcd-server (./.ci/test installs it)"
+        );
+        let dir = temp_dir("etcd");
+        let ports = free_ports(2 * size);
+        let members: Vec<Member> = (0..size)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client: ports[2 * i],
+                peer: ports[2 * i + 1],
+                process: None,
+            })
+            .collect();
+        let mut cluster = Cluster {
+            token: format!("ipamd-{}-{}", std::process::id(), ports[0]),
+            dir,
+            members,
+            tls: tls.is_some(),
+        };
+        if let Some(certificates) = tls {
+            for file in ["ca.pem", "member.pem", "member.key"] {
+                std::fs::copy(certificates.file(file), cluster.dir.path().join(file)).unwrap();
+            }
+        }
+        for i in 0..size {
+            cluster.start_member(i);
+        }
+        cluster.wait_healthy();
+        cluster
+    }
+
+    fn scheme(&self) -> &str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    fn start_member(&mut self, i: usize) {
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect();
+        let member = &self.members[i];
+        let client_url = format!("{}://127.0.0.1:{}", self.scheme(), member.client);
+        let peer_url = format!("http://127.0.0.1:{}", member.peer);
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("{}.log", member.name))).unwrap();
+        let mut command = Command::new("timeout");
+        command
+            .args(["-k", "5", "1800", "/usr/bin/etcd"])
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(self.dir.path().join(&member.name))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-token", &self.token])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        if self.tls {
+            let file = |name: &str| self.dir.path().join(name);
+            command
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(file("ca.pem"))
+                .arg("--cert-file")
+                .arg(file("member.pem"))
+                .arg("--key-file")
+                .arg(file("member.key"));
+        }
+        let child = command.spawn().expect("etcd starts");
+        self.members[i].process = Some(child);
+    }
+
+    /// Waits until every running member says it is healthy.
+    fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for member in self.members.iter().filter(|m| m.process.is_some()) {
+            loop {
+                let healthy = !self.tls
+                    && get(member.client, "/health").is_some_and(|h| h["health"] == "true");
+                // A TLS member is only asked through the plugin: up once
+                // it listens.
+                let listening =
+                    self.tls && TcpStream::connect(("127.0.0.1", member.client)).is_ok();
+                if healthy || listening {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "etcd member {} is not healthy after 60 s: {}",
+                    member.name,
+                    std::fs::read_to_string(self.dir.path().join(format!("{}.log", member.name)))
+                        .unwrap_or_default()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// The client endpoints, as the plugin's settings take them.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("{}://127.0.0.1:{}", self.scheme(), m.client))
+            .collect()
+    }
+
+    /// Kills member `i` (SIGKILL: a crash, not a shutdown).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut timeout) = self.members[i].process.take() {
+            // The member is timeout(1)'s only child; timeout(1) ends with it.
+            let children = format!("/proc/{0}/task/{0}/children", timeout.id());
+            for pid in std::fs::read_to_string(children)
+                .unwrap_or_default()
+                .split_whitespace()
+            {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+            let _ = timeout.wait();
+        }
+    }
+
+    /// Starts `members` again, on their data, and waits for them.
+    pub fn restart(&mut self, members: &[usize]) {
+        for i in members {
+            self.start_member(*i);
+        }
+        self.wait_healthy();
+    }
+
+    /// The index of the member that leads, as the members say.
+    pub fn leader(&self) -> usize {
+        for member in self.members.iter().filter(|m| m.process.is_some()) {
+            if let Some(status) = post(member.client, "/v3/maintenance/status", &json!({})) {
+                let leader = status["leader"].as_str().unwrap_or_default().to_owned();
+                for (i, m) in self.members.iter().enumerate() {
+                    let Some(own) = post(m.client, "/v3/maintenance/status", &json!({})) else {
+                        continue;
+                    };
+                    if own["header"]["member_id"].as_str() == Some(leader.as_str()) {
+                        return i;
+                    }
+                }
+            }
+        }
+        panic!("no member says who leads");
+    }
+
+    /// The keys under `prefix`, from the first running member, as text.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        self.values(prefix).into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// The keys under `prefix` and their values, as text.
+    pub fn values(&self, prefix: &str) -> Vec<(String, String)> {
+        let member = self
+            .members
+            .iter()
+            .find(|m| m.process.is_some())
+            .expect("a running member");
+        let mut end = prefix.as_bytes().to_vec();
+        *end.last_mut().unwrap() += 1;
+        let answer = post(
+            member.client,
+            "/v3/kv/range",
+            &json!({"key": encode(prefix.as_bytes()), "range_end": encode(&end)}),
+        )
+        .expect("the member answers");
+        answer["kvs"]
+            .as_array()
+            .map(|kvs| {
+                kvs.iter()
+                    .map(|kv| {
+                        let text = |name: &str| {
+                            String::from_utf8(decode(kv[name].as_str().unwrap_or_default()))
+                                .unwrap()
+                        };
+                        (text("key"), text("value"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: &str, value: &str) {
+        let member = self.members.iter().find(|m| m.process.is_some()).unwrap();
+        post(
+            member.client,
+            "/v3/kv/put",
+            &json!({"key": encode(key.as_bytes()), "value": encode(value.as_bytes())}),
+        )
+        .expect("the member answers");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// GET `path` of a plain member: its JSON, if it answers.
+fn get(port: u16, path: &str) -> Option<Value> {
+    exchange(
+        port,
+        &format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"),
+    )
+}
+
+/// POST `body` to `path` of a plain member: its JSON, if it answers.
+fn post(port: u16, path: &str, body: &Value) -> Option<Value> {
+    let body = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    exchange(port, &request)
+}
+
+/// One HTTP/1.0 exchange: the answer's body as JSON.
+fn exchange(port: u16, request: &str) -> Option<Value> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).ok()?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200")
+        .then(|| serde_json::from_str(body).ok())
+        .flatten()
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn encode(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn decode(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut bits, mut count) = (0u32, 0);
+    for c in text.trim_end_matches('=').bytes() {
+        bits = bits << 6 | ALPHABET.iter().position(|a| *a == c).unwrap() as u32;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+        }
+    }
+    out
+}
