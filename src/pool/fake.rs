@@ -15,7 +15,7 @@ use crate::error::Error;
 pub struct Fake {
     pub attachments: RefCell<BTreeMap<(String, String), Holding>>,
     pub addresses: RefCell<BTreeMap<(String, Addr), Owner>>,
-    hints: RefCell<HashMap<String, Addr>>,
+    pub hints: RefCell<HashMap<String, Addr>>,
     /// Pools the store defines, as etcd's `PREFIX/pools/NAME`.
     pub pools: HashMap<String, Value>,
     /// How many claims to come lose a race, as if another node won.

@@ -208,11 +208,16 @@ impl Range {
         self.start <= addr && addr <= self.end
     }
 
+    /// How many addresses the range spans, from its start to its end
+    /// (saturated: a whole IPv6 space is one short).
+    pub fn size(&self) -> u128 {
+        (self.end.value - self.start.value).saturating_add(1)
+    }
+
     /// The address `n` places into the range, counting round it.
     pub fn at(&self, n: u128) -> Addr {
-        let size = (self.end.value - self.start.value).saturating_add(1);
         Addr {
-            value: self.start.value + n % size.max(1),
+            value: self.start.value + n % self.size(),
             ..self.start
         }
     }
