@@ -23,6 +23,22 @@ const LOCK_RETRY: Duration = Duration::from_millis(20);
 pub struct Dir {
     file: File,
     path: PathBuf,
+    durable: bool,
+}
+
+/// How far a directory's changes are pushed to the disk. A file is always
+/// whole or absent, crash or not: its content is synced before its name
+/// appears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Each change is synced into the directory before it returns, so that
+    /// it outlives a power loss.
+    Durable,
+    /// Changes reach the disk in the order they were made, with the
+    /// filesystem's journal, but a power loss may undo the last ones: for
+    /// records that no longer matter after the machine restarts (the
+    /// containers they were for are gone).
+    Ordered,
 }
 
 impl Dir {
@@ -36,7 +52,14 @@ impl Dir {
         Ok(Dir {
             file,
             path: path.to_owned(),
+            durable: true,
         })
+    }
+
+    /// This directory, and those reached through it, with `durability`.
+    pub fn with_durability(mut self, durability: Durability) -> Dir {
+        self.durable = durability == Durability::Durable;
+        self
     }
 
     /// Opens the directory at `path`, making it and any missing parent,
@@ -66,6 +89,7 @@ impl Dir {
             Ok(file) => Ok(Some(Dir {
                 file,
                 path: self.path.join(name),
+                durable: self.durable,
             })),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.refused_or(name, e)),
@@ -108,11 +132,29 @@ impl Dir {
     }
 
     /// Writes file `name` whole, replacing what was there: a new temporary
-    /// file, synced, renamed over the old one, and the directory synced, so
-    /// that a crash leaves the old content or the new, never half of one.
+    /// file, synced, renamed over the old one (and the directory synced,
+    /// if durable), so that a crash leaves the old content or the new,
+    /// never half of one.
     pub fn replace(&self, name: &str, content: &[u8]) -> io::Result<()> {
-        let temporary = self.write_temporary(name, content)?;
-        let renamed = sys::renameat(&self.file, &temporary, name).and_then(|()| self.sync());
+        self.rename_into(name, content, true)
+    }
+
+    /// Writes file `name`, replacing what was there, syncing nothing: for
+    /// what a crash may lose or garble at no cost but a longer look (a
+    /// hint).
+    pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
+        self.rename_into(name, content, false)
+    }
+
+    fn rename_into(&self, name: &str, content: &[u8], synced: bool) -> io::Result<()> {
+        let temporary = self.write_temporary(name, content, synced)?;
+        let renamed = sys::renameat(&self.file, &temporary, name).and_then(|()| {
+            if synced {
+                self.sync_change()
+            } else {
+                Ok(())
+            }
+        });
         if renamed.is_err() {
             let _ = sys::unlinkat(&self.file, &temporary);
         }
@@ -123,20 +165,21 @@ impl Dir {
     /// nothing changed, if there is. A crash leaves the file whole or
     /// absent, never empty or half written.
     pub fn create(&self, name: &str, content: &[u8]) -> io::Result<bool> {
-        let temporary = self.write_temporary(name, content)?;
+        let temporary = self.write_temporary(name, content, true)?;
         let linked = sys::linkat(&self.file, &temporary, name);
         let _ = sys::unlinkat(&self.file, &temporary);
         match linked {
-            Ok(()) => self.sync().map(|()| true),
+            Ok(()) => self.sync_change().map(|()| true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    /// Removes file `name`, durably: `Ok(false)` if there was none.
+    /// Removes file `name` (durably, if the directory is): `Ok(false)` if
+    /// there was none.
     pub fn remove(&self, name: &str) -> io::Result<bool> {
         match sys::unlinkat(&self.file, name) {
-            Ok(()) => self.sync().map(|()| true),
+            Ok(()) => self.sync_change().map(|()| true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
         }
@@ -202,10 +245,19 @@ impl Dir {
         self.file.sync_all()
     }
 
-    /// A new dot-file holding `content`, synced. One left by a crash, or
+    /// Syncs a change of names, if the directory is durable.
+    fn sync_change(&self) -> io::Result<()> {
+        if self.durable {
+            self.sync()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A new dot-file holding `content` (synced, if asked). One left by a crash, or
     /// put there by someone else (a link included), is removed first, not
     /// written through.
-    fn write_temporary(&self, name: &str, content: &[u8]) -> io::Result<String> {
+    fn write_temporary(&self, name: &str, content: &[u8], synced: bool) -> io::Result<String> {
         let temporary = format!(".{name}.tmp");
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
         let mut file = match sys::openat(&self.file, &temporary, flags, 0o644) {
@@ -215,7 +267,9 @@ impl Dir {
             }
             opened => opened?,
         };
-        let written = file.write_all(content).and_then(|()| file.sync_all());
+        let written =
+            file.write_all(content)
+                .and_then(|()| if synced { file.sync_all() } else { Ok(()) });
         if let Err(e) = written {
             let _ = sys::unlinkat(&self.file, &temporary);
             return Err(e);
