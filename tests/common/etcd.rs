@@ -279,6 +279,20 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// Sets every key to its value, in transactions of etcd's largest
+    /// size (128 operations).
+    pub fn put_all(&self, pairs: &[(String, String)]) {
+        let member = self.members.iter().find(|m| m.process.is_some()).unwrap();
+        for batch in pairs.chunks(128) {
+            let puts: Vec<Value> = batch
+                .iter()
+                .map(|(k, v)| json!({"request_put": {"key": encode(k.as_bytes()), "value": encode(v.as_bytes())}}))
+                .collect();
+            post(member.client, "/v3/kv/txn", &json!({"success": puts}))
+                .expect("the member answers");
+        }
+    }
+
     /// Sets `key` to `value`.
     pub fn put(&self, key: &str, value: &str) {
         let member = self.members.iter().find(|m| m.process.is_some()).unwrap();

@@ -1,0 +1,365 @@
+//! The pool plugins measured side by side in one run, each called as a
+//! runtime calls it (one process per call, the configuration on stdin):
+//!
+//! 1. sequential ADDs of new containers: host-local alone, against
+//!    ipam-delegated running [ipam-ds-static, ipam-da-pool] on the local
+//!    store and on a 3-member etcd cluster on loopback (the variants
+//!    interleaved round by round, so that machine noise falls on all of
+//!    them alike); medians of the rounds, and p50/p99 of every call;
+//! 2. one ADD in an empty /16 against one 90 % full, laid out three ways
+//!    (filled in order, the hint just after; the free tenth in one block
+//!    with the hint at the start of the full part; every tenth address
+//!    free), for ipam-da-pool on each store and for host-local.
+//!
+//! Run with `cargo bench --bench pools`; needs Debian's
+//! containernetworking-plugins and etcd-server (./.ci/test installs them).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::etcd::Cluster;
+use common::{temp_dir, ALLOCATOR, PLUGIN, SELECTOR};
+use serde_json::{json, Value};
+
+/// ADDs per measurement.
+const CALLS: usize = 100;
+/// Measurements per variant; the median is reported.
+const ROUNDS: usize = 5;
+/// ADDs timed per layout of a /16.
+const FILL_CALLS: usize = 15;
+/// The /16 every measurement allocates from: 10.60.0.0/16.
+const BASE: u32 = 0x0a3c_0000;
+/// The addresses of that /16 a pool may give: .0.2 to .255.254.
+const GIVEN: u32 = 65_533;
+
+const HOST_LOCAL: &str = "/usr/lib/cni/host-local";
+
+/// How one variant is called: a program, its CNI_PATH, and the
+/// configuration for a round (each round starts from an empty store).
+struct Variant {
+    label: &'static str,
+    program: PathBuf,
+    config: Box<dyn Fn(usize) -> String>,
+}
+
+fn main() {
+    assert!(
+        Path::new(HOST_LOCAL).exists(),
+        "the bench needs Debian's containernetworking-plugins"
+    );
+    let work = temp_dir("bench-pools");
+    let bin = work.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for (program, name) in [
+        (Path::new(SELECTOR), "ipam-ds-static"),
+        (Path::new(ALLOCATOR), "ipam-da-pool"),
+        (Path::new(HOST_LOCAL), "host-local"),
+    ] {
+        std::os::unix::fs::symlink(program, bin.join(name)).unwrap();
+    }
+    let cluster = Cluster::start(3, None);
+    let data = work.path().to_owned();
+    let endpoints = cluster.endpoints();
+
+    let local =
+        move |round: usize| json!({"dataDir": data.join(format!("pool-{round}")), "node": "bench"});
+    let data = work.path().to_owned();
+    let on_etcd = move |round: usize| json!({"etcd": {"endpoints": endpoints, "prefix": format!("/bench-{round}")}, "node": "bench"});
+    let variants = [
+        Variant {
+            label: "host-local alone",
+            program: HOST_LOCAL.into(),
+            config: Box::new(move |round| host_local(&data.join(format!("hl-{round}")))),
+        },
+        Variant {
+            label: "ipam-delegated [ipam-ds-static, ipam-da-pool], local",
+            program: PLUGIN.into(),
+            config: Box::new({
+                let local = local.clone();
+                move |round| stack(local(round))
+            }),
+        },
+        Variant {
+            label: "ipam-da-pool alone, local",
+            program: ALLOCATOR.into(),
+            config: Box::new(move |round| alone(local(round))),
+        },
+        Variant {
+            label: "ipam-delegated [ipam-ds-static, ipam-da-pool], etcd",
+            program: PLUGIN.into(),
+            config: Box::new({
+                let on_etcd = on_etcd.clone();
+                move |round| stack(on_etcd(round + 100))
+            }),
+        },
+        Variant {
+            label: "ipam-da-pool alone, etcd",
+            program: ALLOCATOR.into(),
+            config: Box::new(move |round| alone(on_etcd(round + 200))),
+        },
+    ];
+
+    let mut totals: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
+    let mut calls: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
+    for round in 0..ROUNDS {
+        for (i, variant) in variants.iter().enumerate() {
+            let config = (variant.config)(round);
+            let started = Instant::now();
+            for call in 0..CALLS {
+                let took = add(&variant.program, &bin, &config, &format!("r{round}-{call}"));
+                calls[i].push(took);
+            }
+            totals[i].push(started.elapsed());
+        }
+    }
+    println!("{CALLS} sequential ADDs of new containers per measurement, median of {ROUNDS} rounds; p50/p99 of all {} calls:", CALLS * ROUNDS);
+    let base = median(&mut totals[0]);
+    for (i, variant) in variants.iter().enumerate() {
+        let total = median(&mut totals[i]);
+        calls[i].sort();
+        println!(
+            "  {:<52} {:>6.2} ms/ADD  p50 {:>6.2} ms  p99 {:>6.2} ms  ratio to host-local {:>5.2}",
+            variant.label,
+            total.as_secs_f64() * 1000.0 / CALLS as f64,
+            ms(percentile(&calls[i], 50)),
+            ms(percentile(&calls[i], 99)),
+            total.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+
+    println!("One ADD in 10.60.0.0/16, median of {FILL_CALLS}:");
+    for layout in [
+        Layout::Empty,
+        Layout::InOrder,
+        Layout::OneBlock,
+        Layout::EveryTenth,
+    ] {
+        let dir = work.path().join(format!("full-{layout:?}"));
+        let prefix = format!("/full-{layout:?}");
+        let local = alone(json!({"dataDir": dir.join("pool"), "node": "bench"}));
+        let etcd = alone(
+            json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": prefix}, "node": "bench"}),
+        );
+        let host = host_local(&dir.join("hl"));
+        fill_local(&dir.join("pool/bench/"), layout);
+        fill_etcd(&cluster, &format!("{prefix}/networks/bench/"), layout);
+        fill_host_local(&dir.join("hl/bench"), layout);
+        let mut line = format!("  {:<44}", layout.describe());
+        for (label, program, config) in [
+            ("ipam-da-pool local", ALLOCATOR, &local),
+            ("ipam-da-pool etcd", ALLOCATOR, &etcd),
+            ("host-local", HOST_LOCAL, &host),
+        ] {
+            let mut times: Vec<Duration> = (0..FILL_CALLS)
+                .map(|call| {
+                    let id = format!("probe-{call}");
+                    let took = add(Path::new(program), &bin, config, &id);
+                    del(Path::new(program), &bin, config, &id);
+                    took
+                })
+                .collect();
+            line.push_str(&format!("  {label} {:>7.2} ms", ms(median(&mut times))));
+        }
+        println!("{line}");
+    }
+}
+
+/// A configuration whose stack is the selector, then the allocator with
+/// `pool` as its settings; one pool, 10.60.0.0/16.
+fn stack(pool: Value) -> String {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "bench",
+        "ipam": {
+            "type": "ipam-delegated",
+            "delegates": ["ipam-ds-static", "ipam-da-pool"],
+            "static": {"default": [{"name": "big"}]},
+            "pool": with_pool(pool),
+        },
+    })
+    .to_string()
+}
+
+/// A configuration for the allocator alone, its default the one pool.
+fn alone(pool: Value) -> String {
+    let mut pool = with_pool(pool);
+    pool["default"] = json!("big");
+    json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {"type": "ipam-da-pool", "pool": pool}})
+        .to_string()
+}
+
+fn with_pool(mut pool: Value) -> Value {
+    pool["pools"] = json!({"big": [{"subnet": "10.60.0.0/16"}]});
+    pool
+}
+
+fn host_local(data: &Path) -> String {
+    json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {
+        "type": "host-local", "ranges": [[{"subnet": "10.60.0.0/16"}]], "dataDir": data,
+    }})
+    .to_string()
+}
+
+/// How a /16 is filled before an ADD is timed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Layout {
+    Empty,
+    /// 90 % given in order; the next look starts just after.
+    InOrder,
+    /// The same, but the next look starts at the first address given.
+    OneBlock,
+    /// Every address held but one in ten; the next look starts anywhere.
+    EveryTenth,
+}
+
+impl Layout {
+    fn describe(self) -> &'static str {
+        match self {
+            Layout::Empty => "empty",
+            Layout::InOrder => "90 % full, given in order, hint after",
+            Layout::OneBlock => "90 % full, hint at the start of the full part",
+            Layout::EveryTenth => "90 % full, every tenth address free",
+        }
+    }
+
+    /// The host parts (2 to 65,534) held, and where the next look starts.
+    fn held(self) -> (Vec<u32>, u32) {
+        let ninety = GIVEN * 9 / 10;
+        match self {
+            Layout::Empty => (Vec::new(), 2),
+            Layout::InOrder => ((2..2 + ninety).collect(), 2 + ninety),
+            Layout::OneBlock => ((2..2 + ninety).collect(), 2),
+            Layout::EveryTenth => ((2..=65_534).filter(|n| n % 10 != 0).collect(), 30_001),
+        }
+    }
+}
+
+fn address(n: u32) -> Ipv4Addr {
+    Ipv4Addr::from(BASE + n)
+}
+
+/// The local store's records, as ipam-da-pool writes them (src/pool/local.rs).
+fn fill_local(network: &Path, layout: Layout) {
+    let (held, next) = layout.held();
+    for dir in ["addresses/big", "attachments", "hints"] {
+        std::fs::create_dir_all(network.join(dir)).unwrap();
+    }
+    for n in held {
+        let id = format!("fill-{n}");
+        let owner = json!({"containerID": id, "ifname": "eth0", "node": "bench", "since": 0});
+        std::fs::write(
+            network.join(format!("addresses/big/{}", address(n))),
+            owner.to_string(),
+        )
+        .unwrap();
+        let mut record = owner;
+        record["addresses"] = json!([{"pool": "big", "address": address(n).to_string()}]);
+        std::fs::write(
+            network.join(format!("attachments/{id}:eth0")),
+            record.to_string(),
+        )
+        .unwrap();
+    }
+    std::fs::write(network.join("hints/big"), address(next).to_string()).unwrap();
+}
+
+/// The etcd store's address keys (src/pool/etcd.rs), which are all a
+/// search reads, and its hint.
+fn fill_etcd(cluster: &Cluster, network: &str, layout: Layout) {
+    let (held, next) = layout.held();
+    let mut pairs: Vec<(String, String)> = held
+        .iter()
+        .map(|n| {
+            let [a, b, c, d] = address(*n).octets();
+            let owner = json!({"containerID": format!("fill-{n}"), "ifname": "eth0", "node": "bench", "since": 0});
+            (format!("{network}addresses/big/{a:03}.{b:03}.{c:03}.{d:03}"), owner.to_string())
+        })
+        .collect();
+    pairs.push((format!("{network}hints/big"), address(next).to_string()));
+    cluster.put_all(&pairs);
+}
+
+/// host-local's files: one per address, holding "ID\r\nIFNAME", and the
+/// last address it gave.
+fn fill_host_local(network: &Path, layout: Layout) {
+    let (held, next) = layout.held();
+    std::fs::create_dir_all(network).unwrap();
+    for n in held {
+        std::fs::write(
+            network.join(address(n).to_string()),
+            format!("fill-{n}\r\neth0"),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        network.join("last_reserved_ip.0"),
+        address(next - 1).to_string(),
+    )
+    .unwrap();
+}
+
+/// One ADD of container `id`: how long it took.
+fn add(program: &Path, bin: &Path, config: &str, id: &str) -> Duration {
+    let started = Instant::now();
+    let out = call(program, bin, config, id, "ADD");
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    took
+}
+
+fn del(program: &Path, bin: &Path, config: &str, id: &str) {
+    let out = call(program, bin, config, id, "DEL");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn call(program: &Path, bin: &Path, config: &str, id: &str, command: &str) -> std::process::Output {
+    let mut child = Command::new(program)
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", id)
+        .env("CNI_NETNS", "/var/run/netns/bench")
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the plugin starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(config.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// The `p`th percentile of sorted `times`.
+fn percentile(times: &[Duration], p: usize) -> Duration {
+    times[(times.len() * p / 100).min(times.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
