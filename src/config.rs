@@ -122,6 +122,18 @@ fn check_delegate_name(name: &str) -> Result<(), Error> {
 /// the one plugin whose `ipam.type` is ipam-delegated, with the list's
 /// cniVersion and name, as libcni derives it; or the file's own object.
 pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, Error> {
+    load_plugin(file, "whose ipam.type is ipam-delegated", |ipam| {
+        ipam["type"] == "ipam-delegated"
+    })
+}
+
+/// As [`load_file`], for the plugin whose `ipam` object `is_ours` picks
+/// (`described` says which, for errors).
+pub(crate) fn load_plugin(
+    file: &Path,
+    described: &str,
+    is_ours: impl Fn(&Value) -> bool,
+) -> Result<Vec<u8>, Error> {
     let fail = |reason: String| Error::ConfigFile {
         path: file.to_owned(),
         reason,
@@ -132,18 +144,18 @@ pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, Error> {
     let Value::Object(object) = value else {
         return Err(fail("is not a JSON object".into()));
     };
-    let is_ours = |plugin: &Value| plugin["ipam"]["type"] == "ipam-delegated";
+    let is_ours = |plugin: &Value| is_ours(&plugin["ipam"]);
     let plugin = match object.get("plugins") {
         Some(Value::Array(plugins)) => {
             let ours: Vec<&Value> = plugins.iter().filter(|p| is_ours(p)).collect();
             let [plugin] = ours.as_slice() else {
                 return Err(fail(format!(
-                    "a list needs exactly one plugin whose ipam.type is ipam-delegated; it has {}",
+                    "a list needs exactly one plugin {described}; it has {}",
                     ours.len()
                 )));
             };
             let Value::Object(plugin) = plugin else {
-                return Err(fail("its ipam-delegated plugin is not an object".into()));
+                return Err(fail(format!("its plugin {described} is not an object")));
             };
             let mut built = Map::new();
             for key in ["cniVersion", "name"] {
@@ -158,7 +170,7 @@ pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, Error> {
         }
         Some(_) => return Err(fail("\"plugins\" is not an array".into())),
         None if is_ours(&Value::Object(object.clone())) => object,
-        None => return Err(fail("its ipam.type is not ipam-delegated".into())),
+        None => return Err(fail(format!("it is not a plugin {described}"))),
     };
     Ok(Value::Object(plugin).to_string().into_bytes())
 }

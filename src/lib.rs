@@ -32,7 +32,7 @@ pub use cli::main as command_line;
 /// For the fuzz targets: what a delegate's exit status and output amount to.
 pub use delegate::{judge, Printed};
 pub use logging::init as init_logging;
-pub use pool::Allocator;
+pub use pool::{command_line as allocator_command_line, Allocator};
 pub use select::Selector;
 
 use cni::{Environment, NetConf};

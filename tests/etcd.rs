@@ -12,11 +12,12 @@
 mod common;
 
 use std::fs;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::etcd::{Certificates, Cluster};
-use common::{run_plugin, temp_dir, Stack};
+use common::{run_plugin, run_program, temp_dir, Env, Stack, ALLOCATOR};
 use serde_json::{json, Value};
 
 /// The key prefix every test uses; each cluster is its own.
@@ -319,4 +320,171 @@ fn tls_with_client_certificates() {
     );
 
     run_plugin(&stack.env("DEL"), good.as_bytes()).assert_silent_success();
+}
+
+/// The stdin a main plugin gives its IPAM plugin for the first plugin of
+/// conflist `list`, as libcni derives it.
+fn plugin_config(list: &Value) -> String {
+    let mut plugin = list["plugins"][0].clone();
+    plugin["cniVersion"] = list["cniVersion"].clone();
+    plugin["name"] = list["name"].clone();
+    plugin.to_string()
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn the_readmes_nomad_example_with_central_pools_and_tls() {
+    let certificates = Certificates::make();
+    let cluster = Cluster::start(1, Some(&certificates));
+    let stack = Stack::new().with_pool_plugins();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/conflists/nomad-pools.conflist");
+    let mut list: Value = serde_json::from_str(&fs::read_to_string(fixture).unwrap()).unwrap();
+    let etcd = &mut list["plugins"][0]["ipam"]["pool"]["etcd"];
+    etcd["endpoints"] = json!(cluster.endpoints());
+    etcd["tls"] = json!({
+        "ca": certificates.file("ca.pem"),
+        "cert": certificates.file("client.pem"),
+        "key": certificates.file("client.key"),
+    });
+    // As the README has the operator put them, once for every node.
+    cluster.put(
+        "/ipam-da-pool/pools/services",
+        r#"[{"subnet": "10.20.0.0/16", "rangeStart": "10.20.1.1", "rangeEnd": "10.20.199.254", "gateway": "10.20.0.1"}]"#,
+    );
+    cluster.put(
+        "/ipam-da-pool/pools/billing",
+        r#"[{"subnet": "10.20.0.0/16", "rangeStart": "10.20.200.1", "gateway": "10.20.0.1"}]"#,
+    );
+    let input = plugin_config(&list);
+    let job = |namespace: &str, alloc: &str| {
+        stack
+            .env("ADD")
+            .set("CNI_CONTAINERID", alloc)
+            .set(
+                "CNI_ARGS",
+                &format!("IgnoreUnknown=1;NOMAD_REGION=global;NOMAD_NAMESPACE={namespace};NOMAD_JOB_ID=web;NOMAD_GROUP_NAME=web;NOMAD_ALLOC_ID={alloc}"),
+            )
+    };
+    let billing = run_plugin(&job("billing", "alloc-1"), input.as_bytes()).json();
+    assert_eq!(
+        billing["ips"],
+        json!([{"address": "10.20.200.1/16", "gateway": "10.20.0.1"}])
+    );
+    assert_eq!(billing["routes"], json!([{"dst": "0.0.0.0/0"}]));
+    let default = run_plugin(&job("default", "alloc-2"), input.as_bytes()).json();
+    assert_eq!(default["ips"][0]["address"], "10.20.1.1/16");
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn a_node_moves_its_reservations_from_the_local_store_to_etcd() {
+    let cluster = Cluster::start(1, None);
+    let data = temp_dir("import-data");
+    let stack = Stack::new().with_pool_plugins();
+    let pools = json!({"shared": [{"subnet": "10.252.0.0/26"}]});
+    let on_etcd = config(
+        "moving",
+        "1.0.0",
+        &cluster,
+        "node-a",
+        json!({"pools": pools}),
+    );
+    let mut local: Value = serde_json::from_str(&on_etcd).unwrap();
+    local["ipam"]["pool"]
+        .as_object_mut()
+        .unwrap()
+        .remove("etcd");
+    local["ipam"]["pool"]["dataDir"] = json!(data.path());
+    let local = local.to_string();
+    let add = |id: &str, input: &str, args: &str| {
+        let env = stack
+            .env("ADD")
+            .set("CNI_CONTAINERID", id)
+            .set("CNI_ARGS", args);
+        run_plugin(&env, input.as_bytes())
+    };
+    for id in ["a", "b", "c"] {
+        add(id, &local, "").json();
+    }
+    // Another node already holds b's address (10.252.0.3) in etcd.
+    let elsewhere = config(
+        "moving",
+        "1.0.0",
+        &cluster,
+        "node-b",
+        json!({"pools": pools}),
+    );
+    add("x", &elsewhere, "IP=10.252.0.3").json();
+
+    let file = data.path().join("moving.conflist");
+    fs::write(&file, &on_etcd).unwrap();
+    let import = || {
+        let args = [
+            "import",
+            "--config",
+            file.to_str().unwrap(),
+            "--from",
+            data.path().to_str().unwrap(),
+        ];
+        run_program(ALLOCATOR, Path::new("/"), &args, &Env(vec![]), b"")
+    };
+    let first = import();
+    assert_eq!(first.status.code(), Some(1), "{first:?}");
+    let text = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert_eq!(
+        text,
+        "imported a/eth0 (node node-a) shared/10.252.0.2\n\
+         conflict b/eth0 (node node-a) shared/10.252.0.3: 10.252.0.3 is held there by x/eth0 on node node-b\n\
+         imported c/eth0 (node node-a) shared/10.252.0.4\n\
+         3 attachment(s) of network moving under "
+            .to_owned()
+            + &format!("{}; 1 conflict(s)\n", data.path().display())
+    );
+    // On etcd now, a's ADD (a runtime's retry, say) finds what it held.
+    assert_eq!(
+        add("a", &on_etcd, "").json()["ips"][0]["address"],
+        "10.252.0.2/26"
+    );
+
+    // The operator settles the conflict; the import, run again, finishes.
+    let del = stack.env("DEL").set("CNI_CONTAINERID", "x");
+    run_plugin(&del, elsewhere.as_bytes()).assert_silent_success();
+    let second = import();
+    assert!(second.status.success(), "{second:?}");
+    let text = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        text.contains("already there a/eth0") && text.contains("imported b/eth0"),
+        "{text}"
+    );
+    let attachments: Vec<String> = records(&cluster, "moving")
+        .into_iter()
+        .filter(|k| k.starts_with("attachments/"))
+        .collect();
+    assert_eq!(
+        attachments,
+        [
+            "attachments/a:eth0",
+            "attachments/b:eth0",
+            "attachments/c:eth0"
+        ]
+    );
+
+    // Import copies into etcd only.
+    let local_file = data.path().join("local.conflist");
+    fs::write(&local_file, &local).unwrap();
+    let args = [
+        "import",
+        "--config",
+        local_file.to_str().unwrap(),
+        "--from",
+        data.path().to_str().unwrap(),
+    ];
+    let refused = run_program(ALLOCATOR, Path::new("/"), &args, &Env(vec![]), b"");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        refused.stderr.contains("must name an etcd cluster"),
+        "{}",
+        refused.stderr
+    );
 }

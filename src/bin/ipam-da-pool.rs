@@ -1,16 +1,14 @@
 //! ipam-da-pool: the allocation delegate. It gives one address from each
-//! pool asked for and keeps who holds it, in local files or in etcd.
+//! pool asked for and keeps who holds it, in local files or in etcd; run
+//! by hand, its command line moves a node's reservations into etcd.
 
 use std::process::ExitCode;
 
-use ipam_delegated::{init_logging, skel, Allocator};
+use ipam_delegated::{allocator_command_line, init_logging, skel, Allocator};
 
 fn main() -> ExitCode {
     init_logging("ipam-da-pool");
     skel::serve(&Allocator, || {
-        skel::about(
-            "ipam-da-pool",
-            "a CNI IPAM plugin that allocates addresses from pools, on local files or etcd",
-        )
+        allocator_command_line(std::env::args_os().skip(1))
     })
 }

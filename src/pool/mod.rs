@@ -6,9 +6,11 @@
 //! this node only. A store never decides what a command means; a command
 //! never knows which store it talks to.
 
+mod cli;
 mod etcd;
 #[cfg(test)]
 mod fake;
+mod import;
 mod local;
 mod range;
 mod settings;
@@ -22,6 +24,7 @@ use tracing::warn;
 use crate::cni::{self, Environment, NetConf};
 use crate::error::Error;
 use crate::skel::{self, Plugin};
+pub use cli::main as command_line;
 pub(crate) use range::Addr;
 use range::{Family, Range};
 pub(crate) use settings::{requested_by_runtime, Pool, Wanted};

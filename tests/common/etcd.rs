@@ -53,11 +53,14 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca -keyout oth
     }
 }
 
-/// One member: its name, ports, and process while it runs.
+/// One member: its name, ports, and process while it runs. `admin` is
+/// where the tests themselves talk to it, in plain HTTP: its client port,
+/// or, in a TLS cluster, a second one on loopback.
 struct Member {
     name: String,
     client: u16,
     peer: u16,
+    admin: u16,
     process: Option<Child>,
 }
 
@@ -89,12 +92,17 @@ impl Cluster {
             "etcd tests need Debian's etcd-server (./.ci/test installs it)"
         );
         let dir = temp_dir("etcd");
-        let ports = free_ports(2 * size);
+        let ports = free_ports(3 * size);
         let members: Vec<Member> = (0..size)
             .map(|i| Member {
                 name: format!("m{i}"),
-                client: ports[2 * i],
-                peer: ports[2 * i + 1],
+                client: ports[3 * i],
+                peer: ports[3 * i + 1],
+                admin: if tls.is_some() {
+                    ports[3 * i + 2]
+                } else {
+                    ports[3 * i]
+                },
                 process: None,
             })
             .collect();
@@ -133,6 +141,11 @@ impl Cluster {
         let member = &self.members[i];
         let client_url = format!("{}://127.0.0.1:{}", self.scheme(), member.client);
         let peer_url = format!("http://127.0.0.1:{}", member.peer);
+        let listen = if self.tls {
+            format!("{client_url},http://127.0.0.1:{}", member.admin)
+        } else {
+            client_url.clone()
+        };
         let log =
             std::fs::File::create(self.dir.path().join(format!("{}.log", member.name))).unwrap();
         let mut command = Command::new("timeout");
@@ -141,7 +154,7 @@ impl Cluster {
             .args(["--name", &member.name])
             .arg("--data-dir")
             .arg(self.dir.path().join(&member.name))
-            .args(["--listen-client-urls", &client_url])
+            .args(["--listen-client-urls", &listen])
             .args(["--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
@@ -173,13 +186,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(60);
         for member in self.members.iter().filter(|m| m.process.is_some()) {
             loop {
-                let healthy = !self.tls
-                    && get(member.client, "/health").is_some_and(|h| h["health"] == "true");
-                // A TLS member is only asked through the plugin: up once
-                // it listens.
-                let listening =
-                    self.tls && TcpStream::connect(("127.0.0.1", member.client)).is_ok();
-                if healthy || listening {
+                if get(member.admin, "/health").is_some_and(|h| h["health"] == "true") {
                     break;
                 }
                 assert!(
@@ -228,10 +235,10 @@ impl Cluster {
     /// The index of the member that leads, as the members say.
     pub fn leader(&self) -> usize {
         for member in self.members.iter().filter(|m| m.process.is_some()) {
-            if let Some(status) = post(member.client, "/v3/maintenance/status", &json!({})) {
+            if let Some(status) = post(member.admin, "/v3/maintenance/status", &json!({})) {
                 let leader = status["leader"].as_str().unwrap_or_default().to_owned();
                 for (i, m) in self.members.iter().enumerate() {
-                    let Some(own) = post(m.client, "/v3/maintenance/status", &json!({})) else {
+                    let Some(own) = post(m.admin, "/v3/maintenance/status", &json!({})) else {
                         continue;
                     };
                     if own["header"]["member_id"].as_str() == Some(leader.as_str()) {
@@ -258,7 +265,7 @@ impl Cluster {
         let mut end = prefix.as_bytes().to_vec();
         *end.last_mut().unwrap() += 1;
         let answer = post(
-            member.client,
+            member.admin,
             "/v3/kv/range",
             &json!({"key": encode(prefix.as_bytes()), "range_end": encode(&end)}),
         )
@@ -297,7 +304,7 @@ impl Cluster {
     pub fn put(&self, key: &str, value: &str) {
         let member = self.members.iter().find(|m| m.process.is_some()).unwrap();
         post(
-            member.client,
+            member.admin,
             "/v3/kv/put",
             &json!({"key": encode(key.as_bytes()), "value": encode(value.as_bytes())}),
         )

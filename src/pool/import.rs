@@ -1,0 +1,161 @@
+//! Moving reservations from one store to another: the upgrade of a node
+//! from the local store (one node) to etcd (a cluster). Each attachment is
+//! claimed in the target as it was held in the source, by the same owner,
+//! all its addresses at once; one the target already has is left alone,
+//! and one whose addresses someone else holds there is a conflict, named,
+//! for the operator to settle. The source is only read.
+
+use super::store::Store;
+use super::{holds_all, Held};
+use crate::error::Error;
+
+/// What an import did (or, dry, would do), one line per attachment.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub lines: Vec<String>,
+    /// How many attachments could not be imported.
+    pub conflicts: usize,
+}
+
+/// Claims in `to` every attachment `from` holds, unless `dry_run`.
+pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report, Error> {
+    let mut report = Report::default();
+    for holding in from.holdings()? {
+        let who = format!(
+            "{}/{} (node {})",
+            holding.owner.id, holding.owner.ifname, holding.owner.node
+        );
+        let addresses = listed(&holding.held);
+        if !holds_all(from, &holding)? {
+            report.lines.push(format!(
+                "skipped {who}: its record lists {addresses}, which it does not all hold (a claim cut short; DEL or GC frees it)"
+            ));
+            continue;
+        }
+        let mut conflict = |why: String| {
+            report.conflicts += 1;
+            report
+                .lines
+                .push(format!("conflict {who} {addresses}: {why}"));
+        };
+        if let Some(there) = to.holding(&holding.owner.id, &holding.owner.ifname)? {
+            if same(&there.held, &holding.held) {
+                report
+                    .lines
+                    .push(format!("already there {who} {addresses}"));
+            } else {
+                conflict(format!("the target has it holding {}", listed(&there.held)));
+            }
+            continue;
+        }
+        let mut taken = Vec::new();
+        for h in &holding.held {
+            if let Some(other) = to.holder(&h.pool, h.address)? {
+                taken.push(format!(
+                    "{} is held there by {}/{} on node {}",
+                    h.address, other.id, other.ifname, other.node
+                ));
+            }
+        }
+        if !taken.is_empty() {
+            conflict(taken.join("; "));
+        } else if dry_run {
+            report.lines.push(format!("would import {who} {addresses}"));
+        } else if to.claim(&holding.owner, &holding.held)? {
+            report.lines.push(format!("imported {who} {addresses}"));
+        } else {
+            conflict("taken there meanwhile; run the import again".into());
+        }
+    }
+    Ok(report)
+}
+
+/// `POOL/ADDRESS, …`.
+fn listed(held: &[Held]) -> String {
+    let each: Vec<String> = held
+        .iter()
+        .map(|h| format!("{}/{}", h.pool, h.address))
+        .collect();
+    each.join(", ")
+}
+
+/// Whether two attachments hold the same addresses, in any order.
+fn same(a: &[Held], b: &[Held]) -> bool {
+    a.len() == b.len() && a.iter().all(|h| b.contains(h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::fake::Fake;
+    use crate::pool::range::Addr;
+    use crate::pool::store::{Holding, Owner};
+
+    fn holding_of(store: &dyn Store, id: &str) -> Option<Holding> {
+        store.holding(id, "eth0").unwrap()
+    }
+
+    fn owner(id: &str, node: &str) -> Owner {
+        Owner {
+            id: id.into(),
+            ifname: "eth0".into(),
+            node: node.into(),
+        }
+    }
+
+    fn held(address: &str) -> Vec<Held> {
+        vec![Held {
+            pool: "blue".into(),
+            address: Addr::new(address.parse().unwrap()),
+        }]
+    }
+
+    #[test]
+    fn each_attachment_is_claimed_as_held_and_conflicts_are_named() {
+        let (local, cluster) = (Fake::default(), Fake::default());
+        for (id, address) in [
+            ("a", "10.1.0.2"),
+            ("b", "10.1.0.3"),
+            ("c", "10.1.0.4"),
+            ("d", "10.1.0.5"),
+        ] {
+            assert!(local.claim(&owner(id, "node-a"), &held(address)).unwrap());
+        }
+        // b is there already; another node holds c's address; d is torn.
+        assert!(cluster
+            .claim(&owner("b", "node-a"), &held("10.1.0.3"))
+            .unwrap());
+        assert!(cluster
+            .claim(&owner("x", "node-b"), &held("10.1.0.4"))
+            .unwrap());
+        local
+            .addresses
+            .borrow_mut()
+            .remove(&("blue".into(), Addr::new("10.1.0.5".parse().unwrap())));
+
+        let dry = import(&local, &cluster, true).unwrap();
+        assert!(
+            holding_of(&cluster, "a").is_none(),
+            "a dry run claims nothing"
+        );
+        assert_eq!(
+            dry.lines[0],
+            "would import a/eth0 (node node-a) blue/10.1.0.2"
+        );
+
+        let report = import(&local, &cluster, false).unwrap();
+        assert_eq!(
+            report.lines,
+            [
+                "imported a/eth0 (node node-a) blue/10.1.0.2",
+                "already there b/eth0 (node node-a) blue/10.1.0.3",
+                "conflict c/eth0 (node node-a) blue/10.1.0.4: 10.1.0.4 is held there by x/eth0 on node node-b",
+                "skipped d/eth0 (node node-a): its record lists blue/10.1.0.5, which it does not all hold (a claim cut short; DEL or GC frees it)",
+            ]
+        );
+        assert_eq!(report.conflicts, 1);
+        let a = holding_of(&cluster, "a").unwrap();
+        assert_eq!((a.owner, a.held), (owner("a", "node-a"), held("10.1.0.2")));
+        assert_eq!(local.held().len(), 3, "the source is only read");
+    }
+}
