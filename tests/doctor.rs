@@ -156,12 +156,8 @@ fn a_bad_timeout_or_config_is_named() {
 fn the_readmes_nomad_and_multus_examples_pass_the_doctor() {
     let plugins = common::real_plugins();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let stack = Stack::new();
+    let stack = Stack::new().with_pool_plugins();
     stack.link("host-local", &plugins.join("host-local"));
-    stack.link(
-        "ipam-ds-namespace",
-        &root.join("fixtures/ipam-ds-namespace"),
-    );
     let readme = fs::read_to_string(root.join("README.md")).unwrap();
     for (fixture, indent) in [("nomad.conflist", ""), ("multus.json", "    ")] {
         let path = root.join("fixtures/conflists").join(fixture);

@@ -973,7 +973,14 @@ impl Drop for MountPoints {
 fn the_readme_shows_the_conflists_these_tests_run() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = fs::read_to_string(root.join("README.md")).unwrap();
-    for fixture in ["containerd", "crio", "podman", "cnitool"] {
+    for fixture in [
+        "containerd",
+        "crio",
+        "podman",
+        "cnitool",
+        "kubernetes",
+        "nomad-pools",
+    ] {
         let text = fs::read_to_string(root.join(format!("fixtures/conflists/{fixture}.conflist")))
             .unwrap();
         let block = format!("```json\n{}\n```", text.trim_end());
