@@ -247,14 +247,14 @@ fn address(n: u32) -> Ipv4Addr {
 /// The local store's records, as ipam-da-pool writes them (src/pool/local.rs).
 fn fill_local(network: &Path, layout: Layout) {
     let (held, next) = layout.held();
-    for dir in ["addresses/big", "attachments", "hints"] {
+    for dir in ["addresses", "attachments", "hints"] {
         std::fs::create_dir_all(network.join(dir)).unwrap();
     }
     for n in held {
         let id = format!("fill-{n}");
-        let owner = json!({"containerID": id, "ifname": "eth0", "node": "bench", "since": 0});
+        let owner = json!({"containerID": id, "ifname": "eth0", "node": "bench", "pool": "big", "since": 0});
         std::fs::write(
-            network.join(format!("addresses/big/{}", address(n))),
+            network.join(format!("addresses/{}", address(n))),
             owner.to_string(),
         )
         .unwrap();
@@ -278,7 +278,7 @@ fn fill_etcd(cluster: &Cluster, network: &str, layout: Layout) {
         .map(|n| {
             let [a, b, c, d] = address(*n).octets();
             let owner = json!({"containerID": format!("fill-{n}"), "ifname": "eth0", "node": "bench", "since": 0});
-            (format!("{network}addresses/big/{a:03}.{b:03}.{c:03}.{d:03}"), owner.to_string())
+            (format!("{network}addresses/{a:03}.{b:03}.{c:03}.{d:03}"), owner.to_string())
         })
         .collect();
     pairs.push((format!("{network}hints/big"), address(next).to_string()));

@@ -101,6 +101,15 @@ pub enum Error {
     #[error("the etcd cluster refused a request ({status}): {message}")]
     EtcdRefused { status: u16, message: String },
 
+    /// The network's local records were moved into etcd by `ipam-da-pool
+    /// import`: this node must be configured for the cluster now. Until
+    /// it is, try again later.
+    #[error("this network's reservations were moved into etcd ({marker} says so): the node's configuration must name the etcd cluster now; try again later (remove that file to allocate from local files again)")]
+    Moved {
+        /// The marker file `import` left.
+        marker: std::path::PathBuf,
+    },
+
     /// A pool has no free address.
     #[error("pool {pool:?} has no free address")]
     PoolExhausted { pool: String },
@@ -263,7 +272,7 @@ impl Error {
             Error::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
             Error::NotHeld { .. } => code::NOT_HELD,
             Error::NotAvailable(_) => code::NOT_AVAILABLE,
-            Error::Busy(_) => code::TRY_AGAIN_LATER,
+            Error::Busy(_) | Error::Moved { .. } => code::TRY_AGAIN_LATER,
             Error::Delegate { failure, .. } => match failure {
                 Failure::Reported { code, .. } => *code,
                 Failure::NotStarted(_) => code::DELEGATE_NOT_STARTED,
@@ -288,9 +297,7 @@ impl Error {
     /// be run) rather than answering with a failure.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            Error::Interrupted { .. }
-            | Error::LockTimeout { .. }
-            | Error::EtcdUnavailable { .. } => true,
+            Error::Interrupted { .. } | Error::LockTimeout { .. } => true,
             Error::Delegate { failure, .. } => matches!(
                 failure,
                 Failure::TimedOut(_)

@@ -19,9 +19,9 @@ use std::io::Write;
 
 use serde_json::{json, Map, Value};
 
-use crate::cni::{self, Environment, NetConf};
+use crate::cni::{Environment, NetConf};
 use crate::error::Error;
-use crate::pool::{requested_by_runtime, Addr, Pool, Wanted};
+use crate::pool::{invalid, requested_by_runtime, Addr, Pool, Wanted};
 use crate::skel::{self, Plugin};
 
 /// ipam-ds-static as a CNI plugin.
@@ -50,8 +50,74 @@ impl Plugin for Selector {
     }
 }
 
+/// A rule of `ipam.static.rules`, checked.
+struct Rule {
+    /// CNI_ARGS keys and the values each accepts.
+    args: Vec<(String, Vec<String>)>,
+    /// runtimeConfig keys and the value each must have.
+    runtime: Map<String, Value>,
+    pools: Vec<Value>,
+}
+
+impl Rule {
+    /// Reads rule `i`, every part checked, whether it will match or not.
+    fn parse(i: usize, rule: &Value) -> Result<Rule, Error> {
+        let at = format!("\"ipam.static.rules\"[{i}]");
+        let rule = rule
+            .as_object()
+            .ok_or_else(|| invalid(format!("{at} must be an object")))?;
+        let args = match rule.get("args") {
+            None => Vec::new(),
+            Some(Value::Object(args)) => args
+                .iter()
+                .map(|(key, accepted)| {
+                    let values = match accepted {
+                        Value::String(one) => Some(vec![one.clone()]),
+                        Value::Array(any) => {
+                            any.iter().map(|a| a.as_str().map(String::from)).collect()
+                        }
+                        _ => None,
+                    };
+                    values.map(|v| (key.clone(), v)).ok_or_else(|| {
+                        invalid(format!(
+                            "{at}.args.{key} must be a string or a list of them"
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(invalid(format!("{at}.args must be an object"))),
+        };
+        let runtime = match rule.get("runtimeConfig") {
+            None => Map::new(),
+            Some(Value::Object(runtime)) => runtime.clone(),
+            Some(_) => return Err(invalid(format!("{at}.runtimeConfig must be an object"))),
+        };
+        let pools = pools(rule.get("pools"), &format!("{at}.pools"))?;
+        Ok(Rule {
+            args,
+            runtime,
+            pools,
+        })
+    }
+
+    /// Whether every `args` key has a value it accepts and every
+    /// `runtimeConfig` key the value it gives.
+    fn matches(&self, args: &[(&str, &str)], runtime: &Map<String, Value>) -> bool {
+        let arg = |key: &str| args.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        self.args
+            .iter()
+            .all(|(key, accepted)| arg(key).is_some_and(|v| accepted.iter().any(|a| a == v)))
+            && self
+                .runtime
+                .iter()
+                .all(|(key, value)| runtime.get(key) == Some(value))
+    }
+}
+
 /// The Pool objects for this attachment: the first rule's that matches,
-/// else the default's; with the runtime's requested addresses set.
+/// else the default's; with the runtime's requested addresses set. Every
+/// rule is checked, so that a mistake shows at the first ADD, not at the
+/// first attachment it would match.
 fn select(env: &Environment, net: &NetConf) -> Result<Vec<Value>, Error> {
     let ipam = object_member(net, "ipam")?.unwrap_or_default();
     let settings = match ipam.get("static") {
@@ -63,84 +129,34 @@ fn select(env: &Environment, net: &NetConf) -> Result<Vec<Value>, Error> {
             ))
         }
     };
-    let args = cni_args(env);
-    let runtime = object_member(net, "runtimeConfig")?.unwrap_or_default();
-    let rules = match settings.get("rules") {
-        None => &Vec::new(),
-        Some(Value::Array(rules)) => rules,
+    let rules: Vec<Rule> = match settings.get("rules") {
+        None => Vec::new(),
+        Some(Value::Array(rules)) => rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| Rule::parse(i, rule))
+            .collect::<Result<_, _>>()?,
         Some(_) => return Err(invalid("\"ipam.static.rules\" must be an array".into())),
     };
-    let mut chosen = None;
-    for (i, rule) in rules.iter().enumerate() {
-        let rule = rule
-            .as_object()
-            .ok_or_else(|| invalid(format!("\"ipam.static.rules\"[{i}] must be an object")))?;
-        let pools = pools(
-            rule.get("pools"),
-            &format!("\"ipam.static.rules\"[{i}].pools"),
-        )?;
-        if chosen.is_none() && matches(rule, &args, &runtime, i)? {
-            chosen = Some(pools);
-        }
-    }
     let default = match settings.get("default") {
         None => None,
         Some(list) => Some(pools(Some(list), "\"ipam.static.default\"")?),
     };
-    let mut chosen = chosen.or(default).ok_or_else(|| {
-        invalid("no rule of \"ipam.static\" matches, and it has no \"default\"".into())
-    })?;
-    let pool_settings = ipam.get("pool").and_then(|p| p.get("pools")).cloned();
+    let runtime = object_member(net, "runtimeConfig")?.unwrap_or_default();
+    let args = env.arg_pairs();
+    let mut chosen = rules
+        .into_iter()
+        .find(|rule| rule.matches(&args, &runtime))
+        .map(|rule| rule.pools)
+        .or(default)
+        .ok_or_else(|| {
+            invalid("no rule of \"ipam.static\" matches, and it has no \"default\"".into())
+        })?;
+    let defined = ipam.get("pool").and_then(|p| p.get("pools")).cloned();
     for address in requested_by_runtime(env, net)? {
-        place(&mut chosen, address, pool_settings.as_ref())?;
+        place(&mut chosen, address, defined.as_ref());
     }
     Ok(chosen)
-}
-
-/// Whether every `args` key of the rule has a value it names (one, or any
-/// of a list) and every `runtimeConfig` key the value it gives.
-fn matches(
-    rule: &Map<String, Value>,
-    args: &[(String, String)],
-    runtime: &Map<String, Value>,
-    i: usize,
-) -> Result<bool, Error> {
-    if let Some(wanted) = rule.get("args") {
-        let wanted = wanted
-            .as_object()
-            .ok_or_else(|| invalid(format!("\"ipam.static.rules\"[{i}].args must be an object")))?;
-        for (key, accepted) in wanted {
-            let value = args.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-            let ok = match accepted {
-                Value::String(one) => value == Some(one.as_str()),
-                Value::Array(any) => any
-                    .iter()
-                    .any(|a| a.as_str().is_some() && a.as_str() == value),
-                _ => {
-                    return Err(invalid(format!(
-                        "\"ipam.static.rules\"[{i}].args.{key} must be a string or a list of them"
-                    )))
-                }
-            };
-            if !ok {
-                return Ok(false);
-            }
-        }
-    }
-    if let Some(wanted) = rule.get("runtimeConfig") {
-        let wanted = wanted.as_object().ok_or_else(|| {
-            invalid(format!(
-                "\"ipam.static.rules\"[{i}].runtimeConfig must be an object"
-            ))
-        })?;
-        if wanted
-            .iter()
-            .any(|(key, value)| runtime.get(key) != Some(value))
-        {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 /// A list of Pool objects, each checked as the allocator reads it.
@@ -155,11 +171,13 @@ fn pools(list: Option<&Value>, what: &str) -> Result<Vec<Value>, Error> {
     Ok(list.clone())
 }
 
-/// Sets `requested-ip` to `address` on the chosen pool that gives it:
-/// known by its inline ranges or the configuration's `ipam.pool.pools`; or,
-/// when no pool is known to, the only pool whose ranges are not known here
-/// (the allocator's store may define it).
-fn place(chosen: &mut [Value], address: Addr, defined: Option<&Value>) -> Result<(), Error> {
+/// Sets `requested-ip` to `address` on the one chosen pool known to give
+/// it (by its inline range or the configuration's `ipam.pool.pools`), or,
+/// when none is known to, on the one chosen pool whose ranges are not
+/// known here (the allocator's store may define it). Otherwise it is left
+/// for the allocator to place, which reads the runtime's addresses too and
+/// says what is wrong.
+fn place(chosen: &mut [Value], address: Addr, defined: Option<&Value>) {
     // Every pool was checked by `pools`: parsing it again cannot fail.
     let ranges = |pool: &Value| -> Option<Pool> {
         let wanted = Wanted::parse(pool, "").ok()?;
@@ -169,46 +187,22 @@ fn place(chosen: &mut [Value], address: Addr, defined: Option<&Value>) -> Result
         Pool::parse(&wanted.name, defined?.get(&wanted.name)?).ok()
     };
     let known: Vec<Option<Pool>> = chosen.iter().map(ranges).collect();
-    let giving: Vec<usize> = known
-        .iter()
-        .enumerate()
-        .filter(|(_, pool)| pool.as_ref().is_some_and(|p| p.range_of(address).is_some()))
-        .map(|(i, _)| i)
+    let giving: Vec<usize> = (0..known.len())
+        .filter(|i| {
+            known[*i]
+                .as_ref()
+                .is_some_and(|p| p.range_of(address).is_some())
+        })
         .collect();
-    let unknown: Vec<usize> = known
-        .iter()
-        .enumerate()
-        .filter(|(_, pool)| pool.is_none())
-        .map(|(i, _)| i)
-        .collect();
+    let unknown: Vec<usize> = (0..known.len()).filter(|i| known[*i].is_none()).collect();
     let index = match (giving.as_slice(), unknown.as_slice()) {
         ([one], _) | ([], [one]) => *one,
-        _ => {
-            return Err(invalid(format!(
-                "the runtime asks for {address}, and no one pool chosen is known to give it"
-            )))
-        }
+        _ => return,
     };
     let pool = &mut chosen[index];
-    if pool.get("requested-ip").is_some() {
-        return Err(invalid(format!(
-            "the runtime asks for {address} from pool {}, which has a \"requested-ip\" already",
-            pool["name"]
-        )));
+    if pool.get("requested-ip").is_none() {
+        pool["requested-ip"] = json!(address.to_string());
     }
-    pool["requested-ip"] = json!(address.to_string());
-    Ok(())
-}
-
-/// CNI_ARGS as `KEY=VALUE` pairs, separated by ';'.
-fn cni_args(env: &Environment) -> Vec<(String, String)> {
-    env.args
-        .as_deref()
-        .unwrap_or_default()
-        .split(';')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
 }
 
 /// The selector's result: the previous result amended with `pools`, or
@@ -234,10 +228,6 @@ fn object_member(net: &NetConf, key: &str) -> Result<Option<Map<String, Value>>,
         Some(Ok(Value::Object(object))) => Ok(Some(object)),
         Some(_) => Err(invalid(format!("\"{key}\" must be an object"))),
     }
-}
-
-fn invalid(reason: String) -> Error {
-    cni::Error::InvalidConfig(reason).into()
 }
 
 #[cfg(test)]
@@ -332,10 +322,33 @@ mod tests {
         // red's ranges are not known here: the only unknown pool takes it.
         let result = chosen("K8S_POD_NAMESPACE=payments;IP=10.5.0.5", json!({})).unwrap();
         assert_eq!(result["pools"][0]["requested-ip"], "10.5.0.5");
-        let e = chosen("IP=10.7.7.7", json!({})).unwrap_err();
+        // Left for the allocator to place (or refuse, saying why): here no
+        // chosen pool gives it, and there two unknown pools might.
+        let result = chosen("IP=10.7.7.7", json!({})).unwrap();
+        assert_eq!(
+            result["pools"],
+            json!([{"name": "blue"}, {"name": "blue6"}])
+        );
+        let mut two_unknown = json!({"runtimeConfig": {"tier": "edge"}});
+        two_unknown["ipam"] = json!({"static": {"rules": [{"runtimeConfig": {"tier": "edge"}, "pools": [{"name": "x"}, {"name": "y"}]}]}});
+        let raw = config(two_unknown);
+        let net = NetConf::parse(&raw).unwrap();
+        let pools = select(&env("IP=10.8.0.1"), &net).unwrap();
+        assert_eq!(Value::Array(pools), json!([{"name": "x"}, {"name": "y"}]));
+    }
+
+    #[test]
+    fn every_rule_is_checked_even_after_one_matches() {
+        let mut bad_later = json!({});
+        bad_later["ipam"] = json!({"static": {"rules": [
+            {"pools": [{"name": "all"}]},
+            {"args": {"K": 3}, "pools": [{"name": "never"}]},
+        ]}});
+        let raw = config(bad_later);
+        let e = select(&env(""), &NetConf::parse(&raw).unwrap()).unwrap_err();
         assert!(
             e.to_string()
-                .contains("no one pool chosen is known to give it"),
+                .contains("\"ipam.static.rules\"[1].args.K must be a string"),
             "{e}"
         );
     }

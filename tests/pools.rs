@@ -13,25 +13,10 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{run_plugin, run_program, spawn_program, temp_dir, Env, Stack, ALLOCATOR, SELECTOR};
+use common::{
+    pool_config, run_plugin, run_program, spawn_program, temp_dir, Env, Stack, ALLOCATOR, SELECTOR,
+};
 use serde_json::{json, Value};
-
-/// A network configuration whose stack is the selector, then the
-/// allocator, with these settings.
-fn pool_config(name: &str, version: &str, selector: Value, allocator: Value) -> String {
-    json!({
-        "cniVersion": version,
-        "name": name,
-        "type": "bridge",
-        "ipam": {
-            "type": "ipam-delegated",
-            "delegates": ["ipam-ds-static", "ipam-da-pool"],
-            "static": selector,
-            "pool": allocator,
-        },
-    })
-    .to_string()
-}
 
 /// The names (dot-files aside) in `dir`, which may not exist.
 fn names(dir: &Path) -> BTreeSet<String> {
@@ -46,16 +31,15 @@ fn names(dir: &Path) -> BTreeSet<String> {
 }
 
 /// The local store's records for `network` under `data`: the attachments,
-/// and each pool's addresses as `POOL/ADDRESS`.
+/// and the addresses as `POOL/ADDRESS`, the pool as each record names it.
 fn records(data: &Path, network: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let network = data.join(network);
     let attachments = names(&network.join("attachments"));
     let addresses = names(&network.join("addresses"))
-        .iter()
-        .flat_map(|pool| {
-            names(&network.join("addresses").join(pool))
-                .into_iter()
-                .map(move |address| format!("{pool}/{address}"))
+        .into_iter()
+        .map(|address| {
+            let record = json_of(&network.join("addresses").join(&address));
+            format!("{}/{address}", record["pool"].as_str().unwrap())
         })
         .collect();
     (attachments, addresses)
@@ -113,11 +97,7 @@ fn the_original_readmes_example_flow_with_a_real_selector_and_allocator() {
             "local-pool/192.168.0.24".into()
         ])
     );
-    let record = json_of(
-        &data
-            .path()
-            .join("example/addresses/local-pool/192.168.0.23"),
-    );
+    let record = json_of(&data.path().join("example/addresses/192.168.0.23"));
     assert_eq!(
         (&record["containerID"], &record["ifname"], &record["node"]),
         (&json!("ctr-0123"), &json!("eth0"), &json!("node-a"))
@@ -133,7 +113,13 @@ fn the_original_readmes_example_flow_with_a_real_selector_and_allocator() {
     let wrong = common::with_prev(&input, &result.replace("192.168.0.23", "192.168.0.24"));
     let check = run_plugin(&stack.env("CHECK"), &wrong);
     let e = check.assert_error(112);
-    assert!(e["msg"].as_str().unwrap().contains("192.168.0.24"), "{e}");
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("is not held by ctr-0123/eth0"),
+        "{e}"
+    );
     assert!(
         check.stderr.contains("ipam-da-pool (CHECK)"),
         "{}",
@@ -221,6 +207,17 @@ fn an_allocation_that_fails_is_undone_and_keeps_the_allocators_code() {
     assert!(e.to_string().contains("the gateway"), "{e}");
 }
 
+/// Runs `program` by itself: `command` for container `id`.
+fn run_alone(program: &str, command: &str, id: &str, input: &str) -> common::Outcome {
+    run_program(
+        program,
+        Path::new("/"),
+        &[],
+        &alone(command, id),
+        input.as_bytes(),
+    )
+}
+
 /// The environment for running one of the pool plugins by itself.
 fn alone(command: &str, id: &str) -> Env {
     Env(vec![
@@ -242,36 +239,18 @@ fn the_selector_keeps_nothing_and_so_prints_nothing_but_on_add() {
     })
     .to_string();
     for command in ["DEL", "CHECK", "GC", "STATUS"] {
-        let out = run_program(
-            SELECTOR,
-            Path::new("/"),
-            &[],
-            &alone(command, "c"),
-            input.as_bytes(),
-        );
+        let out = run_alone(SELECTOR, command, "c", &input);
         out.assert_silent_success();
     }
-    let out = run_program(
-        SELECTOR,
-        Path::new("/"),
-        &[],
-        &alone("ADD", "c"),
-        input.as_bytes(),
-    );
+    let out = run_alone(SELECTOR, "ADD", "c", &input);
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
         r#"{"cniVersion":"1.1.0","ips":[{"address":"10.1.0.2/24"}],"pools":[{"name":"blue"}]}"#
     );
-    let version = run_program(SELECTOR, Path::new("/"), &[], &alone("VERSION", "c"), b"{}");
+    let version = run_alone(SELECTOR, "VERSION", "c", "{}");
     assert_eq!(version.json()["supportedVersions"][0], "0.3.0");
     let no_settings = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"x"}}"#;
-    let out = run_program(
-        SELECTOR,
-        Path::new("/"),
-        &[],
-        &alone("ADD", "c"),
-        no_settings.as_bytes(),
-    );
+    let out = run_alone(SELECTOR, "ADD", "c", no_settings);
     let e = out.assert_error(7);
     assert!(
         e["msg"]
@@ -293,15 +272,7 @@ fn the_allocator_alone_allocates_from_its_default_and_says_what_is_missing() {
         "dataDir": data.path(), "node": "a", "default": "blue",
         "pools": {"blue": [{"subnet": "10.4.0.0/24", "gateway": "10.4.0.254"}]},
     }));
-    let run = |command: &str, input: &str| {
-        run_program(
-            ALLOCATOR,
-            Path::new("/"),
-            &[],
-            &alone(command, "c"),
-            input.as_bytes(),
-        )
-    };
+    let run = |command: &str, input: &str| run_alone(ALLOCATOR, command, "c", input);
     assert_eq!(
         run("ADD", &good).json()["ips"],
         json!([{"address": "10.4.0.1/24", "gateway": "10.4.0.254"}])
@@ -397,23 +368,13 @@ fn thirty_two_processes_at_once_never_hold_one_address_twice_and_leave_nothing()
                     }
                     given.fetch_add(1, Ordering::Relaxed);
                     let address = out.json()["ips"][0]["address"].as_str().unwrap().to_owned();
-                    // Exists exactly while this container holds the address.
-                    let marker = holding.join(address.replace('/', "_"));
-                    let made = fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(&marker);
-                    assert!(
-                        made.is_ok(),
-                        "{address} given to {id} while another holds it"
-                    );
-                    fs::remove_file(&marker).unwrap();
+                    let with_prev = common::with_prev(input, &String::from_utf8_lossy(&out.stdout));
+                    common::while_held(holding, &address, &id, || {
+                        let check = stack.env("CHECK").set("CNI_CONTAINERID", &id);
+                        run_plugin(&check, &with_prev).assert_silent_success();
+                    });
                     let del = stack.env("DEL").set("CNI_CONTAINERID", &id);
-                    run_plugin(
-                        &del,
-                        &common::with_prev(input, &String::from_utf8_lossy(&out.stdout)),
-                    )
-                    .assert_silent_success();
+                    run_plugin(&del, &with_prev).assert_silent_success();
                 }
             });
         }
@@ -504,7 +465,8 @@ fn allocators_killed_at_random_instants_leave_no_unowned_reservation() {
     );
     let network = data.path().join("killnet");
     for address in &addresses {
-        let record = json_of(&network.join("addresses").join(address));
+        let (_, file) = address.split_once('/').unwrap();
+        let record = json_of(&network.join("addresses").join(file));
         let attachment = format!(
             "{}:{}",
             record["containerID"].as_str().unwrap(),
@@ -527,17 +489,58 @@ fn allocators_killed_at_random_instants_leave_no_unowned_reservation() {
             });
         assert!(lists, "{attachment}'s record does not list {address}");
     }
+    // An ADD repeated for an attachment whose claim was cut short gives
+    // back what it got and claims again: every address it answers with
+    // is its own.
+    let mut given = BTreeSet::new();
+    for attachment in &attachments {
+        let id = attachment.split(':').next().unwrap();
+        let add = run_alone(ALLOCATOR, "ADD", id, &input);
+        for ip in add.json()["ips"].as_array().unwrap() {
+            let address = ip["address"].as_str().unwrap().to_owned();
+            assert!(given.insert(address.clone()), "{address} answered twice");
+            let file = address.split('/').next().unwrap();
+            let record = json_of(&network.join("addresses").join(file));
+            assert_eq!(record["containerID"], id, "{address}");
+        }
+    }
     // Every attachment found by DEL: nothing is left.
     for attachment in &attachments {
         let id = attachment.split(':').next().unwrap();
-        let del = run_program(
-            ALLOCATOR,
-            Path::new("/"),
-            &[],
-            &alone("DEL", id),
-            input.as_bytes(),
-        );
+        let del = run_alone(ALLOCATOR, "DEL", id, &input);
         del.assert_silent_success();
     }
     assert_eq!(records(data.path(), "killnet"), Default::default());
+}
+
+#[test]
+fn teardown_makes_nothing_and_survives_a_broken_pool() {
+    let data = temp_dir("pool-teardown");
+    let missing = data.path().join("never-made");
+    let input = |pools: Value| {
+        json!({
+            "cniVersion": "1.1.0",
+            "name": "gone",
+            "ipam": {"type": "ipam-da-pool", "pool": {"dataDir": missing, "node": "a", "default": "blue", "pools": pools}},
+            "cni.dev/valid-attachments": [],
+            "prevResult": {"cniVersion": "1.1.0", "ips": [{"address": "10.4.0.2/24"}]},
+        })
+        .to_string()
+    };
+    let good = input(json!({"blue": [{"subnet": "10.4.0.0/24"}]}));
+    // A pool an operator broke after the ADD: DEL and GC still work.
+    let broken = input(json!({"blue": [{"subnet": "10.4.0.1/24"}]}));
+    let run = |command: &str, input: &str| run_alone(ALLOCATOR, command, "c", input);
+    for input in [&good, &broken] {
+        run("DEL", input).assert_silent_success();
+        run("GC", input).assert_silent_success();
+    }
+    run("STATUS", &good).assert_silent_success();
+    let e = run("CHECK", &good).assert_error(112);
+    assert!(
+        e["msg"].as_str().unwrap().contains("holds no address"),
+        "{e}"
+    );
+    assert!(!missing.exists(), "no data directory made");
+    run("ADD", &broken).assert_error(7);
 }

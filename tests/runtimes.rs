@@ -282,7 +282,7 @@ impl Lab {
     /// or ipam-da-pool's records.
     fn reservations(&self, network: &Network) -> BTreeSet<String> {
         let dir = match network.case {
-            Case::Pools => self.path("pools").join(&network.name).join("addresses/e2e"),
+            Case::Pools => self.path("pools").join(&network.name).join("addresses"),
             _ => self.path("data").join(&network.name),
         };
         let Ok(entries) = fs::read_dir(dir) else {

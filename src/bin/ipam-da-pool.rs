@@ -8,6 +8,8 @@ use ipam_delegated::{allocator_command_line, init_logging, skel, Allocator};
 
 fn main() -> ExitCode {
     init_logging("ipam-da-pool");
+    // Concurrent invocations share the log file; the pid tells them apart.
+    let _invocation = tracing::debug_span!("ipam-da-pool", pid = std::process::id()).entered();
     skel::serve(&Allocator, || {
         allocator_command_line(std::env::args_os().skip(1))
     })

@@ -8,6 +8,8 @@ use ipam_delegated::{init_logging, skel, Selector};
 
 fn main() -> ExitCode {
     init_logging("ipam-ds-static");
+    // Concurrent invocations share the log file; the pid tells them apart.
+    let _invocation = tracing::debug_span!("ipam-ds-static", pid = std::process::id()).entered();
     skel::serve(&Selector, || {
         skel::about(
             "ipam-ds-static",

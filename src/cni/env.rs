@@ -53,6 +53,17 @@ pub struct Environment {
 }
 
 impl Environment {
+    /// CNI_ARGS as its `KEY=VALUE` pairs (separated by ';'), in order; a
+    /// pair without '=' is no pair.
+    pub fn arg_pairs(&self) -> Vec<(&str, &str)> {
+        self.args
+            .as_deref()
+            .unwrap_or_default()
+            .split(';')
+            .filter_map(|pair| pair.split_once('='))
+            .collect()
+    }
+
     /// Reads and checks the variables through `var`; `Ok(None)` when
     /// CNI_COMMAND is unset or empty, which is not a CNI invocation at all.
     pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Option<Self>, Error> {

@@ -14,6 +14,9 @@ use rustls::{ClientConfig, ClientConnection, StreamOwned};
 /// one is a broken peer.
 const MAX_BODY: usize = 64 << 20;
 
+/// The longest status or header line read.
+const MAX_LINE: usize = 64 * 1024;
+
 /// A connection to one endpoint.
 pub struct Connection {
     stream: BufReader<Stream>,
@@ -68,10 +71,20 @@ impl Connection {
         tls: Option<&Arc<ClientConfig>>,
         deadline: Instant,
     ) -> io::Result<Connection> {
-        let address = (host, port).to_socket_addrs()?.next().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"))
-        })?;
-        let tcp = TcpStream::connect_timeout(&address, remaining(deadline)?)?;
+        // A name's lookup is the system resolver's, not bounded by the
+        // deadline: endpoints are best given as addresses.
+        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
+        let mut connected = None;
+        for address in (host, port).to_socket_addrs()? {
+            match TcpStream::connect_timeout(&address, remaining(deadline)?) {
+                Ok(tcp) => {
+                    connected = Some(tcp);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let tcp = connected.ok_or(last)?;
         tcp.set_nodelay(true)?;
         let stream = match tls {
             None => Stream::Plain(tcp),
@@ -162,6 +175,9 @@ impl Connection {
                 while !self.line()?.is_empty() {}
                 return Ok(body);
             }
+            if body.len().saturating_add(size) > MAX_BODY {
+                return Err(bad("an answer of more than 64 MiB".into()));
+            }
             body.extend_from_slice(&self.exactly(size)?);
             if !self.line()?.is_empty() {
                 return Err(bad("a chunk not followed by its line end".into()));
@@ -180,16 +196,21 @@ impl Connection {
 
     /// One line, without its line end; an end of stream is an error.
     fn line(&mut self) -> io::Result<String> {
-        let mut line = String::new();
-        if self.stream.read_line(&mut line)? == 0 {
+        let mut line = Vec::new();
+        // Read no further than a line may be long.
+        let read = (&mut self.stream)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if read == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the connection closed",
             ));
         }
-        if line.len() > 64 * 1024 {
+        if line.len() > MAX_LINE {
             return Err(bad("a line too long".into()));
         }
+        let line = String::from_utf8(line).map_err(|_| bad("a line that is not UTF-8".into()))?;
         Ok(line.trim_end_matches(['\r', '\n']).to_owned())
     }
 }

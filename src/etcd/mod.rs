@@ -40,9 +40,11 @@ const TRANSIENT: [u64; 4] = [4, 8, 10, 14];
 /// "key"?}, "timeout"?}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// The members' client addresses, tried in turn.
     pub endpoints: Vec<Endpoint>,
     /// Every key the pools keep starts with it.
     pub prefix: String,
+    /// The CA, and this client's certificate, for HTTPS endpoints.
     pub tls: Option<TlsFiles>,
     /// How long one call may take, across endpoints.
     pub timeout: Duration,
@@ -51,8 +53,11 @@ pub struct Settings {
 /// One member's client address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    /// A name or an address (IPv6 without brackets).
     pub host: String,
+    /// The client port.
     pub port: u16,
+    /// Whether it speaks HTTPS.
     pub tls: bool,
 }
 
@@ -60,7 +65,9 @@ pub struct Endpoint {
 /// client's certificate and key, when the cluster asks for one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
+    /// The CA's certificate(s).
     pub ca: PathBuf,
+    /// This client's certificate and key, if the cluster asks for one.
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
@@ -226,8 +233,11 @@ impl TlsFiles {
 /// A key and its value, as a range read them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kv {
+    /// The key.
     pub key: Vec<u8>,
+    /// Its value (empty in a keys-only read).
     pub value: Vec<u8>,
+    /// The revision of its last write, for a transaction's compare.
     pub mod_revision: i64,
 }
 
@@ -272,6 +282,7 @@ impl Client {
         })
     }
 
+    /// The settings the client was made with.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -358,7 +369,7 @@ impl Client {
             .map_or(std::process::id() as usize % count, |(index, _)| *index);
         loop {
             let mut last_error = String::from("no endpoint tried");
-            let mut tls_failed = None;
+            let mut tls_failed = Vec::new();
             for index in (0..count).map(|i| (first + i) % count) {
                 // A member may hold a request past the whole budget (one
                 // forwarded to a leader that died waits for etcd's own
@@ -369,16 +380,14 @@ impl Client {
                 match self.call_one(index, path, &body, try_deadline) {
                     Err(Error::EtcdUnavailable { reason, .. }) => last_error = reason,
                     // Perhaps this member's certificate only: the next.
-                    Err(tls @ Error::EtcdTls { .. }) => {
-                        tls_failed.get_or_insert(tls);
-                    }
+                    Err(tls @ Error::EtcdTls { .. }) => tls_failed.push(tls),
                     answered => return answered,
                 }
             }
-            // Every member tried, and TLS failed with some: waiting mends
-            // no certificate.
-            if let Some(tls) = tls_failed {
-                return Err(tls);
+            // TLS failed with every member: waiting mends no certificate.
+            // With some only, the others may answer later.
+            if tls_failed.len() == count {
+                return Err(tls_failed.swap_remove(0));
             }
             let pause = deadline
                 .saturating_duration_since(Instant::now())

@@ -29,7 +29,9 @@ Commands:
           store under DATADIR into the etcd cluster FILE names, each held
           by the same container, interface and node. One already there is
           left alone; one whose address another holds in etcd is named as
-          a conflict (exit status 1). With --dry-run, nothing is written.
+          a conflict (exit status 1). From then on the local store refuses
+          new addresses (code 11, try again later) until the node runs
+          FILE. With --dry-run, nothing is written.
 FILE is a conflist (its plugin that runs ipam-da-pool, directly or as a
 delegate of ipam-delegated, is used) or one plugin's configuration.
 
@@ -130,6 +132,11 @@ fn run_import(options: &Import) -> Result<bool, Error> {
     }
     let from = local::Local::open(&options.from, &net.name)?;
     let to = etcd::Etcd::new(crate::etcd::Client::new(cluster.clone())?, &net.name);
+    if !options.dry_run {
+        // From now on (the lock held) the local store refuses new claims:
+        // an ADD made locally after the import would be missing from etcd.
+        from.mark_moved()?;
+    }
     let report = import::import(&from, &to, options.dry_run)?;
     let mut out = std::io::stdout().lock();
     for line in &report.lines {

@@ -2,16 +2,17 @@
 //!
 //! ```text
 //! PREFIX/networks/NETWORK/attachments/ID:IFNAME    what the attachment holds
-//! PREFIX/networks/NETWORK/addresses/POOL/ADDRESS   who holds the address
-//! PREFIX/networks/NETWORK/hints/POOL               where to look next
+//! PREFIX/networks/NETWORK/addresses/ADDRESS        who holds the address, from which pool
+//! PREFIX/networks/NETWORK/hints/POOL               where to look next in the pool
 //! PREFIX/pools/NAME                                a pool defined centrally
 //! ```
 //!
-//! Each address is one key, written with its attachment's record in one
-//! transaction that fails if any of those keys exists: two nodes can never
-//! hold one address, and a claim is all there or not at all. Addresses are
-//! named so that their keys sort as they do, and a free one is found by
-//! reading the held keys after a hint, a page at a time.
+//! Each address is one key of the network, whatever pool names it,
+//! written with its attachment's record in one transaction that fails if
+//! any of those keys exists: two nodes can never hold one address, and a
+//! claim is all there or not at all. Addresses are named so that their
+//! keys sort as they do, and a free one is found by reading the held keys
+//! from where the search starts, a page at a time.
 
 use serde_json::Value;
 
@@ -46,12 +47,12 @@ impl Etcd {
         .into_bytes()
     }
 
-    fn pool_prefix(&self, pool: &str) -> String {
-        format!("{}addresses/{pool}/", self.network)
+    fn addresses_prefix(&self) -> String {
+        format!("{}addresses/", self.network)
     }
 
-    fn address_key(&self, pool: &str, address: Addr) -> Vec<u8> {
-        format!("{}{}", self.pool_prefix(pool), address.sortable()).into_bytes()
+    fn address_key(&self, address: Addr) -> Vec<u8> {
+        format!("{}{}", self.addresses_prefix(), address.sortable()).into_bytes()
     }
 
     fn hint_key(&self, pool: &str) -> Vec<u8> {
@@ -65,51 +66,50 @@ impl Store for Etcd {
         Ok(found.and_then(|kv| store::read_holding(&kv.value, kv.mod_revision)))
     }
 
-    fn holder(&self, pool: &str, address: Addr) -> Result<Option<Owner>, Error> {
-        let found = self.client.get(&self.address_key(pool, address))?;
-        Ok(found.map(|kv| {
-            // A record that says no one still makes the address taken.
-            store::read_owner(&kv.value).unwrap_or(Owner {
-                id: String::new(),
-                ifname: String::new(),
-                node: String::new(),
-            })
-        }))
+    fn holder(&self, address: Addr) -> Result<Option<Owner>, Error> {
+        let found = self.client.get(&self.address_key(address))?;
+        // A record that says no one still makes the address taken.
+        Ok(found.map(|kv| store::read_owner(&kv.value).unwrap_or_else(Owner::unknown)))
     }
 
     fn first_free(
         &self,
-        pool: &str,
         from: Addr,
         to: Addr,
         gives: &dyn Fn(Addr) -> bool,
     ) -> Result<Option<Addr>, Error> {
-        let prefix = self.pool_prefix(pool);
-        let mut end = self.address_key(pool, to);
+        let prefix = self.addresses_prefix();
+        let mut end = self.address_key(to);
         // Just after `to`'s key: the read is of [from, to].
         end.push(0);
         let mut candidate = from;
+        let mut read_from = self.address_key(from);
         loop {
-            let page = self
-                .client
-                .range(&self.address_key(pool, candidate), &end, PAGE, true)?;
-            let taken: Vec<Addr> = page
+            let page = self.client.range(&read_from, &end, PAGE, true)?;
+            if let Some(last) = page.last() {
+                // The next page starts after this one, whatever its keys.
+                read_from = last.key.clone();
+                read_from.push(0);
+            }
+            // An IPv6 key can sort between two IPv4 ones ("2001:…" after
+            // "200.…"): the other family's keys are not this search's.
+            let taken = page
                 .iter()
                 .filter_map(|kv| {
                     let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_bytes())?).ok()?;
                     Addr::from_sortable(name)
                 })
-                .collect();
-            for held in &taken {
+                .filter(|held| held.family() == from.family());
+            for held in taken {
                 // Every address before the next held one is free.
-                while candidate < *held {
+                while candidate < held {
                     if gives(candidate) {
                         return Ok(Some(candidate));
                     }
-                    candidate = candidate.plus(1).unwrap_or(*held);
+                    candidate = candidate.plus(1).unwrap_or(held);
                 }
                 match held.plus(1) {
-                    Some(next) if next <= to => candidate = next,
+                    Some(next) if next <= to => candidate = next.max(candidate),
                     _ => return Ok(None),
                 }
             }
@@ -142,13 +142,12 @@ impl Store for Etcd {
 
     fn claim(&self, owner: &Owner, held: &[Held]) -> Result<bool, Error> {
         let attachment = self.attachment_key(&owner.id, &owner.ifname);
-        let address_record = store::address_record(owner);
         let mut compares = vec![Compare::Absent(attachment.clone())];
         let mut ops = vec![Op::Put(attachment, store::attachment_record(owner, held))];
         for h in held {
-            let key = self.address_key(&h.pool, h.address);
+            let key = self.address_key(h.address);
             compares.push(Compare::Absent(key.clone()));
-            ops.push(Op::Put(key, address_record.clone()));
+            ops.push(Op::Put(key, store::address_record(owner, &h.pool)));
             if let Some(next) = h.address.plus(1) {
                 ops.push(Op::Put(
                     self.hint_key(&h.pool),
@@ -164,12 +163,12 @@ impl Store for Etcd {
         let mut compares = vec![Compare::Unchanged(attachment.clone(), holding.revision)];
         let mut ops = vec![Op::Delete(attachment)];
         for h in &holding.held {
-            let key = self.address_key(&h.pool, h.address);
+            let key = self.address_key(h.address);
             let Some(kv) = self.client.get(&key)? else {
                 continue;
             };
-            let mine = store::read_owner(&kv.value)
-                .is_some_and(|o| o.id == holding.owner.id && o.ifname == holding.owner.ifname);
+            let mine =
+                store::read_owner(&kv.value).is_some_and(|o| o.same_attachment(&holding.owner));
             if mine {
                 compares.push(Compare::Unchanged(key.clone(), kv.mod_revision));
                 ops.push(Op::Delete(key));
@@ -202,5 +201,9 @@ impl Store for Etcd {
 
     fn ping(&self) -> Result<(), Error> {
         self.client.get(self.network.as_bytes()).map(drop)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
     }
 }

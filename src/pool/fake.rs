@@ -14,7 +14,7 @@ use crate::error::Error;
 #[derive(Default)]
 pub struct Fake {
     pub attachments: RefCell<BTreeMap<(String, String), Holding>>,
-    pub addresses: RefCell<BTreeMap<(String, Addr), Owner>>,
+    pub addresses: RefCell<BTreeMap<Addr, Owner>>,
     pub hints: RefCell<HashMap<String, Addr>>,
     /// Pools the store defines, as etcd's `PREFIX/pools/NAME`.
     pub pools: HashMap<String, Value>,
@@ -22,6 +22,8 @@ pub struct Fake {
     pub losing_claims: Cell<usize>,
     /// How many addresses `first_free` has looked at.
     pub looked_at: Cell<u128>,
+    /// Whether it stands for a local store (one node's records only).
+    pub local: bool,
 }
 
 impl Fake {
@@ -30,7 +32,7 @@ impl Fake {
         self.addresses
             .borrow()
             .keys()
-            .map(|(_, address)| address.to_string())
+            .map(|address| address.to_string())
             .collect()
     }
 }
@@ -44,17 +46,12 @@ impl Store for Fake {
             .cloned())
     }
 
-    fn holder(&self, pool: &str, address: Addr) -> Result<Option<Owner>, Error> {
-        Ok(self
-            .addresses
-            .borrow()
-            .get(&(pool.to_owned(), address))
-            .cloned())
+    fn holder(&self, address: Addr) -> Result<Option<Owner>, Error> {
+        Ok(self.addresses.borrow().get(&address).cloned())
     }
 
     fn first_free(
         &self,
-        pool: &str,
         from: Addr,
         to: Addr,
         gives: &dyn Fn(Addr) -> bool,
@@ -63,7 +60,7 @@ impl Store for Fake {
         let mut candidate = from;
         loop {
             self.looked_at.set(self.looked_at.get() + 1);
-            if gives(candidate) && !addresses.contains_key(&(pool.to_owned(), candidate)) {
+            if gives(candidate) && !addresses.contains_key(&candidate) {
                 return Ok(Some(candidate));
             }
             match candidate.plus(1) {
@@ -84,15 +81,19 @@ impl Store for Fake {
         }
         let key = (owner.id.clone(), owner.ifname.clone());
         let mut addresses = self.addresses.borrow_mut();
+        // As the stores: one record per address, the attachment's first.
+        let repeated = held
+            .iter()
+            .enumerate()
+            .any(|(i, h)| held[..i].iter().any(|e| e.address == h.address));
         if self.attachments.borrow().contains_key(&key)
-            || held
-                .iter()
-                .any(|h| addresses.contains_key(&(h.pool.clone(), h.address)))
+            || repeated
+            || held.iter().any(|h| addresses.contains_key(&h.address))
         {
             return Ok(false);
         }
         for h in held {
-            addresses.insert((h.pool.clone(), h.address), owner.clone());
+            addresses.insert(h.address, owner.clone());
             if let Some(next) = h.address.plus(1) {
                 self.hints.borrow_mut().insert(h.pool.clone(), next);
             }
@@ -114,12 +115,11 @@ impl Store for Fake {
         }
         let mut addresses = self.addresses.borrow_mut();
         for h in &holding.held {
-            let slot = (h.pool.clone(), h.address);
             if addresses
-                .get(&slot)
-                .is_some_and(|o| o.id == holding.owner.id)
+                .get(&h.address)
+                .is_some_and(|o| o.same_attachment(&holding.owner))
             {
-                addresses.remove(&slot);
+                addresses.remove(&h.address);
             }
         }
         self.attachments.borrow_mut().remove(&key);
@@ -136,5 +136,9 @@ impl Store for Fake {
 
     fn ping(&self) -> Result<(), Error> {
         Ok(())
+    }
+
+    fn is_shared(&self) -> bool {
+        !self.local
     }
 }

@@ -4,19 +4,22 @@
 //!
 //! ```text
 //! DATADIR/NETWORK/attachments/ID:IFNAME    what the attachment holds
-//! DATADIR/NETWORK/addresses/POOL/ADDRESS   who holds the address
-//! DATADIR/NETWORK/hints/POOL               where to look next
+//! DATADIR/NETWORK/addresses/ADDRESS        who holds the address, from which pool
+//! DATADIR/NETWORK/hints/POOL               where to look next in the pool
+//! DATADIR/NETWORK/moved                    the network's reservations are in etcd now
 //! ```
 //!
-//! Every record is written whole or not at all (a temporary file, synced,
-//! then a link), so a SIGKILL at any instant leaves no empty or unowned
-//! record. An attachment's record is written before its addresses and
-//! removed after them: an address is never held by an attachment that no
-//! DEL or GC can find. Changes reach the disk in that order, through the
-//! filesystem's journal, but are not each synced into their directory: a
-//! power loss may undo the last ones, for containers that are gone with
-//! it (a record that comes back is stale, and GC frees it); not syncing
-//! saves two thirds of an ADD's disk waits. The hint is not synced at all.
+//! An address is one file of the network, whatever pool names it, so two
+//! pools that overlap can never give it twice. Every record is written
+//! whole or not at all (a temporary file, synced, then a link), so a
+//! SIGKILL at any instant leaves no empty or unowned record. An
+//! attachment's record is written before its addresses and removed after
+//! them: an address is never held by an attachment that no DEL or GC can
+//! find. Changes reach the disk in that order, through the filesystem's
+//! journal, but are not each synced into their directory: a power loss may
+//! undo the last ones, for containers that are gone with it (a record that
+//! comes back is stale, and GC frees it); not syncing saves two thirds of
+//! an ADD's disk waits. The hint is not synced at all.
 
 use std::path::Path;
 
@@ -31,6 +34,8 @@ use crate::sys::Lock;
 const ATTACHMENTS: &str = "attachments";
 const ADDRESSES: &str = "addresses";
 const HINTS: &str = "hints";
+/// Left by `ipam-da-pool import`: new claims belong in etcd from then on.
+const MOVED: &str = "moved";
 
 /// A network's files, locked.
 pub struct Local {
@@ -41,40 +46,59 @@ impl Local {
     /// Opens (making it if need be) and locks network `name`'s directory
     /// under `data_dir`, waiting for any other holder unless asked to stop.
     pub fn open(data_dir: &Path, name: &str) -> Result<Local, Error> {
-        let root = Dir::open_made(data_dir).map_err(|e| Error::Files {
-            path: data_dir.to_owned(),
-            error: e,
-        })?;
-        let network = root
-            .child_made(name)
-            .map_err(|e| root.error_at(name, e))?
-            .with_durability(Durability::Ordered);
+        let root = Dir::open_made(data_dir).map_err(|e| files(data_dir, e))?;
+        let network = root.child_made(name).map_err(|e| root.error_at(name, e))?;
+        Local::locked(network)
+    }
+
+    /// As [`Local::open`], but `None`, and nothing made, when the network
+    /// has no directory: it holds nothing.
+    pub fn open_existing(data_dir: &Path, name: &str) -> Result<Option<Local>, Error> {
+        let root = match Dir::open(data_dir) {
+            Ok(root) => root,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(files(data_dir, e)),
+        };
+        match root.child(name).map_err(|e| root.error_at(name, e))? {
+            Some(network) => Local::locked(network).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn locked(network: Dir) -> Result<Local, Error> {
+        let network = network.with_durability(Durability::Ordered);
         network.lock(Lock::Exclusive, None)?;
         Ok(Local { network })
     }
 
-    /// Sub-directory `name` of the network's, if it exists (or made, with
-    /// `make`).
-    fn sub(&self, name: &str, make: bool) -> Result<Option<Dir>, Error> {
-        let found = if make {
-            self.network.child_made(name).map(Some)
-        } else {
-            self.network.child(name)
-        };
-        found.map_err(|e| self.network.error_at(name, e))
+    /// Marks the network as moved into etcd: from now on a claim here is
+    /// refused (code 11) until the node's configuration names the cluster.
+    pub fn mark_moved(&self) -> Result<(), Error> {
+        let note = b"ipam-da-pool import copied this network's reservations into etcd\n";
+        self.network
+            .replace(MOVED, note)
+            .map_err(|e| self.network.error_at(MOVED, e))
     }
 
-    /// The directory of `pool`'s addresses, if it exists (or made).
-    fn pool(&self, pool: &str, make: bool) -> Result<Option<Dir>, Error> {
-        let Some(addresses) = self.sub(ADDRESSES, make)? else {
-            return Ok(None);
-        };
-        let found = if make {
-            addresses.child_made(pool).map(Some)
-        } else {
-            addresses.child(pool)
-        };
-        found.map_err(|e| addresses.error_at(pool, e))
+    /// Sub-directory `name` of the network's, if it exists.
+    fn sub(&self, name: &str) -> Result<Option<Dir>, Error> {
+        self.network
+            .child(name)
+            .map_err(|e| self.network.error_at(name, e))
+    }
+
+    /// Sub-directory `name` of the network's, made if need be.
+    fn sub_made(&self, name: &str) -> Result<Dir, Error> {
+        self.network
+            .child_made(name)
+            .map_err(|e| self.network.error_at(name, e))
+    }
+}
+
+fn files(path: &Path, error: std::io::Error) -> Error {
+    Error::Files {
+        path: path.to_owned(),
+        error,
     }
 }
 
@@ -88,36 +112,28 @@ fn remove(dir: &Dir, name: &str) -> Result<bool, Error> {
 
 impl Store for Local {
     fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
-        let Some(attachments) = self.sub(ATTACHMENTS, false)? else {
+        let Some(attachments) = self.sub(ATTACHMENTS)? else {
             return Ok(None);
         };
         let name = store::attachment_name(id, ifname);
         Ok(read(&attachments, &name)?.and_then(|record| store::read_holding(&record, 0)))
     }
 
-    fn holder(&self, pool: &str, address: Addr) -> Result<Option<Owner>, Error> {
-        let Some(dir) = self.pool(pool, false)? else {
+    fn holder(&self, address: Addr) -> Result<Option<Owner>, Error> {
+        let Some(dir) = self.sub(ADDRESSES)? else {
             return Ok(None);
         };
-        match read(&dir, &address.to_string())? {
-            None => Ok(None),
-            // A record that says no one still makes the address taken.
-            Some(record) => Ok(Some(store::read_owner(&record).unwrap_or(Owner {
-                id: String::new(),
-                ifname: String::new(),
-                node: String::new(),
-            }))),
-        }
+        let record = read(&dir, &address.to_string())?;
+        Ok(record.map(|record| store::read_owner(&record).unwrap_or_else(Owner::unknown)))
     }
 
     fn first_free(
         &self,
-        pool: &str,
         from: Addr,
         to: Addr,
         gives: &dyn Fn(Addr) -> bool,
     ) -> Result<Option<Addr>, Error> {
-        let dir = self.pool(pool, false)?;
+        let dir = self.sub(ADDRESSES)?;
         let mut candidate = from;
         loop {
             if gives(candidate) {
@@ -139,7 +155,7 @@ impl Store for Local {
     }
 
     fn hint(&self, pool: &str) -> Result<Option<Addr>, Error> {
-        let Some(hints) = self.sub(HINTS, false)? else {
+        let Some(hints) = self.sub(HINTS)? else {
             return Ok(None);
         };
         let text = read(&hints, pool)?.unwrap_or_default();
@@ -151,9 +167,16 @@ impl Store for Local {
     }
 
     fn claim(&self, owner: &Owner, held: &[Held]) -> Result<bool, Error> {
-        let Some(attachments) = self.sub(ATTACHMENTS, true)? else {
-            return Ok(false);
-        };
+        if self
+            .network
+            .contains(MOVED)
+            .map_err(|e| self.network.error(e))?
+        {
+            return Err(Error::Moved {
+                marker: self.network.path().join(MOVED),
+            });
+        }
+        let attachments = self.sub_made(ATTACHMENTS)?;
         let name = store::attachment_name(&owner.id, &owner.ifname);
         let record = store::attachment_record(owner, held);
         if !attachments
@@ -162,51 +185,47 @@ impl Store for Local {
         {
             return Ok(false);
         }
-        let address_record = store::address_record(owner);
-        let mut made: Vec<(Dir, String)> = Vec::new();
+        let addresses = self.sub_made(ADDRESSES)?;
+        let mut made: Vec<String> = Vec::new();
         for h in held {
-            let Some(dir) = self.pool(&h.pool, true)? else {
-                continue;
-            };
             let address = h.address.to_string();
-            if !dir
+            let address_record = store::address_record(owner, &h.pool);
+            if !addresses
                 .create(&address, &address_record)
-                .map_err(|e| dir.error_at(&address, e))?
+                .map_err(|e| addresses.error_at(&address, e))?
             {
                 // Taken: what this claim made is undone, the record last.
-                for (dir, address) in &made {
-                    remove(dir, address)?;
+                for address in &made {
+                    remove(&addresses, address)?;
                 }
                 remove(&attachments, &name)?;
                 return Ok(false);
             }
-            made.push((dir, address));
+            made.push(address);
         }
-        if let Some(hints) = self.sub(HINTS, true)? {
-            for h in held {
-                if let Some(next) = h.address.plus(1) {
-                    // A hint only: losing it to a crash costs a longer look.
-                    let _ = hints.overwrite(&h.pool, next.to_string().as_bytes());
-                }
+        let hints = self.sub_made(HINTS)?;
+        for h in held {
+            if let Some(next) = h.address.plus(1) {
+                // A hint only: losing it to a crash costs a longer look.
+                let _ = hints.overwrite(&h.pool, next.to_string().as_bytes());
             }
         }
         Ok(true)
     }
 
     fn release(&self, holding: &Holding) -> Result<bool, Error> {
-        for h in &holding.held {
-            let Some(dir) = self.pool(&h.pool, false)? else {
-                continue;
-            };
-            let address = h.address.to_string();
-            let mine = read(&dir, &address)?
-                .and_then(|record| store::read_owner(&record))
-                .is_some_and(|o| o.id == holding.owner.id && o.ifname == holding.owner.ifname);
-            if mine {
-                remove(&dir, &address)?;
+        if let Some(addresses) = self.sub(ADDRESSES)? {
+            for h in &holding.held {
+                let address = h.address.to_string();
+                let mine = read(&addresses, &address)?
+                    .and_then(|record| store::read_owner(&record))
+                    .is_some_and(|o| o.same_attachment(&holding.owner));
+                if mine {
+                    remove(&addresses, &address)?;
+                }
             }
         }
-        if let Some(attachments) = self.sub(ATTACHMENTS, false)? {
+        if let Some(attachments) = self.sub(ATTACHMENTS)? {
             remove(
                 &attachments,
                 &store::attachment_name(&holding.owner.id, &holding.owner.ifname),
@@ -216,7 +235,7 @@ impl Store for Local {
     }
 
     fn holdings(&self) -> Result<Vec<Holding>, Error> {
-        let Some(attachments) = self.sub(ATTACHMENTS, false)? else {
+        let Some(attachments) = self.sub(ATTACHMENTS)? else {
             return Ok(Vec::new());
         };
         let names = attachments.names().map_err(|e| attachments.error(e))?;
@@ -237,5 +256,9 @@ impl Store for Local {
     fn ping(&self) -> Result<(), Error> {
         // Locked and open: it answers.
         Ok(())
+    }
+
+    fn is_shared(&self) -> bool {
+        false
     }
 }

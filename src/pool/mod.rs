@@ -13,21 +13,22 @@ mod fake;
 mod import;
 mod local;
 mod range;
+mod reply;
+mod search;
 mod settings;
 mod store;
 
 use std::io::Write;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::warn;
 
-use crate::cni::{self, Environment, NetConf};
+use crate::cni::{Environment, NetConf};
 use crate::error::Error;
 use crate::skel::{self, Plugin};
 pub use cli::main as command_line;
 pub(crate) use range::Addr;
-use range::{Family, Range};
-pub(crate) use settings::{requested_by_runtime, Pool, Wanted};
+pub(crate) use settings::{invalid, requested_by_runtime, Pool, Wanted};
 use settings::{Settings, StoreSettings};
 use store::{Held, Holding, Owner, Store};
 
@@ -41,38 +42,52 @@ pub struct Allocator;
 impl Plugin for Allocator {
     fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
         let settings = Settings::from_net(&net)?;
-        let store = open(&settings, &net.name)?;
         let asked = settings::requested_by_runtime(env, &net)?;
+        let store = open(&settings, &net.name)?;
         let result = add(&*store, &net, &settings, &owner(env, &settings), &asked)?;
         skel::write_reply(stdout, &result)
     }
 
+    /// Reads only where the records are: a mistake in a pool must never
+    /// stop a teardown.
     fn del(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
-        let settings = Settings::from_net(&net)?;
-        let store = open(&settings, &net.name)?;
-        del(&*store, &owner(env, &settings))
+        let settings = Settings::store_only(&net)?;
+        match open_existing(&settings, &net.name)? {
+            Some(store) => del(&*store, &owner(env, &settings)),
+            None => Ok(()),
+        }
     }
 
     fn check(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
-        let settings = Settings::from_net(&net)?;
-        let store = open(&settings, &net.name)?;
-        check(&*store, &net, &owner(env, &settings))
+        let settings = Settings::store_only(&net)?;
+        let owner = owner(env, &settings);
+        match open_existing(&settings, &net.name)? {
+            Some(store) => check(&*store, &net, &owner),
+            None => Err(nothing_held(&owner)),
+        }
     }
 
     fn gc(&self, _env: &Environment, net: NetConf) -> Result<(), Error> {
-        let settings = Settings::from_net(&net)?;
-        let store = open(&settings, &net.name)?;
-        gc(&*store, &net, &settings)
+        let settings = Settings::store_only(&net)?;
+        let valid = valid_attachments(&net)?;
+        match open_existing(&settings, &net.name)? {
+            Some(store) => gc(&*store, &valid, &settings),
+            None => Ok(()),
+        }
     }
 
     fn status(&self, _env: &Environment, net: NetConf) -> Result<(), Error> {
         let settings = Settings::from_net(&net)?;
-        let store = open(&settings, &net.name).map_err(|e| Error::NotAvailable(e.to_string()))?;
-        status(&*store, &settings)
+        let not_available = |e: Error| Error::NotAvailable(e.to_string());
+        match open_existing(&settings, &net.name).map_err(not_available)? {
+            Some(store) => status(&*store, &settings),
+            // A local store with no records: every pool is free.
+            None => Ok(()),
+        }
     }
 }
 
-/// The store the settings name, for network `name`.
+/// The store the settings name, for network `name`, made if need be.
 fn open(settings: &Settings, name: &str) -> Result<Box<dyn Store>, Error> {
     Ok(match &settings.store {
         StoreSettings::Local { data_dir } => Box::new(local::Local::open(data_dir, name)?),
@@ -81,6 +96,16 @@ fn open(settings: &Settings, name: &str) -> Result<Box<dyn Store>, Error> {
             name,
         )),
     })
+}
+
+/// The store as [`open`] has it, but `None`, and nothing made, for a local
+/// store that has no records of the network.
+fn open_existing(settings: &Settings, name: &str) -> Result<Option<Box<dyn Store>>, Error> {
+    match &settings.store {
+        StoreSettings::Local { data_dir } => Ok(local::Local::open_existing(data_dir, name)?
+            .map(|store| Box::new(store) as Box<dyn Store>)),
+        StoreSettings::Etcd(_) => open(settings, name).map(Some),
+    }
 }
 
 /// The attachment a command is for. ADD, DEL and CHECK always have both
@@ -108,21 +133,13 @@ fn add(
         .iter()
         .map(|w| pool_of(store, settings, w))
         .collect::<Result<_, _>>()?;
-    for address in asked {
-        if !pools.iter().any(|p| p.range_of(*address).is_some()) {
-            let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-            return Err(Error::AddressUnavailable {
-                address: address.to_string(),
-                pool: names.join(", "),
-                why: "it is in none of the pools asked for".into(),
-            });
-        }
-    }
+    let requested = requested(&wanted, &pools, asked)?;
     let mut lost = 0;
     for _ in 0..ATTEMPTS {
         if let Some(holding) = store.holding(&owner.id, &owner.ifname)? {
             if holds_all(store, &holding)? {
-                return reply(store, net, settings, &pools, &holding.held);
+                still_asked(&holding, &pools, &requested)?;
+                return reply::reply(store, net, settings, &pools, &holding.held);
             }
             // A claim cut short (the allocator killed between its record
             // and its addresses): what it got is given back, and the ADD
@@ -135,14 +152,14 @@ fn add(
             store.release(&holding)?;
             continue;
         }
-        let mut chosen = Vec::new();
-        for (w, pool) in wanted.iter().zip(&pools) {
-            let requested = w
-                .requested
-                .or_else(|| asked.iter().copied().find(|a| pool.range_of(*a).is_some()));
-            let address = match requested {
-                Some(address) => check_requested(store, pool, address, owner)?,
-                None => choose_free(store, pool, starting_point(store, pool, lost)?)?,
+        let mut chosen: Vec<Held> = Vec::new();
+        for (pool, asked) in pools.iter().zip(&requested) {
+            let address = match asked {
+                Some(address) => check_requested(store, pool, *address, owner)?,
+                None => {
+                    let start = search::starting_point(store, pool, lost)?;
+                    search::choose_free(store, pool, start, &chosen)?
+                }
             };
             chosen.push(Held {
                 pool: pool.name.clone(),
@@ -150,20 +167,92 @@ fn add(
             });
         }
         if store.claim(owner, &chosen)? {
-            return reply(store, net, settings, &pools, &chosen);
+            return reply::reply(store, net, settings, &pools, &chosen);
         }
         lost += 1;
     }
     Err(Error::Busy(format!(
-        "another node took the addresses chosen, {ATTEMPTS} times over"
+        "other attachments took the addresses chosen, {ATTEMPTS} times over"
     )))
+}
+
+/// The address asked for in each pool, if one is: the pool's own
+/// `requested-ip`, or one the runtime asks for that the pool's ranges
+/// hold. Every address asked for must find its pool, and a pool cannot be
+/// asked for two (code 111); nothing is claimed otherwise.
+fn requested(
+    wanted: &[Wanted],
+    pools: &[Pool],
+    asked: &[Addr],
+) -> Result<Vec<Option<Addr>>, Error> {
+    let mut requested: Vec<Option<Addr>> = wanted.iter().map(|w| w.requested).collect();
+    let names = || {
+        let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+        names.join(", ")
+    };
+    for address in asked {
+        let holding: Vec<usize> = (0..pools.len())
+            .filter(|i| pools[*i].range_of(*address).is_some())
+            .collect();
+        if holding.iter().any(|i| requested[*i] == Some(*address)) {
+            continue;
+        }
+        let Some(free) = holding.iter().find(|i| requested[**i].is_none()) else {
+            let why = match holding.first() {
+                None => "it is in none of the pools asked for".to_owned(),
+                Some(i) => format!(
+                    "pool {:?} is asked for {} already",
+                    pools[*i].name,
+                    requested[*i].map(|a| a.to_string()).unwrap_or_default()
+                ),
+            };
+            return Err(Error::AddressUnavailable {
+                address: address.to_string(),
+                pool: names(),
+                why,
+            });
+        };
+        requested[*free] = Some(*address);
+    }
+    for (i, address) in requested.iter().enumerate() {
+        if let Some(address) = address {
+            if requested[..i].contains(&Some(*address)) {
+                return Err(Error::AddressUnavailable {
+                    address: address.to_string(),
+                    pool: names(),
+                    why: "two pools are asked for it: an attachment holds an address once".into(),
+                });
+            }
+        }
+    }
+    Ok(requested)
+}
+
+/// An ADD repeated for an attachment that holds its addresses already must
+/// not ask for others: it would get what it holds, not what it asks for.
+fn still_asked(holding: &Holding, pools: &[Pool], requested: &[Option<Addr>]) -> Result<(), Error> {
+    for (pool, asked) in pools.iter().zip(requested) {
+        let Some(asked) = asked else { continue };
+        if !holding.held.iter().any(|h| h.address == *asked) {
+            let held: Vec<String> = holding.held.iter().map(|h| h.address.to_string()).collect();
+            return Err(Error::AddressUnavailable {
+                address: asked.to_string(),
+                pool: pool.name.clone(),
+                why: format!(
+                    "the attachment holds {} already: DEL it first",
+                    held.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether the attachment holds every address its record lists.
 fn holds_all(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
     for h in &holding.held {
-        let holder = store.holder(&h.pool, h.address)?;
-        if !holder.is_some_and(|o| o.id == holding.owner.id && o.ifname == holding.owner.ifname) {
+        let holder = store.holder(h.address)?;
+        if !holder.is_some_and(|o| o.same_attachment(&holding.owner)) {
             return Ok(false);
         }
     }
@@ -177,11 +266,10 @@ fn pool_of(store: &dyn Store, settings: &Settings, wanted: &Wanted) -> Result<Po
         return Ok(pool.clone());
     }
     find_pool(store, settings, &wanted.name)?.ok_or_else(|| {
-        cni::Error::InvalidConfig(format!(
+        invalid(format!(
             "pool {:?} is not defined: not in the previous result, nor in \"ipam.pool.pools\", nor in the store",
             wanted.name
         ))
-        .into()
     })
 }
 
@@ -222,161 +310,13 @@ fn check_requested(
         };
         return Err(refuse(format!("it is {what} of {}", range.subnet())));
     }
-    match store.holder(&pool.name, address)? {
-        Some(holder) if holder.id != owner.id || holder.ifname != owner.ifname => {
-            Err(refuse(format!(
-                "it is held by {}/{} on node {}",
-                holder.id, holder.ifname, holder.node
-            )))
-        }
+    match store.holder(address)? {
+        Some(holder) if !holder.same_attachment(owner) => Err(refuse(format!(
+            "it is held by {}/{} on node {}",
+            holder.id, holder.ifname, holder.node
+        ))),
         _ => Ok(address),
     }
-}
-
-/// Where an attempt starts looking in `pool`: until a race is lost, from
-/// the hint (just after the last address given; the first range's start
-/// without one), so that addresses go round the pool in order; after `lost` races, at a random address of a
-/// random range, so that the nodes that raced for one address spread out
-/// rather than race again for the next.
-fn starting_point(store: &dyn Store, pool: &Pool, lost: usize) -> Result<Addr, Error> {
-    if lost > 0 {
-        return Ok(random_address(pool));
-    }
-    let hint = store.hint(&pool.name)?;
-    Ok(hint
-        .filter(|h| pool.range_of(*h).is_some())
-        .unwrap_or(pool.ranges[0].start))
-}
-
-/// A number no other process draws: SipHash keyed from the system's
-/// randomness, which std seeds once per thread and steps per use.
-fn random() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(0u8)
-}
-
-/// How many addresses one look at a place covers: one page of etcd keys
-/// costs what one key does, a few probes of local files next to nothing.
-const WINDOW: u128 = 16;
-
-/// How many random places a search looks at before it goes through the
-/// pool in order. However a pool 90 % full is laid out, a random place is
-/// free one time in ten: 64 looks all fail once in a thousand searches.
-const RANDOM_LOOKS: usize = 64;
-
-/// A free address of `pool`, as cheap to find in a nearly full pool as in
-/// an empty one: first just from `start`, then at random places, and only
-/// then (a pool that may be exhausted) through every range in order, from
-/// `start` round to it again.
-fn choose_free(store: &dyn Store, pool: &Pool, start: Addr) -> Result<Addr, Error> {
-    let look = |at: Addr| -> Result<Option<Addr>, Error> {
-        let Some(range) = pool.range_of(at) else {
-            return Ok(None);
-        };
-        let to = at
-            .plus(WINDOW - 1)
-            .filter(|to| *to <= range.end)
-            .unwrap_or(range.end);
-        store.first_free(&pool.name, at, to, &|a| range.gives(a))
-    };
-    let randoms = (0..RANDOM_LOOKS).map(|_| random_address(pool));
-    for at in std::iter::once(start).chain(randoms) {
-        if let Some(free) = look(at)? {
-            return Ok(free);
-        }
-    }
-    let first = pool
-        .ranges
-        .iter()
-        .position(|r| r.contains(start))
-        .unwrap_or(0);
-    let count = pool.ranges.len();
-    for i in 0..count {
-        let range = &pool.ranges[(first + i) % count];
-        let from = if i == 0 { start } else { range.start };
-        let gives = |a: Addr| range.gives(a);
-        if let Some(free) = store.first_free(&pool.name, from, range.end, &gives)? {
-            return Ok(free);
-        }
-    }
-    let range = &pool.ranges[first];
-    let gives = |a: Addr| range.gives(a);
-    if let Some(free) = store.first_free(&pool.name, range.start, start, &gives)? {
-        return Ok(free);
-    }
-    Err(Error::PoolExhausted {
-        pool: pool.name.clone(),
-    })
-}
-
-/// An address of `pool` drawn at random, every address alike (within the
-/// first 2^64 of a range).
-fn random_address(pool: &Pool) -> Addr {
-    let sizes: Vec<u128> = pool.ranges.iter().map(Range::size).collect();
-    let total = sizes
-        .iter()
-        .fold(0u128, |sum, size| sum.saturating_add(*size));
-    let mut n = u128::from(random()) % total.max(1);
-    for (range, size) in pool.ranges.iter().zip(sizes) {
-        if n < size {
-            return range.at(n);
-        }
-        n -= size;
-    }
-    pool.ranges[0].start
-}
-
-/// The result of an ADD that gives `held`: every member of the previous
-/// result kept in its place but those the allocator sets (`cniVersion`,
-/// `ips`, and `routes` when `ipam.pool.routes` is set), which are set in
-/// the configuration's version.
-fn reply(
-    store: &dyn Store,
-    net: &NetConf,
-    settings: &Settings,
-    pools: &[Pool],
-    held: &[Held],
-) -> Result<Vec<u8>, Error> {
-    let legacy = matches!(net.cni_version, "0.3.0" | "0.3.1" | "0.4.0");
-    let mut ips = Vec::new();
-    for h in held {
-        let pool = match pools.iter().find(|p| p.name == h.pool) {
-            Some(pool) => pool.clone(),
-            None => find_pool(store, settings, &h.pool)?.ok_or_else(|| {
-                cni::Error::InvalidConfig(format!(
-                    "pool {:?}, which the attachment holds {} of, is no longer defined",
-                    h.pool, h.address
-                ))
-            })?,
-        };
-        let range: &Range = pool.range_of(h.address).ok_or_else(|| {
-            cni::Error::InvalidConfig(format!(
-                "{} is outside pool {:?}'s ranges as they are now defined",
-                h.address, h.pool
-            ))
-        })?;
-        let mut ip = serde_json::Map::new();
-        if legacy {
-            let version = if h.address.family() == Family::V4 {
-                "4"
-            } else {
-                "6"
-            };
-            ip.insert("version".into(), json!(version));
-        }
-        ip.insert(
-            "address".into(),
-            json!(format!("{}/{}", h.address, range.prefix)),
-        );
-        ip.insert("gateway".into(), json!(range.gateway.to_string()));
-        ips.push(Value::Object(ip));
-    }
-    let ips = Value::Array(ips).to_string();
-    let mut set = vec![("ips", ips.as_str())];
-    if let Some(routes) = &settings.routes {
-        set.push(("routes", routes));
-    }
-    Ok(net.result_on_previous(&set))
 }
 
 /// DEL: gives back what the attachment holds, if anything.
@@ -395,94 +335,109 @@ fn del(store: &dyn Store, owner: &Owner) -> Result<(), Error> {
     )))
 }
 
-/// CHECK: every address of the previous result must be held by the
-/// attachment, in the store's records of both.
+/// CHECK fails for an attachment that holds nothing here.
+fn nothing_held(owner: &Owner) -> Error {
+    Error::NotHeld {
+        address: "any address".into(),
+        id: owner.id.clone(),
+        ifname: owner.ifname.clone(),
+        why: "the attachment holds no address in this network".into(),
+    }
+}
+
+/// CHECK: every address the attachment's record lists must be in the
+/// previous result and held by it; an address of the previous result that
+/// the network's records give to another attachment is a failure too.
+/// Addresses the records do not know are another delegate's business.
 fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(), Error> {
     let prev: Value = net
         .member("prevResult")
         .and_then(|raw| serde_json::from_str(raw.get()).ok())
-        .ok_or_else(|| {
-            cni::Error::InvalidConfig("CHECK needs the ADD's result as \"prevResult\"".into())
-        })?;
-    let holding = store.holding(&owner.id, &owner.ifname)?;
-    let not_held = |address: &str, why: String| Error::NotHeld {
-        address: address.to_owned(),
+        .ok_or_else(|| invalid("CHECK needs the ADD's result as \"prevResult\"".into()))?;
+    let not_held = |address: String, why: String| Error::NotHeld {
+        address,
         id: owner.id.clone(),
         ifname: owner.ifname.clone(),
         why,
     };
-    for ip in prev
-        .get("ips")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let text = ip
-            .get("address")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let Some(address) = text
+    let mut listed = Vec::new();
+    for ip in prev["ips"].as_array().into_iter().flatten() {
+        let text = ip["address"].as_str().unwrap_or_default();
+        let address = text
             .split('/')
             .next()
             .and_then(|a| a.parse().ok())
-            .map(Addr::new)
-        else {
-            return Err(not_held(text, "it is not an address".into()));
-        };
-        let Some(held) = holding
-            .as_ref()
-            .and_then(|h| h.held.iter().find(|h| h.address == address))
-        else {
-            return Err(not_held(
-                text,
-                "the attachment's record does not list it".into(),
-            ));
-        };
-        match store.holder(&held.pool, address)? {
-            Some(o) if o.id == owner.id && o.ifname == owner.ifname => {}
-            Some(o) => {
-                return Err(not_held(
-                    text,
-                    format!(
-                        "pool {:?} records {}/{} on node {} as its holder",
-                        held.pool, o.id, o.ifname, o.node
-                    ),
-                ))
-            }
-            None => {
-                return Err(not_held(
-                    text,
-                    format!("pool {:?} has no record of it", held.pool),
-                ))
-            }
+            .map(Addr::new);
+        match address {
+            Some(address) => listed.push(address),
+            None => return Err(not_held(text.into(), "it is not an address".into())),
         }
+    }
+    let holding = store
+        .holding(&owner.id, &owner.ifname)?
+        .ok_or_else(|| nothing_held(owner))?;
+    for h in &holding.held {
+        if !listed.contains(&h.address) {
+            return Err(not_held(
+                h.address.to_string(),
+                format!(
+                    "the attachment holds it (pool {:?}), but the previous result does not list it",
+                    h.pool
+                ),
+            ));
+        }
+    }
+    for address in listed {
+        let recorded = holding.held.iter().any(|h| h.address == address);
+        let why = match store.holder(address)? {
+            Some(o) if o.same_attachment(owner) && !recorded => {
+                "the address's record names the attachment, but the attachment's record does not list it".to_owned()
+            }
+            Some(o) if !o.same_attachment(owner) => format!(
+                "the network's records give it to {}/{} on node {}",
+                o.id, o.ifname, o.node
+            ),
+            None if recorded => {
+                "the attachment's record lists it, but the network has no record of the address".to_owned()
+            }
+            // Held by the attachment, or another delegate's address.
+            _ => continue,
+        };
+        return Err(not_held(address.to_string(), why));
     }
     Ok(())
 }
 
-/// GC (CNI 1.1): frees what this node's attachments hold that the runtime
-/// no longer lists in `cni.dev/valid-attachments`; another node's are its
-/// own runtime's business. An attachment younger than the grace is kept:
-/// its ADD may have finished after the runtime made its list.
-fn gc(store: &dyn Store, net: &NetConf, settings: &Settings) -> Result<(), Error> {
-    let valid: Vec<(String, String)> = match net.member("cni.dev/valid-attachments") {
-        None => Vec::new(),
-        Some(raw) => serde_json::from_str::<Vec<Value>>(raw.get())
-            .map_err(|_| {
-                cni::Error::InvalidConfig("\"cni.dev/valid-attachments\" must be an array".into())
-            })?
-            .iter()
-            .filter_map(|a| {
-                Some((
-                    a.get("containerID")?.as_str()?.to_owned(),
-                    a.get("ifname")?.as_str()?.to_owned(),
+/// The attachments a GC must keep: `cni.dev/valid-attachments`, which a
+/// runtime always sends (an empty list included); without it, or with an
+/// entry that is not `{"containerID", "ifname"}`, nothing is freed (code 7)
+/// rather than everything.
+fn valid_attachments(net: &NetConf) -> Result<Vec<(String, String)>, Error> {
+    let raw = net.member("cni.dev/valid-attachments").ok_or_else(|| {
+        invalid("GC needs \"cni.dev/valid-attachments\", the attachments to keep".into())
+    })?;
+    let list: Vec<Value> = serde_json::from_str(raw.get())
+        .map_err(|_| invalid("\"cni.dev/valid-attachments\" must be an array".into()))?;
+    list.iter()
+        .map(|a| {
+            let field = |name: &str| a.get(name).and_then(Value::as_str).map(String::from);
+            field("containerID").zip(field("ifname")).ok_or_else(|| {
+                invalid(format!(
+                    "\"cni.dev/valid-attachments\" holds {a}, which is not {{\"containerID\", \"ifname\"}}"
                 ))
             })
-            .collect(),
-    };
+        })
+        .collect()
+}
+
+/// GC (CNI 1.1): frees what this node's attachments hold that the runtime
+/// no longer lists as valid; another node's are its own runtime's
+/// business. An attachment younger than the grace is kept: its ADD may
+/// have finished after the runtime made its list.
+fn gc(store: &dyn Store, valid: &[(String, String)], settings: &Settings) -> Result<(), Error> {
     let now = store::now();
     let stale = |h: &Holding| {
-        h.owner.node == settings.node
+        (!store.is_shared() || h.owner.node == settings.node)
             && h.since.saturating_add(settings.gc_grace) <= now
             && !valid
                 .iter()
@@ -496,14 +451,25 @@ fn gc(store: &dyn Store, net: &NetConf, settings: &Settings) -> Result<(), Error
     Ok(())
 }
 
-/// STATUS: the store answers, and every pool the configuration defines
-/// has a free address.
+/// STATUS: the store answers, and every pool the configuration defines or
+/// names as a default has a free address; else why not, as code 50.
 fn status(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
-    let not_available = |e: Error| Error::NotAvailable(e.to_string());
-    store.ping().map_err(not_available)?;
-    for pool in &settings.pools {
-        let start = starting_point(store, pool, 0).map_err(not_available)?;
-        choose_free(store, pool, start).map_err(not_available)?;
+    ready(store, settings).map_err(|e| Error::NotAvailable(e.to_string()))
+}
+
+fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
+    store.ping()?;
+    let mut pools: Vec<Pool> = settings.pools.clone();
+    for name in &settings.default {
+        if !pools.iter().any(|p| p.name == *name) {
+            let pool = find_pool(store, settings, name)?
+                .ok_or_else(|| invalid(format!("default pool {name:?} is not defined")))?;
+            pools.push(pool);
+        }
+    }
+    for pool in &pools {
+        let start = search::starting_point(store, pool, 0)?;
+        search::choose_free(store, pool, start, &[])?;
     }
     Ok(())
 }
@@ -513,6 +479,7 @@ mod tests {
     use super::fake::Fake;
     use super::*;
     use crate::error::code;
+    use serde_json::json;
 
     /// A configuration with `ipam.pool` set to `pool` and the previous
     /// result `prev`, at `version`.
@@ -605,20 +572,17 @@ mod tests {
         let first = add_for(&store, &raw, "c1", &[]).unwrap();
         // As a SIGKILL between the records leaves it: c1's record lists
         // 10.1.0.2, which c1 never got, and which c2 holds now.
-        store.addresses.borrow_mut().insert(
-            ("blue".into(), Addr::new("10.1.0.2".parse().unwrap())),
-            owner("c2"),
-        );
+        store
+            .addresses
+            .borrow_mut()
+            .insert(Addr::new("10.1.0.2".parse().unwrap()), owner("c2"));
         let again = add_for(&store, &raw, "c1", &[]).unwrap();
         assert_ne!(addresses(&again)[0], addresses(&first)[0]);
         assert_eq!(addresses(&again), ["10.1.0.3/29", "fd00::3/64"]);
         let holders = store.addresses.borrow();
-        assert_eq!(
-            holders[&("blue".into(), Addr::new("10.1.0.2".parse().unwrap()))].id,
-            "c2"
-        );
+        assert_eq!(holders[&Addr::new("10.1.0.2".parse().unwrap())].id, "c2");
         assert!(
-            !holders.contains_key(&("blue6".into(), Addr::new("fd00::2".parse().unwrap()))),
+            !holders.contains_key(&Addr::new("fd00::2".parse().unwrap())),
             "what the cut claim got is given back"
         );
     }
@@ -673,6 +637,63 @@ mod tests {
             assert!(e.to_string().contains(said), "{asked}: {e}");
         }
         assert_eq!(store.held().len(), 2, "nothing claimed by the refusals");
+    }
+
+    #[test]
+    fn every_address_asked_for_is_given_or_the_add_fails() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        let e = add_for(&store, &raw, "c1", &["10.1.0.5", "10.1.0.6"]).unwrap_err();
+        assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE);
+        assert!(
+            e.to_string()
+                .contains("pool \"blue\" is asked for 10.1.0.5 already"),
+            "{e}"
+        );
+        let prev = json!({"pools": [{"name": "blue", "requested-ip": "10.1.0.4"}]});
+        let asked_twice = config("1.0.0", pools(), Some(prev));
+        let e = add_for(&store, &asked_twice, "c1", &["10.1.0.5"]).unwrap_err();
+        assert!(
+            e.to_string().contains("is asked for 10.1.0.4 already"),
+            "{e}"
+        );
+        assert_eq!(store.held(), Vec::<String>::new(), "nothing claimed");
+        // Repeated with another address: it would not get it.
+        add_for(&store, &raw, "c1", &["10.1.0.5"]).unwrap();
+        let e = add_for(&store, &raw, "c1", &["10.1.0.6"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the attachment holds 10.1.0.5, fd00::2 already: DEL it first"),
+            "{e}"
+        );
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c1", &["10.1.0.5"]).unwrap())[0],
+            "10.1.0.5/29"
+        );
+    }
+
+    #[test]
+    fn earlier_delegates_addresses_and_routes_stay_in_the_result() {
+        let store = Fake::default();
+        let prev = json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "fd99::7/64"}],
+            "routes": [{"dst": "::/0"}, {"dst": "0.0.0.0/0"}],
+            "pools": [{"name": "blue"}],
+        });
+        let raw = config("0.4.0", pools(), Some(prev));
+        let result = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(
+            result["ips"],
+            json!([
+                {"version": "6", "address": "fd99::7/64"},
+                {"version": "4", "address": "10.1.0.2/29", "gateway": "10.1.0.1"},
+            ])
+        );
+        assert_eq!(
+            result["routes"],
+            json!([{"dst": "::/0"}, {"dst": "0.0.0.0/0"}])
+        );
     }
 
     #[test]
@@ -731,10 +752,7 @@ mod tests {
         // block, the hint at the start of the full nine tenths.
         let store = Fake::default();
         for n in 2..=58_982 {
-            store
-                .addresses
-                .borrow_mut()
-                .insert(("big".into(), at(n)), holder.clone());
+            store.addresses.borrow_mut().insert(at(n), holder.clone());
         }
         store.hints.borrow_mut().insert("big".into(), at(2));
         let given = add_for(&store, &raw, "c1", &[]).unwrap();
@@ -751,10 +769,7 @@ mod tests {
         // After churn: one address in ten free, anywhere.
         let store = Fake::default();
         for n in (2..=65_534).filter(|n| n % 10 != 0) {
-            store
-                .addresses
-                .borrow_mut()
-                .insert(("big".into(), at(n)), holder.clone());
+            store.addresses.borrow_mut().insert(at(n), holder.clone());
         }
         add_for(&store, &raw, "c1", &[]).unwrap();
         assert!(
@@ -840,21 +855,41 @@ mod tests {
         let store = Fake::default();
         let raw = config("1.0.0", pools(), None);
         let result = add_for(&store, &raw, "c1", &[]).unwrap();
-        add_for(&store, &raw, "c2", &[]).unwrap();
+        let other = add_for(&store, &raw, "c2", &[]).unwrap();
         let checked = |id: &str, prev: &Value| {
             let raw = config("1.0.0", pools(), Some(prev.clone()));
             check(&store, &NetConf::parse(&raw).unwrap(), &owner(id))
         };
         checked("c1", &result).unwrap();
-        let e = checked("c2", &result).unwrap_err();
-        assert_eq!(e.code(), code::NOT_HELD);
-        assert!(
-            e.to_string()
-                .starts_with("10.1.0.2/29 is not held by c2/eth0"),
-            "{e}"
+        let refused = |id: &str, prev: &Value, said: &str| {
+            let e = checked(id, prev).unwrap_err();
+            assert_eq!(e.code(), code::NOT_HELD, "{e}");
+            assert!(e.to_string().contains(said), "{e}");
+        };
+        refused("c2", &result, "is not held by c2/eth0");
+        // Another delegate's address is its business; another attachment's
+        // address of this network is not.
+        let mut with_foreign = result.clone();
+        with_foreign["ips"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"address": "192.0.2.9/24"}));
+        checked("c1", &with_foreign).unwrap();
+        let mut with_theirs = result.clone();
+        with_theirs["ips"]
+            .as_array_mut()
+            .unwrap()
+            .push(other["ips"][0].clone());
+        refused(
+            "c1",
+            &with_theirs,
+            "the network's records give it to c2/eth0",
         );
+        let mut missing_one = result.clone();
+        missing_one["ips"].as_array_mut().unwrap().pop();
+        refused("c1", &missing_one, "the previous result does not list it");
         del(&store, &owner("c1")).unwrap();
-        assert_eq!(checked("c1", &result).unwrap_err().code(), code::NOT_HELD);
+        refused("c1", &result, "holds no address in this network");
     }
 
     #[test]
@@ -884,15 +919,78 @@ mod tests {
             let attachments = store.attachments.borrow();
             attachments.keys().map(|(id, _)| id.clone()).collect()
         };
-        gc(&store, &gc_net, &settings).unwrap();
+        gc(&store, &valid_attachments(&gc_net).unwrap(), &settings).unwrap();
         assert_eq!(left(&store), ["elsewhere", "kept", "young"]);
         settings.gc_grace = 0;
-        gc(&store, &gc_net, &settings).unwrap();
+        gc(&store, &valid_attachments(&gc_net).unwrap(), &settings).unwrap();
         assert_eq!(
             left(&store),
             ["elsewhere", "kept"],
             "no grace: young goes too"
         );
+    }
+
+    #[test]
+    fn gc_needs_the_runtimes_list_whole_and_frees_a_local_stores_whatever_its_node_name() {
+        let gc_net = |valid: Option<Value>| {
+            let mut config: Value =
+                serde_json::from_slice(&config("1.1.0", pools(), None)).unwrap();
+            if let Some(valid) = valid {
+                config["cni.dev/valid-attachments"] = valid;
+            }
+            config.to_string().into_bytes()
+        };
+        for (valid, said) in [
+            (None, "GC needs \"cni.dev/valid-attachments\""),
+            (Some(json!({})), "must be an array"),
+            (
+                Some(json!([{"containerID": "c"}])),
+                "which is not {\"containerID\", \"ifname\"}",
+            ),
+        ] {
+            let raw = gc_net(valid);
+            let e = valid_attachments(&NetConf::parse(&raw).unwrap()).unwrap_err();
+            assert_eq!(e.code(), 7);
+            assert!(e.to_string().contains(said), "{e}");
+        }
+        let store = Fake {
+            local: true,
+            ..Fake::default()
+        };
+        let raw = config("1.1.0", pools(), None);
+        add_for(&store, &raw, "renamed", &[]).unwrap();
+        for holding in store.attachments.borrow_mut().values_mut() {
+            holding.owner.node = "old-hostname".into();
+        }
+        let mut settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
+        settings.gc_grace = 0;
+        gc(&store, &[], &settings).unwrap();
+        assert!(store.attachments.borrow().is_empty());
+    }
+
+    #[test]
+    fn status_checks_the_default_pools_too() {
+        let store = Fake::default();
+        let settings_of = |raw: &[u8]| Settings::from_net(&NetConf::parse(raw).unwrap()).unwrap();
+        let mut store_pools = pools();
+        store_pools["default"] = json!("central");
+        store_pools["pools"] = json!({});
+        let raw = config("1.1.0", store_pools, None);
+        let e = status(&store, &settings_of(&raw)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("default pool \"central\" is not defined"),
+            "{e}"
+        );
+        let mut store = store;
+        store
+            .pools
+            .insert("central".into(), json!([{"subnet": "10.7.0.0/30"}]));
+        status(&store, &settings_of(&raw)).unwrap();
+        add_for(&store, &raw, "c1", &[]).unwrap();
+        let e = status(&store, &settings_of(&raw)).unwrap_err();
+        assert_eq!(e.code(), code::NOT_AVAILABLE);
+        assert!(e.to_string().contains("\"central\""), "{e}");
     }
 
     #[test]

@@ -10,7 +10,9 @@ use serde_json::Value;
 /// An IP version; IPv4's addresses sort before IPv6's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
+    /// IPv4.
     V4,
+    /// IPv6.
     V6,
 }
 
@@ -54,10 +56,12 @@ impl Addr {
         }
     }
 
+    /// Its IP version.
     pub fn family(self) -> Family {
         self.family
     }
 
+    /// The address as std has it.
     pub fn ip(self) -> IpAddr {
         match self.family {
             // Only IPv4 values (at most u32::MAX) are made for V4.
@@ -147,7 +151,7 @@ impl Range {
             .ok_or_else(|| "\"subnet\" is missing or not a string".to_owned())?;
         let (network, prefix) = parse_subnet(subnet)?;
         let last = network
-            .plus(host_count(network.family, prefix) - 1)
+            .plus(host_mask(network.family, prefix))
             .ok_or_else(|| format!("\"subnet\" {subnet} is not a subnet"))?;
         let inside = |field: &str| -> Result<Option<Addr>, String> {
             let Some(value) = object.get(field) else {
@@ -227,7 +231,7 @@ impl Range {
     pub fn gives(&self, addr: Addr) -> bool {
         let broadcast = self
             .network
-            .plus(host_count(self.network.family, self.prefix) - 1);
+            .plus(host_mask(self.network.family, self.prefix));
         self.contains(addr)
             && addr != self.gateway
             && !(self.network.family == Family::V4
@@ -247,11 +251,11 @@ impl Range {
     }
 }
 
-/// How many addresses a subnet of `prefix` holds (at most 2^127 counted,
-/// which no range comes near).
-fn host_count(family: Family, prefix: u8) -> u128 {
+/// The host part of a subnet of `prefix`, all ones: what added to its
+/// network address makes its last address (a whole IPv6 space included).
+fn host_mask(family: Family, prefix: u8) -> u128 {
     let host_bits = family.bits() - u32::from(prefix);
-    1u128.checked_shl(host_bits).unwrap_or(u128::MAX)
+    1u128.checked_shl(host_bits).map_or(u128::MAX, |m| m - 1)
 }
 
 /// `ADDRESS/PREFIX`, the address a network address, with room for an
@@ -267,7 +271,7 @@ fn parse_subnet(text: &str) -> Result<(Addr, u8), String> {
         return Err(bad());
     }
     let host_bits = bits - u32::from(prefix);
-    let mask = 1u128.checked_shl(host_bits).map_or(u128::MAX, |m| m - 1);
+    let mask = host_mask(network.family, prefix);
     if network.value & mask != 0 {
         let real = Addr {
             value: network.value & !mask,
@@ -316,6 +320,10 @@ mod tests {
         assert!(r.gives(r.end), "IPv6 has no broadcast address");
         let r = range(json!({"subnet": "fd00::/48"}));
         assert_eq!(r.end, addr("fd00:0:0:ffff:ffff:ffff:ffff:ffff"));
+        // The whole space: its last address counted too.
+        let r =
+            range(json!({"subnet": "::/0", "rangeEnd": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}));
+        assert!(r.gives(r.end) && r.size() == u128::MAX);
     }
 
     #[test]

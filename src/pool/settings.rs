@@ -93,8 +93,8 @@ pub struct Settings {
     /// `default`: the pools an ADD without `prevResult.pools` gets one
     /// address from each of.
     pub default: Vec<String>,
-    /// `routes`, as written: the routes every result carries.
-    pub routes: Option<String>,
+    /// `routes`: the routes every result carries.
+    pub routes: Option<Vec<Value>>,
     /// `dataDir`, or `etcd`.
     pub store: StoreSettings,
     /// `node`: the name allocations of this node are recorded under.
@@ -105,18 +105,12 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Reads `ipam.pool` from `net`.
+    /// Reads `ipam.pool` from `net`, every pool checked whole, and no two
+    /// of them giving one address.
     pub fn from_net(net: &NetConf) -> Result<Settings, Error> {
-        let ipam = net
-            .member("ipam")
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-            .unwrap_or(Value::Null);
-        let pool = match ipam.get("pool") {
-            Some(Value::Object(pool)) => pool.clone(),
-            Some(_) => return Err(invalid("\"ipam.pool\" must be an object".into())),
-            None => Map::new(),
-        };
-        let pools = match pool.get("pools") {
+        let pool = pool_object(net)?;
+        let mut settings = Settings::store_only(net)?;
+        settings.pools = match pool.get("pools") {
             None => Vec::new(),
             Some(Value::Object(pools)) => pools
                 .iter()
@@ -128,7 +122,24 @@ impl Settings {
                 ))
             }
         };
-        let default = match pool.get("default") {
+        for (i, a) in settings.pools.iter().enumerate() {
+            for b in &settings.pools[i + 1..] {
+                let shared = a
+                    .ranges
+                    .iter()
+                    .find_map(|r| b.ranges.iter().find(|q| r.overlaps(q)).map(|q| (r, q)));
+                if let Some((r, q)) = shared {
+                    return Err(invalid(format!(
+                        "pools {:?} ({}) and {:?} ({}) would give the same addresses",
+                        a.name,
+                        r.subnet(),
+                        b.name,
+                        q.subnet()
+                    )));
+                }
+            }
+        }
+        settings.default = match pool.get("default") {
             None => Vec::new(),
             Some(Value::String(name)) => vec![name.clone()],
             Some(Value::Array(names)) => names
@@ -144,18 +155,26 @@ impl Settings {
                 ))
             }
         };
-        for name in &default {
+        for name in &settings.default {
             check_pool_name(name)?;
         }
-        let routes = match pool.get("routes") {
+        settings.routes = match pool.get("routes") {
             None => None,
-            Some(routes @ Value::Array(_)) => Some(routes.to_string()),
+            Some(Value::Array(routes)) => Some(routes.clone()),
             Some(_) => {
                 return Err(invalid(
                     "\"ipam.pool.routes\" must be an array of routes".into(),
                 ))
             }
         };
+        Ok(settings)
+    }
+
+    /// Reads only where the records are, whose they are and GC's grace:
+    /// what DEL, CHECK and GC need, so that a mistake in a pool never
+    /// stops a teardown. Pools, default and routes are left empty.
+    pub fn store_only(net: &NetConf) -> Result<Settings, Error> {
+        let pool = pool_object(net)?;
         let store = match (pool.get("etcd"), pool.get("dataDir")) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
@@ -197,9 +216,9 @@ impl Settings {
             })?,
         };
         Ok(Settings {
-            pools,
-            default,
-            routes,
+            pools: Vec::new(),
+            default: Vec::new(),
+            routes: None,
             store,
             node,
             gc_grace,
@@ -209,6 +228,19 @@ impl Settings {
     /// The pool the configuration defines under `name`.
     pub fn pool(&self, name: &str) -> Option<&Pool> {
         self.pools.iter().find(|pool| pool.name == name)
+    }
+}
+
+/// `ipam.pool`, an object; none is an empty one.
+fn pool_object(net: &NetConf) -> Result<Map<String, Value>, Error> {
+    let ipam = net
+        .member("ipam")
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .unwrap_or(Value::Null);
+    match ipam.get("pool") {
+        Some(Value::Object(pool)) => Ok(pool.clone()),
+        Some(_) => Err(invalid("\"ipam.pool\" must be an object".into())),
+        None => Ok(Map::new()),
     }
 }
 
@@ -249,10 +281,19 @@ pub fn wanted(net: &NetConf, settings: &Settings) -> Result<Vec<Wanted>, Error> 
             "no pool to allocate from: the previous result lists no \"pools\", and \"ipam.pool.default\" names none".into(),
         ));
     }
-    objects
+    let wanted: Vec<Wanted> = objects
         .iter()
         .map(|object| Wanted::parse(object, "\"prevResult.pools\""))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    for (i, w) in wanted.iter().enumerate() {
+        if wanted[..i].iter().any(|e| e.name == w.name) {
+            return Err(invalid(format!(
+                "pool {:?} is asked for twice: one address comes from each pool",
+                w.name
+            )));
+        }
+    }
+    Ok(wanted)
 }
 
 impl Wanted {
@@ -300,8 +341,8 @@ impl Wanted {
 /// or without its prefix length.
 pub fn requested_by_runtime(env: &Environment, net: &NetConf) -> Result<Vec<Addr>, Error> {
     let mut asked = Vec::new();
-    for pair in env.args.as_deref().unwrap_or_default().split(';') {
-        if let Some(list) = pair.strip_prefix("IP=") {
+    for (key, list) in env.arg_pairs() {
+        if key == "IP" {
             for text in list.split(',').filter(|t| !t.is_empty()) {
                 asked.push(
                     parse_address(text)
@@ -360,7 +401,8 @@ fn hostname() -> Result<String, Error> {
     }
 }
 
-fn invalid(reason: String) -> Error {
+/// A configuration error (code 7) saying `reason`.
+pub fn invalid(reason: String) -> Error {
     cni::Error::InvalidConfig(reason).into()
 }
 
@@ -408,6 +450,10 @@ mod tests {
                 "pool \"blue\": range 0: \"gateway\" 10.2.0.1 is outside the subnet",
             ),
             (json!({"blue": []}), "must be a non-empty array"),
+            (
+                json!({"blue": [{"subnet": "10.1.0.0/24"}], "red": [{"subnet": "10.1.0.0/25"}]}),
+                "pools \"blue\" (10.1.0.0/24) and \"red\" (10.1.0.0/25) would give the same addresses",
+            ),
             (
                 json!({"../x": [{"subnet": "10.1.0.0/24"}]}),
                 "pool name \"../x\"",
@@ -485,6 +531,15 @@ mod tests {
         let e = wanted(&conf, &Settings::from_net(&conf).unwrap()).unwrap_err();
         assert_eq!(e.code(), 7);
         assert!(e.to_string().contains("no pool to allocate from"), "{e}");
+
+        let twice = json!({"cniVersion": "1.0.0", "pools": [{"name": "red"}, {"name": "red"}]});
+        let raw = net(json!({"node": "a"}), Some(twice));
+        let conf = NetConf::parse(&raw).unwrap();
+        let e = wanted(&conf, &Settings::from_net(&conf).unwrap()).unwrap_err();
+        assert!(
+            e.to_string().contains("pool \"red\" is asked for twice"),
+            "{e}"
+        );
     }
 
     #[test]

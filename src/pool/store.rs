@@ -11,22 +11,47 @@ use crate::error::Error;
 /// node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
+    /// The container ID.
     pub id: String,
+    /// The interface in the container.
     pub ifname: String,
+    /// The node whose runtime made the attachment.
     pub node: String,
+}
+
+impl Owner {
+    /// The owner of a record that does not say who it is: the address is
+    /// taken all the same, by no attachment anyone can name.
+    pub fn unknown() -> Owner {
+        Owner {
+            id: String::new(),
+            ifname: String::new(),
+            node: String::new(),
+        }
+    }
+
+    /// Whether both are the same attachment (a container ID and interface
+    /// name one attachment of a network, whatever node recorded it).
+    pub fn same_attachment(&self, other: &Owner) -> bool {
+        self.id == other.id && self.ifname == other.ifname
+    }
 }
 
 /// One address an attachment holds, and the pool it is from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
+    /// The pool's name.
     pub pool: String,
+    /// The address.
     pub address: Addr,
 }
 
 /// What one attachment holds, as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
+    /// The attachment.
     pub owner: Owner,
+    /// Its addresses, one per pool.
     pub held: Vec<Held>,
     /// The store's version of the record as read (etcd's mod revision; 0
     /// for the local store, which is locked while in use).
@@ -36,19 +61,19 @@ pub struct Holding {
     pub since: u64,
 }
 
-/// Where allocations are kept, for one network.
+/// Where allocations are kept, for one network. An address is held at
+/// most once in a network, whatever pool names it.
 pub trait Store {
     /// What the attachment (`id`, `ifname`) holds, if anything.
     fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error>;
 
-    /// Who holds `address` of `pool`, if anyone.
-    fn holder(&self, pool: &str, address: Addr) -> Result<Option<Owner>, Error>;
+    /// Who holds `address`, if anyone.
+    fn holder(&self, address: Addr) -> Result<Option<Owner>, Error>;
 
-    /// The first address of `pool` from `from` to `to` that nobody holds
-    /// and that `gives` allows; never enumerating more than it must.
+    /// The first address from `from` to `to` that nobody holds and that
+    /// `gives` allows; never enumerating more than it must.
     fn first_free(
         &self,
-        pool: &str,
         from: Addr,
         to: Addr,
         gives: &dyn Fn(Addr) -> bool,
@@ -76,13 +101,24 @@ pub trait Store {
 
     /// Whether the store can answer now.
     fn ping(&self) -> Result<(), Error>;
+
+    /// Whether other nodes keep records here too (GC must then leave
+    /// theirs alone); a local store's are all this node's, whatever name
+    /// the node had when it made them.
+    fn is_shared(&self) -> bool;
 }
 
-/// The record of an address: who holds it.
-pub fn address_record(owner: &Owner) -> Vec<u8> {
-    json!({"containerID": owner.id, "ifname": owner.ifname, "node": owner.node, "since": now()})
-        .to_string()
-        .into_bytes()
+/// The record of an address: who holds it, and from which pool.
+pub fn address_record(owner: &Owner, pool: &str) -> Vec<u8> {
+    json!({
+        "containerID": owner.id,
+        "ifname": owner.ifname,
+        "node": owner.node,
+        "pool": pool,
+        "since": now(),
+    })
+    .to_string()
+    .into_bytes()
 }
 
 /// The record of an attachment: who, and what it holds.
@@ -170,7 +206,10 @@ mod tests {
                 address: Addr::new("fd00::5".parse().unwrap()),
             },
         ];
-        assert_eq!(read_owner(&address_record(&owner)), Some(owner.clone()));
+        assert_eq!(
+            read_owner(&address_record(&owner, "blue")),
+            Some(owner.clone())
+        );
         let holding = read_holding(&attachment_record(&owner, &held), 7).unwrap();
         assert!(holding.since.abs_diff(now()) < 60);
         assert_eq!(

@@ -413,6 +413,23 @@ pub fn config(version: &str, delegates: &[&str]) -> String {
     .to_string()
 }
 
+/// A network configuration whose stack is the crate's selector, then its
+/// allocator, with these settings (`ipam.static`, `ipam.pool`).
+pub fn pool_config(name: &str, version: &str, selector: Value, allocator: Value) -> String {
+    serde_json::json!({
+        "cniVersion": version,
+        "name": name,
+        "type": "bridge",
+        "ipam": {
+            "type": "ipam-delegated",
+            "delegates": ["ipam-ds-static", "ipam-da-pool"],
+            "static": selector,
+            "pool": allocator,
+        },
+    })
+    .to_string()
+}
+
 /// `config` with `ipam.stateDir` in `stack`'s own directory: GC takes
 /// agent mode's lock there, not under the machine's /var/lib.
 pub fn with_state_dir(stack: &Stack, config: &str) -> String {
@@ -468,4 +485,23 @@ pub fn real_plugins() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// Holds `address` for container `id` while `hold` runs, as a marker file
+/// in `dir` that only one holder can make: a second holder of the same
+/// address at the same time fails the test. The stress tests call it from
+/// an ADD's answer to the start of its DEL, the span in which the
+/// container surely holds the address.
+pub fn while_held(dir: &Path, address: &str, id: &str, hold: impl FnOnce()) {
+    let marker = dir.join(address.replace('/', "_"));
+    let made = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&marker);
+    assert!(
+        made.is_ok(),
+        "{address} given to {id} while another holds it"
+    );
+    hold();
+    fs::remove_file(&marker).unwrap();
 }
