@@ -9,6 +9,9 @@
 //! stripped binaries' sizes; and, for information, host-local with and
 //! without the plugin in front. Run with `cargo bench --bench overhead`.
 
+#[path = "support/static_build.rs"]
+mod static_build;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,9 +23,6 @@ const CALLS: usize = 200;
 const ROUNDS: usize = 7;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_ipam-delegated");
-
-/// Where the static build goes, apart from the bench's own target directory.
-const STATIC_TARGET_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/static");
 
 /// One way of running an ADD: a program, its stdin, and the environment.
 struct Variant {
@@ -94,7 +94,7 @@ fn main() {
             target: Some(18.5),
         },
     ];
-    let static_plugin = build_static();
+    let static_plugin = static_build::build_static().join("ipam-delegated");
     for (label, n, target) in [
         ("ipam-delegated static, 1 no-op delegate", 1, 2.6),
         ("ipam-delegated static, 16 no-op delegates", 16, 18.5),
@@ -244,31 +244,6 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&work);
-}
-
-/// Builds the plugin statically linked, as `cargo build` would with
-/// RUSTFLAGS="-C target-feature=+crt-static" and an explicit --target (so
-/// that proc-macros stay dynamic), in a target directory of its own.
-fn build_static() -> PathBuf {
-    let target = "x86_64-unknown-linux-gnu";
-    let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "--locked",
-            "--target",
-            target,
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", STATIC_TARGET_DIR)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .status()
-        .expect("cargo runs");
-    assert!(built.success(), "the static build failed");
-    Path::new(STATIC_TARGET_DIR)
-        .join(target)
-        .join("release/ipam-delegated")
 }
 
 /// Builds fixtures/minimal-forwarder.rs, statically linked, with rustc as

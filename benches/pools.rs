@@ -3,9 +3,11 @@
 //!
 //! 1. sequential ADDs of new containers: host-local alone, against
 //!    ipam-delegated running [ipam-ds-static, ipam-da-pool] on the local
-//!    store and on a 3-member etcd cluster on loopback (the variants
-//!    interleaved round by round, so that machine noise falls on all of
-//!    them alike); medians of the rounds, and p50/p99 of every call;
+//!    store and on a 3-member etcd cluster on loopback, with the binaries
+//!    cargo built for the bench (dynamically linked) and with static ones
+//!    as the README installs them (the variants interleaved round by
+//!    round, so that machine noise falls on all of them alike); medians of
+//!    the rounds, and p50/p99 of every call;
 //! 2. one ADD in an empty /16 against one 90 % full, laid out three ways
 //!    (filled in order, the hint just after; the free tenth in one block
 //!    with the hint at the start of the full part; every tenth address
@@ -16,6 +18,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/static_build.rs"]
+mod static_build;
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -24,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::etcd::Cluster;
-use common::{temp_dir, ALLOCATOR, PLUGIN, SELECTOR};
+use common::{temp_dir, PLUGIN};
 use serde_json::{json, Value};
 
 /// ADDs per measurement.
@@ -45,6 +49,7 @@ const HOST_LOCAL: &str = "/usr/lib/cni/host-local";
 struct Variant {
     label: &'static str,
     program: PathBuf,
+    cni_path: PathBuf,
     config: Box<dyn Fn(usize) -> String>,
 }
 
@@ -54,14 +59,17 @@ fn main() {
         "the bench needs Debian's containernetworking-plugins"
     );
     let work = temp_dir("bench-pools");
-    let bin = work.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    for (program, name) in [
-        (Path::new(SELECTOR), "ipam-ds-static"),
-        (Path::new(ALLOCATOR), "ipam-da-pool"),
-        (Path::new(HOST_LOCAL), "host-local"),
-    ] {
-        std::os::unix::fs::symlink(program, bin.join(name)).unwrap();
+    // The binaries cargo built for the bench (dynamically linked), and
+    // static ones, as the README installs them.
+    let built = Path::new(PLUGIN).parent().unwrap().to_owned();
+    let static_built = static_build::build_static();
+    let (bin, static_bin) = (work.path().join("bin"), work.path().join("bin-static"));
+    for (dir, from) in [(&bin, &built), (&static_bin, &static_built)] {
+        std::fs::create_dir(dir).unwrap();
+        for name in ["ipam-delegated", "ipam-ds-static", "ipam-da-pool"] {
+            std::fs::copy(from.join(name), dir.join(name)).unwrap();
+        }
+        std::os::unix::fs::symlink(HOST_LOCAL, dir.join("host-local")).unwrap();
     }
     let cluster = Cluster::start(3, None);
     let data = work.path().to_owned();
@@ -71,38 +79,68 @@ fn main() {
         move |round: usize| json!({"dataDir": data.join(format!("pool-{round}")), "node": "bench"});
     let data = work.path().to_owned();
     let on_etcd = move |round: usize| json!({"etcd": {"endpoints": endpoints, "prefix": format!("/bench-{round}")}, "node": "bench"});
+    let variant =
+        |label, dir: &Path, program: &str, config: Box<dyn Fn(usize) -> String>| Variant {
+            label,
+            program: dir.join(program),
+            cni_path: dir.to_owned(),
+            config,
+        };
     let variants = [
-        Variant {
-            label: "host-local alone",
-            program: HOST_LOCAL.into(),
-            config: Box::new(move |round| host_local(&data.join(format!("hl-{round}")))),
-        },
-        Variant {
-            label: "ipam-delegated [ipam-ds-static, ipam-da-pool], local",
-            program: PLUGIN.into(),
-            config: Box::new({
+        variant(
+            "host-local alone",
+            &bin,
+            "host-local",
+            Box::new(move |round| host_local(&data.join(format!("hl-{round}")))),
+        ),
+        variant(
+            "ipam-delegated [ipam-ds-static, ipam-da-pool], local",
+            &bin,
+            "ipam-delegated",
+            Box::new({
                 let local = local.clone();
                 move |round| stack(local(round))
             }),
-        },
-        Variant {
-            label: "ipam-da-pool alone, local",
-            program: ALLOCATOR.into(),
-            config: Box::new(move |round| alone(local(round))),
-        },
-        Variant {
-            label: "ipam-delegated [ipam-ds-static, ipam-da-pool], etcd",
-            program: PLUGIN.into(),
-            config: Box::new({
+        ),
+        variant(
+            "  the same, static binaries",
+            &static_bin,
+            "ipam-delegated",
+            Box::new({
+                let local = local.clone();
+                move |round| stack(local(round + 300))
+            }),
+        ),
+        variant(
+            "ipam-da-pool alone, local",
+            &bin,
+            "ipam-da-pool",
+            Box::new(move |round| alone(local(round + 400))),
+        ),
+        variant(
+            "ipam-delegated [ipam-ds-static, ipam-da-pool], etcd",
+            &bin,
+            "ipam-delegated",
+            Box::new({
                 let on_etcd = on_etcd.clone();
                 move |round| stack(on_etcd(round + 100))
             }),
-        },
-        Variant {
-            label: "ipam-da-pool alone, etcd",
-            program: ALLOCATOR.into(),
-            config: Box::new(move |round| alone(on_etcd(round + 200))),
-        },
+        ),
+        variant(
+            "  the same, static binaries",
+            &static_bin,
+            "ipam-delegated",
+            Box::new({
+                let on_etcd = on_etcd.clone();
+                move |round| stack(on_etcd(round + 500))
+            }),
+        ),
+        variant(
+            "ipam-da-pool alone, etcd",
+            &bin,
+            "ipam-da-pool",
+            Box::new(move |round| alone(on_etcd(round + 200))),
+        ),
     ];
 
     let mut totals: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
@@ -112,7 +150,12 @@ fn main() {
             let config = (variant.config)(round);
             let started = Instant::now();
             for call in 0..CALLS {
-                let took = add(&variant.program, &bin, &config, &format!("r{round}-{call}"));
+                let took = add(
+                    &variant.program,
+                    &variant.cni_path,
+                    &config,
+                    &format!("r{round}-{call}"),
+                );
                 calls[i].push(took);
             }
             totals[i].push(started.elapsed());
@@ -134,6 +177,7 @@ fn main() {
     }
 
     println!("One ADD in 10.60.0.0/16, median of {FILL_CALLS}:");
+    let (allocator, host_local_program) = (bin.join("ipam-da-pool"), bin.join("host-local"));
     for layout in [
         Layout::Empty,
         Layout::InOrder,
@@ -152,15 +196,15 @@ fn main() {
         fill_host_local(&dir.join("hl/bench"), layout);
         let mut line = format!("  {:<44}", layout.describe());
         for (label, program, config) in [
-            ("ipam-da-pool local", ALLOCATOR, &local),
-            ("ipam-da-pool etcd", ALLOCATOR, &etcd),
-            ("host-local", HOST_LOCAL, &host),
+            ("ipam-da-pool local", &allocator, &local),
+            ("ipam-da-pool etcd", &allocator, &etcd),
+            ("host-local", &host_local_program, &host),
         ] {
             let mut times: Vec<Duration> = (0..FILL_CALLS)
                 .map(|call| {
                     let id = format!("probe-{call}");
-                    let took = add(Path::new(program), &bin, config, &id);
-                    del(Path::new(program), &bin, config, &id);
+                    let took = add(program, &bin, config, &id);
+                    del(program, &bin, config, &id);
                     took
                 })
                 .collect();
