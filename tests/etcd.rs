@@ -152,6 +152,9 @@ fn a_cluster_without_quorum_or_down_is_try_again_later_and_nothing_is_written() 
     add("c1").json();
     let held = records(&cluster, "quorum");
     assert_eq!(held, ["addresses/010.252.000.002", "attachments/c1:eth0"]);
+    let status_input = input.replace("\"cniVersion\":\"1.0.0\"", "\"cniVersion\":\"1.1.0\"");
+    let status = || run_plugin(&stack.env("STATUS"), status_input.as_bytes());
+    status().assert_silent_success();
 
     // The leader and one follower gone: the last member has no quorum.
     let leader = cluster.leader();
@@ -172,6 +175,8 @@ fn a_cluster_without_quorum_or_down_is_try_again_later_and_nothing_is_written() 
     let last = (leader + 2) % 3;
     cluster.kill(last);
     add("c3").assert_error(11);
+    let e = status().assert_error(50);
+    assert!(e["msg"].as_str().unwrap().contains("etcd"), "{e}");
     // DEL cannot give back either: the runtime is told to try again.
     run_plugin(
         &stack.env("DEL").set("CNI_CONTAINERID", "c1"),
