@@ -33,20 +33,22 @@ pub struct Request {
     pub ifname: String,
     /// The network namespace path delegates are given.
     pub netns: String,
+    /// CNI_ARGS for the delegates, if any.
+    pub args: Option<String>,
 }
 
-/// What `ensure` and `release` work with: the configuration, the
-/// directories delegates are found in, and a runner that gives them the
-/// attachment's CNI_* variables, as a runtime would.
-struct Setup<'a> {
-    config: Config<'a>,
+/// What `ensure`, `release` and the Docker driver work with: the
+/// configuration, the directories delegates are found in, and a runner
+/// that gives them the attachment's CNI_* variables, as a runtime would.
+pub(crate) struct Setup<'a> {
+    pub config: Config<'a>,
     path: Vec<PathBuf>,
     runner: Processes,
 }
 
 impl<'a> Setup<'a> {
     /// Checks the request and reads the configuration.
-    fn new(request: &Request, stdin: &'a [u8]) -> Result<Self, Error> {
+    pub fn new(request: &Request, stdin: &'a [u8]) -> Result<Self, Error> {
         cni::check_container_id("--id", &request.id)?;
         cni::check_ifname("--ifname", &request.ifname)?;
         let config = Config::parse(stdin)?;
@@ -63,6 +65,9 @@ impl<'a> Setup<'a> {
         if is_own_netns(&request.netns) {
             vars.push((NETNS_OVERRIDE, "1".into()));
         }
+        if let Some(args) = &request.args {
+            vars.push(("CNI_ARGS", args.clone()));
+        }
         Ok(Setup {
             config,
             path: cni::search_path(&cni_path),
@@ -71,11 +76,12 @@ impl<'a> Setup<'a> {
     }
 
     /// The stack for `net` (the configuration, or it with a `prevResult`).
-    fn chain<'c>(&'c self, net: &'c NetConf<'c>) -> Chain<'c, Processes> {
+    pub fn chain<'c>(&'c self, net: &'c NetConf<'c>) -> Chain<'c, Processes> {
         Chain::new(net, &self.runner, self.config.timeout)
     }
 
-    fn find_all(&self) -> Result<Vec<Delegate>, Error> {
+    /// Every delegate, looked up; the first missing one is the error.
+    pub fn find_all(&self) -> Result<Vec<Delegate>, Error> {
         delegate::all(self.find_each())
     }
 
@@ -84,7 +90,7 @@ impl<'a> Setup<'a> {
     }
 
     /// DEL on the stack, with `kept` (a result) as `prevResult` if given.
-    fn del(&self, kept: Option<&[u8]>) -> Result<(), Error> {
+    pub fn del(&self, kept: Option<&[u8]>) -> Result<(), Error> {
         let input = kept.map(|kept| self.config.net.with_prev_result(kept));
         match &input {
             Some(input) => self.chain(&NetConf::parse(input)?).del(self.find_each()),
@@ -92,8 +98,34 @@ impl<'a> Setup<'a> {
         }
     }
 
-    fn network(&self) -> Result<Network, Error> {
+    /// The network's kept attachments, locked.
+    pub fn network(&self) -> Result<Network, Error> {
         Network::lock(&state_root(&self.config), &self.config.net.name)
+    }
+
+    /// Keeps `result` for `attachment`; if it cannot, gives the address
+    /// back, since unkept it would be lost to everyone.
+    pub fn keep(
+        &self,
+        network: &Network,
+        attachment: &Attachment,
+        result: Vec<u8>,
+    ) -> Result<Vec<u8>, Error> {
+        match network.write(attachment, &result) {
+            Ok(()) => Ok(result),
+            Err(e) => {
+                self.give_back(&result, "could not give back the address it failed to keep");
+                Err(e)
+            }
+        }
+    }
+
+    /// DEL of what an ADD just gave, for an answer that cannot be kept or
+    /// used; a failure is logged, prefixed with `failing`.
+    pub fn give_back(&self, result: &[u8], failing: &str) {
+        if let Err(undo) = self.del(Some(result)) {
+            warn!("{failing}: {}", undo.summary());
+        }
     }
 }
 
@@ -133,19 +165,7 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
     }
     let added = setup.chain(&setup.config.net).add(&delegates);
     match added {
-        Ok(result) => match network.write(&attachment, &result) {
-            Ok(()) => Ok(result),
-            Err(e) => {
-                // Unkept, the address would be lost to everyone: give it back.
-                if let Err(undo) = setup.del(Some(&result)) {
-                    warn!(
-                        "could not give back the address it failed to keep: {}",
-                        undo.summary()
-                    );
-                }
-                Err(e)
-            }
-        },
+        Ok(result) => setup.keep(&network, &attachment, result),
         Err(e) => {
             // The state goes only when nothing can still be held. If the
             // DEL before the ADD failed, the kept result may still hold an

@@ -4,17 +4,18 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::agent::{self, Request};
 use crate::skel::{self, respond};
-use crate::{cni, config, doctor, signals};
+use crate::{cni, config, docker, doctor, signals};
 
 const USAGE: &str = "usage:
   ipam-delegated ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
   ipam-delegated release --config FILE --id ID [--ifname NAME] [--netns PATH]
   ipam-delegated doctor  --config FILE
+  ipam-delegated docker-plugin --config PATH [--name NAME | --socket PATH]
   ipam-delegated --help | --version
 ";
 
@@ -37,6 +38,13 @@ libcni 1.2 or later require).
           Check FILE and its delegates without allocating anything.
 FILE is a conflist (its plugin whose ipam.type is ipam-delegated is used)
 or one plugin's configuration.
+  docker-plugin --config PATH [--name NAME | --socket PATH]
+          Serve Docker as a remote IPAM driver on
+          /run/docker/plugins/NAME.sock (NAME ipam-delegated by default)
+          or on the socket given, for the networks in PATH (a file, or a
+          directory of them, such as /etc/cni/net.d), until SIGTERM.
+          Docker networks use it with --ipam-driver NAME
+          [--ipam-opt network=CNI-NETWORK].
 
   --help     this text
   --version  the version, the CNI spec versions it speaks, its flavour
@@ -55,6 +63,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Some("ensure") => true,
         Some("release") => false,
         Some("doctor") => return doctor(&args[1..]),
+        Some("docker-plugin") => return docker_plugin(&args[1..]),
         Some("--help" | "-h" | "help") if args.len() == 1 => return print(HELP),
         Some("--version" | "-V") if args.len() == 1 => return print(&version_text()),
         _ => return usage(&format!("unknown command {:?}", command.to_string_lossy())),
@@ -99,6 +108,45 @@ fn doctor(options: &[OsString]) -> ExitCode {
     }
 }
 
+/// `docker-plugin`: serves until asked to stop; exit 0 then, 1 (after
+/// saying why on stderr) if it cannot serve.
+fn docker_plugin(options: &[OsString]) -> ExitCode {
+    let options = match parse_docker_options(options) {
+        Ok(options) => options,
+        Err(problem) => return usage(&problem),
+    };
+    match docker::serve(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{}", e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The options of `docker-plugin`.
+fn parse_docker_options(options: &[OsString]) -> Result<docker::Options, String> {
+    let (mut config, mut name, mut socket) = (None, None, None);
+    for (flag, value) in flags(options, &["--config", "--name", "--socket"])? {
+        match flag {
+            "--config" => config = Some(PathBuf::from(value)),
+            "--name" if cni::is_identifier(&value) => name = Some(value),
+            "--name" => return Err(format!("--name {value:?} {}", cni::IDENTIFIER_RULE)),
+            _ => socket = Some(PathBuf::from(value)),
+        }
+    }
+    let config = config.ok_or("--config is required")?;
+    let socket = match (name, socket) {
+        (Some(_), Some(_)) => return Err("--name and --socket exclude each other".into()),
+        (_, Some(socket)) => socket,
+        (name, None) => Path::new(docker::PLUGIN_DIR).join(format!(
+            "{}.sock",
+            name.as_deref().unwrap_or("ipam-delegated")
+        )),
+    };
+    Ok(docker::Options { config, socket })
+}
+
 fn version_text() -> String {
     let flavour = if cfg!(feature = "verbose") {
         "verbose"
@@ -127,29 +175,14 @@ fn parse_agent_options(options: &[OsString]) -> Result<Request, String> {
         ifname: "eth0".into(),
         // The host's own: the namespace the agent runs in, as delegates see it.
         netns: "/proc/self/ns/net".into(),
+        args: None,
     };
-    let mut options = options.iter();
-    while let Some(option) = options.next() {
-        let option = option
-            .to_str()
-            .ok_or_else(|| format!("{option:?} is not UTF-8"))?;
-        let (name, inline) = match option.split_once('=') {
-            Some((name, value)) => (name, Some(value.to_owned())),
-            None => (option, None),
-        };
-        let mut value = || match &inline {
-            Some(value) => Ok(value.clone()),
-            None => options
-                .next()
-                .and_then(|v| v.to_str().map(String::from))
-                .ok_or_else(|| format!("{name} needs a value")),
-        };
-        match name {
-            "--config" => request.config = PathBuf::from(value()?),
-            "--id" => request.id = value()?,
-            "--ifname" => request.ifname = value()?,
-            "--netns" => request.netns = value()?,
-            _ => return Err(format!("unknown option {option:?}")),
+    for (flag, value) in flags(options, &["--config", "--id", "--ifname", "--netns"])? {
+        match flag {
+            "--config" => request.config = PathBuf::from(value),
+            "--id" => request.id = value,
+            "--ifname" => request.ifname = value,
+            _ => request.netns = value,
         }
     }
     if request.config.as_os_str().is_empty() || request.id.is_empty() {
@@ -159,6 +192,35 @@ fn parse_agent_options(options: &[OsString]) -> Result<Request, String> {
         return Err("--netns needs a path".into());
     }
     Ok(request)
+}
+
+/// The options, each `--flag VALUE` or `--flag=VALUE` with a flag of
+/// `known`, as (flag, value) pairs in order.
+fn flags<'k>(options: &[OsString], known: &[&'k str]) -> Result<Vec<(&'k str, String)>, String> {
+    let mut pairs = Vec::new();
+    let mut options = options.iter();
+    while let Some(option) = options.next() {
+        let option = option
+            .to_str()
+            .ok_or_else(|| format!("{option:?} is not UTF-8"))?;
+        let (name, inline) = match option.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (option, None),
+        };
+        let flag = *known
+            .iter()
+            .find(|k| **k == name)
+            .ok_or_else(|| format!("unknown option {option:?}"))?;
+        let value = match inline {
+            Some(value) => value,
+            None => options
+                .next()
+                .and_then(|v| v.to_str().map(String::from))
+                .ok_or_else(|| format!("{flag} needs a value"))?,
+        };
+        pairs.push((flag, value));
+    }
+    Ok(pairs)
 }
 
 /// A usage error: what is wrong and the usage on stderr, exit status 2.
@@ -204,6 +266,39 @@ mod tests {
             (request.ifname.as_str(), request.netns.as_str()),
             ("eth0", "/proc/self/ns/net")
         );
+    }
+
+    #[test]
+    fn docker_plugin_serves_docker_s_directory_unless_told_otherwise() {
+        let options = parse_docker_options(&args(&["--config", "/etc/cni/net.d"])).unwrap();
+        assert_eq!(options.config, PathBuf::from("/etc/cni/net.d"));
+        assert_eq!(
+            options.socket,
+            PathBuf::from("/run/docker/plugins/ipam-delegated.sock")
+        );
+        let named = parse_docker_options(&args(&["--name=cni", "--config=f"])).unwrap();
+        assert_eq!(named.socket, PathBuf::from("/run/docker/plugins/cni.sock"));
+        let at = parse_docker_options(&args(&["--config", "f", "--socket", "/x/y.sock"])).unwrap();
+        assert_eq!(at.socket, PathBuf::from("/x/y.sock"));
+        for (list, problem) in [
+            (&["--name", "x"][..], "--config is required"),
+            (
+                &["--config", "f", "--name", "../x"],
+                "--name \"../x\" must start",
+            ),
+            (
+                &["--config", "f", "--name", "a", "--socket", "s"],
+                "exclude each other",
+            ),
+            (&["--config"], "--config needs a value"),
+            (
+                &["--config", "f", "--bogus", "1"],
+                "unknown option \"--bogus\"",
+            ),
+        ] {
+            let problem_found = parse_docker_options(&args(list)).unwrap_err();
+            assert!(problem_found.contains(problem), "{list:?}: {problem_found}");
+        }
     }
 
     #[test]

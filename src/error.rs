@@ -110,6 +110,10 @@ pub enum Error {
         marker: std::path::PathBuf,
     },
 
+    /// The Docker driver cannot serve a request as Docker put it.
+    #[error("{0}")]
+    Docker(String),
+
     /// A pool has no free address.
     #[error("pool {pool:?} has no free address")]
     PoolExhausted { pool: String },
@@ -262,9 +266,10 @@ impl Error {
             Error::Files { .. } => code::IO_FAILURE,
             Error::Interrupted { .. } => code::INTERRUPTED,
             Error::LockTimeout { .. } => code::TRY_AGAIN_LATER,
-            Error::ConfigFile { .. } | Error::SelfReference { .. } | Error::Recursion { .. } => {
-                code::INVALID_CONFIG
-            }
+            Error::ConfigFile { .. }
+            | Error::SelfReference { .. }
+            | Error::Recursion { .. }
+            | Error::Docker(_) => code::INVALID_CONFIG,
             Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
             Error::EtcdUnavailable { .. } => code::TRY_AGAIN_LATER,
             Error::EtcdRefused { .. } | Error::EtcdTls { .. } => code::IO_FAILURE,

@@ -15,6 +15,7 @@ mod agent;
 mod cli;
 mod delegate;
 mod dir;
+mod docker;
 mod doctor;
 mod etcd;
 mod logging;

@@ -4,6 +4,7 @@
 
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -22,6 +23,28 @@ pub fn init(program: &'static str) {
     let _ = tracing::subscriber::set_global_default(Stderr(program));
 }
 
+/// The most detailed level stderr gets: warnings for a plugin, which
+/// most runs never write; information too for a long-running service.
+static STDERR_LEVEL: AtomicUsize = AtomicUsize::new(WARN);
+
+const WARN: usize = 0;
+const INFO: usize = 1;
+
+/// For a long-running service (the Docker driver): stderr gets
+/// information too, one line for each thing the service did.
+pub fn for_service() {
+    STDERR_LEVEL.store(INFO, Ordering::Relaxed);
+    tracing::callsite::rebuild_interest_cache();
+}
+
+/// The most detailed level stderr gets now.
+fn stderr_level() -> Level {
+    match STDERR_LEVEL.load(Ordering::Relaxed) {
+        WARN => Level::WARN,
+        _ => Level::INFO,
+    }
+}
+
 /// The standard flavour's subscriber (and the verbose one's fallback):
 /// each warning or error as one line on stderr, and nothing else is even
 /// formatted. It keeps no state, so setting it up costs nothing: most runs
@@ -38,11 +61,13 @@ impl Subscriber for Stderr {
     }
 
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= Level::WARN
+        *metadata.level() <= stderr_level()
     }
 
     fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::WARN)
+        Some(tracing::level_filters::LevelFilter::from_level(
+            stderr_level(),
+        ))
     }
 
     fn new_span(&self, _: &Attributes<'_>) -> Id {
@@ -136,7 +161,8 @@ mod verbose {
                 return false;
             }
         };
-        let stderr = (|| OneLine(io::stderr())).with_max_level(Level::WARN);
+        let stderr = (|| OneLine(io::stderr()))
+            .with_filter(|metadata: &tracing::Metadata| *metadata.level() <= super::stderr_level());
         tracing_subscriber::fmt()
             // A log that cannot be written must never stop the reply; the
             // default would report on stderr, panicking when that is closed too.

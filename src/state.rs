@@ -130,6 +130,26 @@ impl Network {
         })
     }
 
+    /// Every attachment kept for the network.
+    pub fn attachments(&self) -> Result<Vec<Attachment>, Error> {
+        list(&self.dir)
+    }
+
+    /// Another record of the network's (the Docker driver's pools), by a
+    /// name without ':', which no attachment's file has.
+    pub fn read_record(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        debug_assert!(!name.contains(':'));
+        self.dir.read(name).map_err(|e| self.dir.error_at(name, e))
+    }
+
+    /// Stores record `name`, whole, as [`Self::write`] stores a result.
+    pub fn write_record(&self, name: &str, content: &[u8]) -> Result<(), Error> {
+        debug_assert!(!name.contains(':'));
+        self.dir
+            .replace(name, content)
+            .map_err(|e| self.dir.error_at(name, e))
+    }
+
     /// Forgets `attachment`, durably; forgetting one not kept is no error.
     pub fn remove(&self, attachment: &Attachment) -> Result<(), Error> {
         let name = attachment.file_name();

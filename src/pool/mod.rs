@@ -27,7 +27,7 @@ use crate::cni::{Environment, NetConf};
 use crate::error::Error;
 use crate::skel::{self, Plugin};
 pub use cli::main as command_line;
-pub(crate) use range::Addr;
+pub(crate) use range::{Addr, Family, Subnet};
 pub(crate) use settings::{invalid, requested_by_runtime, Pool, Wanted};
 use settings::{Settings, StoreSettings};
 use store::{Held, Holding, Owner, Store};

@@ -251,6 +251,62 @@ impl Range {
     }
 }
 
+/// A subnet: its network address and prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subnet {
+    pub network: Addr,
+    pub prefix: u8,
+}
+
+impl Subnet {
+    /// Reads `ADDRESS/PREFIX`, a network address with addresses to give.
+    pub fn parse(text: &str) -> Result<Subnet, String> {
+        parse_subnet(text).map(|(network, prefix)| Subnet { network, prefix })
+    }
+
+    /// Whether `addr` is one of the subnet's addresses.
+    pub fn contains(&self, addr: Addr) -> bool {
+        addr.family == self.network.family
+            && addr.value & !host_mask(addr.family, self.prefix) == self.network.value
+    }
+
+    /// Its IP version.
+    pub fn family(&self) -> Family {
+        self.network.family
+    }
+
+    /// Whether every address of `other` is one of this subnet's.
+    pub fn covers(&self, other: &Subnet) -> bool {
+        other.prefix >= self.prefix && self.contains(other.network)
+    }
+
+    /// The first and last addresses of this subnet that a host of
+    /// `within`, which covers it, may have: all of them but, in IPv4,
+    /// `within`'s network and broadcast addresses.
+    pub fn host_bounds_in(&self, within: &Subnet) -> (Addr, Addr) {
+        let last = |s: &Subnet| Addr {
+            value: s.network.value | host_mask(s.network.family, s.prefix),
+            ..s.network
+        };
+        let (mut first, mut end) = (self.network, last(self));
+        if self.network.family == Family::V4 {
+            if first == within.network {
+                first.value += 1;
+            }
+            if end == last(within) {
+                end.value -= 1;
+            }
+        }
+        (first, end)
+    }
+}
+
+impl fmt::Display for Subnet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
 /// The host part of a subnet of `prefix`, all ones: what added to its
 /// network address makes its last address (a whole IPv6 space included).
 fn host_mask(family: Family, prefix: u8) -> u128 {
@@ -405,5 +461,28 @@ mod tests {
         let c = range(json!({"subnet": "10.1.0.0/16"}));
         assert!(!a.overlaps(&b));
         assert!(a.overlaps(&c) && c.overlaps(&b));
+    }
+
+    #[test]
+    fn subnets_contain_cover_and_bound_their_hosts() {
+        let big = Subnet::parse("10.1.0.0/16").unwrap();
+        let low = Subnet::parse("10.1.0.0/24").unwrap();
+        let high = Subnet::parse("10.1.255.0/24").unwrap();
+        let a = |t: &str| Addr::new(t.parse().unwrap());
+        assert!(big.contains(a("10.1.200.3")) && !big.contains(a("10.2.0.0")));
+        assert!(!big.contains(a("::1")));
+        assert!(big.covers(&low) && !low.covers(&big));
+        assert!(!Subnet::parse("10.2.0.0/24").unwrap().covers(&low));
+        assert_eq!(low.host_bounds_in(&big), (a("10.1.0.1"), a("10.1.0.255")));
+        assert_eq!(
+            high.host_bounds_in(&big),
+            (a("10.1.255.0"), a("10.1.255.254"))
+        );
+        let v6 = Subnet::parse("fd00::/64").unwrap();
+        assert_eq!(
+            v6.host_bounds_in(&v6),
+            (a("fd00::"), a("fd00::ffff:ffff:ffff:ffff"))
+        );
+        assert_eq!(big.to_string(), "10.1.0.0/16");
     }
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod docker;
 pub mod etcd;
 
 use std::collections::HashMap;

@@ -1,0 +1,640 @@
+//! libnetwork's remote IPAM API answered by the CNI stack: a pool is a
+//! (network, subnet, ip-range) Docker holds; every RequestAddress is an
+//! ADD through the stack under a container ID the driver makes, its
+//! result kept in agent mode's state; ReleaseAddress is the DEL of the
+//! attachment holding the address, and ReleasePool releases what is left.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use super::networks::{self, Network};
+use super::pools::{PoolId, Requests};
+use crate::agent::{self, Request, Setup};
+use crate::config::Config;
+use crate::error::Error;
+use crate::pool::{Addr, Family, Subnet};
+use crate::state::{self, Attachment};
+
+/// The interface name of every attachment the driver makes.
+const IFNAME: &str = "eth0";
+
+/// The namespace delegates are given: the driver's own, the host's.
+const HOST_NETNS: &str = "/proc/self/ns/net";
+
+/// The option that marks Docker's request for a network's gateway.
+const ADDRESS_TYPE: &str = "RequestAddressType";
+
+/// The driver: where the CNI networks' configurations are.
+pub struct Driver {
+    config: PathBuf,
+}
+
+/// The answer to one request.
+pub struct Answer {
+    /// 200, or 404 for a path the API does not have.
+    pub status: u16,
+    pub body: Vec<u8>,
+    /// What gives back an address Docker never learns of, if the answer
+    /// cannot be delivered.
+    pub undo: Option<Undo>,
+}
+
+/// An address given, to release if Docker never gets it.
+pub struct Undo {
+    pool: String,
+    address: String,
+}
+
+/// A request's body: a JSON object (or nothing, for the handshake).
+struct Body(serde_json::Map<String, Value>);
+
+impl Body {
+    fn parse(bytes: &[u8]) -> Result<Body, Error> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| Error::Docker(format!("the request is not JSON: {e}")))?;
+        match value {
+            Value::Object(members) => Ok(Body(members)),
+            other => Err(Error::Docker(format!(
+                "the request is not a JSON object: {other}"
+            ))),
+        }
+    }
+
+    /// A string member; missing or null is empty.
+    fn text(&self, key: &str) -> Result<&str, Error> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(""),
+            Some(Value::String(text)) => Ok(text),
+            Some(other) => Err(Error::Docker(format!(
+                "\"{key}\" must be a string, not {other}"
+            ))),
+        }
+    }
+
+    /// `Options`, a map of strings; Docker sends null for none.
+    fn options(&self) -> Result<HashMap<String, String>, Error> {
+        match self.0.get("Options") {
+            None | Some(Value::Null) => Ok(HashMap::new()),
+            Some(Value::Object(options)) => options
+                .iter()
+                .map(|(key, value)| match value {
+                    Value::String(text) => Ok((key.clone(), text.clone())),
+                    other => Err(Error::Docker(format!(
+                        "option {key:?} must be a string, not {other}"
+                    ))),
+                })
+                .collect(),
+            Some(other) => Err(Error::Docker(format!(
+                "\"Options\" must be an object, not {other}"
+            ))),
+        }
+    }
+}
+
+impl Driver {
+    /// The driver for the configurations at `config` (a file or a directory).
+    pub fn new(config: PathBuf) -> Driver {
+        Driver { config }
+    }
+
+    /// The answer to a POST of `body` to `path`. A request that fails is
+    /// answered 200 with `{"Error": …}`, the key Docker reads, carrying
+    /// the CNI code and message.
+    pub fn answer(&self, path: &str, body: &[u8]) -> Answer {
+        let mut undo = None;
+        let outcome = match path {
+            "/Plugin.Activate" => Ok(json!({"Implements": ["IpamDriver"]})),
+            "/IpamDriver.GetCapabilities" => Ok(json!({
+                "RequiresMACAddress": false,
+                // What Docker asked for before it restarted is kept here:
+                // it need not ask again.
+                "RequiresRequestReplay": false,
+            })),
+            "/IpamDriver.GetDefaultAddressSpaces" => Ok(json!({
+                "LocalDefaultAddressSpace": "local",
+                "GlobalDefaultAddressSpace": "global",
+            })),
+            "/IpamDriver.RequestPool" => Body::parse(body).and_then(|r| self.request_pool(&r)),
+            "/IpamDriver.ReleasePool" => Body::parse(body)
+                .and_then(|r| self.release_pool(r.text("PoolID")?))
+                .map(|()| json!({})),
+            "/IpamDriver.RequestAddress" => Body::parse(body)
+                .and_then(|r| self.request_address(&r))
+                .map(|(value, given)| {
+                    undo = Some(given);
+                    value
+                }),
+            "/IpamDriver.ReleaseAddress" => Body::parse(body)
+                .and_then(|r| self.release_address(r.text("PoolID")?, r.text("Address")?))
+                .map(|()| json!({})),
+            _ => {
+                return Answer {
+                    status: 404,
+                    body: json!({"Err": format!("{path} is not part of the IPAM driver API")})
+                        .to_string()
+                        .into_bytes(),
+                    undo: None,
+                }
+            }
+        };
+        let body = match outcome {
+            Ok(value) => value,
+            Err(e) => {
+                warn!("{path}: {}", message(&e));
+                json!({"Error": message(&e)})
+            }
+        };
+        Answer {
+            status: 200,
+            body: body.to_string().into_bytes(),
+            undo,
+        }
+    }
+
+    /// Releases an address Docker was never told of.
+    pub fn undo(&self, undo: Undo) {
+        warn!(
+            "the answer giving {} could not be delivered: releasing it",
+            undo.address
+        );
+        if let Err(e) = self.release_address(&undo.pool, &undo.address) {
+            warn!("could not release it: {}", message(&e));
+        }
+    }
+
+    /// RequestPool: checks that the network can give addresses from the
+    /// pool and counts one more request of it. Nothing is allocated.
+    fn request_pool(&self, request: &Body) -> Result<Value, Error> {
+        let options = request.options()?;
+        let (asked_pool, sub_pool) = (request.text("Pool")?, request.text("SubPool")?);
+        let v6 = request.0.get("V6") == Some(&Value::Bool(true));
+        if let Some(unknown) = options.keys().find(|key| *key != "network") {
+            return Err(Error::Docker(format!(
+                "unknown IPAM option {unknown:?}: this driver takes --ipam-opt network=NAME"
+            )));
+        }
+        let net = networks::find(&self.config, options.get("network").map(String::as_str))?;
+        let subnet = if asked_pool.is_empty() {
+            if !sub_pool.is_empty() {
+                return Err(Error::Docker("an --ip-range needs a --subnet".into()));
+            }
+            net.declared_subnet(if v6 { Family::V6 } else { Family::V4 })?
+        } else {
+            Subnet::parse(asked_pool)
+                .map_err(|e| Error::Docker(format!("--subnet {asked_pool}: {e}")))?
+        };
+        let range = match sub_pool {
+            "" => None,
+            text => {
+                let range = Subnet::parse(text)
+                    .map_err(|e| Error::Docker(format!("--ip-range {text}: {e}")))?;
+                if !subnet.covers(&range) {
+                    return Err(Error::Docker(format!(
+                        "--ip-range {range} is not inside --subnet {subnet}"
+                    )));
+                }
+                Some(range)
+            }
+        };
+        let declared = net.subnets();
+        if !net.takes("ipRanges") {
+            if range.is_some() {
+                return Err(Error::Docker(format!(
+                    "an --ip-range is given to the stack as the ipRanges capability, which network {:?}'s plugin does not take (\"capabilities\": {{\"ipRanges\": true}})",
+                    net.name
+                )));
+            }
+            if !declared.is_empty() && !declared.contains(&subnet) {
+                return Err(Error::Docker(format!(
+                    "network {:?} declares {}, not {subnet}, and its plugin does not take the ipRanges capability through which the stack could be given it",
+                    net.name,
+                    networks::list(&declared)
+                )));
+            }
+        }
+        let pool = PoolId {
+            network: net.name.clone(),
+            subnet,
+            range,
+        };
+        let state = lock(&net)?;
+        let mut requests = Requests::read(&state)?;
+        requests.add(&pool);
+        requests.write(&state)?;
+        info!("pool {pool} requested");
+        Ok(json!({"PoolID": pool.to_string(), "Pool": subnet.to_string(), "Data": {}}))
+    }
+
+    /// ReleasePool: one request less; after the last, DEL of every
+    /// attachment of the pool still kept (the pool stays counted if one
+    /// fails, and the error says which).
+    fn release_pool(&self, pool: &str) -> Result<(), Error> {
+        let pool = PoolId::parse(pool)?;
+        let net = networks::find(&self.config, Some(&pool.network))?;
+        let state = lock(&net)?;
+        let mut requests = Requests::read(&state)?;
+        if !requests.holds(&pool) {
+            warn!("pool {pool} is not held: releasing what is left of it");
+        }
+        if requests.remove(&pool) {
+            let stdin = net.stdin(runtime_config(&net, &pool, None));
+            let prefix = pool.attachment_prefix();
+            let mut failures = Vec::new();
+            for attachment in state.attachments()? {
+                if attachment.id.starts_with(&prefix) {
+                    let kept = state.read(&attachment)?;
+                    if let Err(e) = release(&net, &stdin, &state, &attachment, kept.as_deref()) {
+                        failures.push(e);
+                    }
+                }
+            }
+            Error::from_failures(failures)?;
+        }
+        requests.write(&state)?;
+        info!("pool {pool} released");
+        Ok(())
+    }
+
+    /// RequestAddress: an ADD through the stack, with the address Docker
+    /// asks for (if any) passed every way CNI IPAM plugins read one; the
+    /// result is kept, or given back if it does not hold the address the
+    /// pool needs.
+    fn request_address(&self, request: &Body) -> Result<(Value, Undo), Error> {
+        let pool = PoolId::parse(request.text("PoolID")?)?;
+        let options = request.options()?;
+        let unavailable = |address: &str, why: String| Error::AddressUnavailable {
+            address: address.to_owned(),
+            pool: pool.to_string(),
+            why,
+        };
+        let asked = match request.text("Address")? {
+            "" => None,
+            text => {
+                let ip: IpAddr = text
+                    .parse()
+                    .map_err(|_| unavailable(text, "it is not an address".into()))?;
+                let addr = Addr::new(ip);
+                if !pool.subnet.contains(addr) {
+                    return Err(unavailable(text, "it is outside the pool's subnet".into()));
+                }
+                Some(addr)
+            }
+        };
+        let net = networks::find(&self.config, Some(&pool.network))?;
+        let stdin = net.stdin(runtime_config(&net, &pool, asked));
+        let id = format!("{}{}", pool.attachment_prefix(), random_hex()?);
+        let setup = Setup::new(&request_for(&net, &id, asked), &stdin)?;
+        let state = setup.network()?;
+        if !Requests::read(&state)?.holds(&pool) {
+            return Err(Error::Docker(format!(
+                "pool {pool} was not requested from this driver, or its state (under {}) was lost",
+                agent::state_root(&setup.config).display()
+            )));
+        }
+        let delegates = setup.find_all()?;
+        let result = setup.chain(&setup.config.net).add(&delegates)?;
+        let given = match address_for(&result, &pool, asked) {
+            Ok(given) => given,
+            Err(e) => {
+                setup.give_back(&result, "could not give back what the stack gave");
+                return Err(e);
+            }
+        };
+        let attachment = Attachment {
+            id,
+            ifname: IFNAME.into(),
+        };
+        setup.keep(&state, &attachment, result)?;
+        let purpose = match options.get(ADDRESS_TYPE) {
+            Some(kind) => format!(" ({kind})"),
+            None => String::new(),
+        };
+        info!(
+            "{given}{purpose} given from pool {pool} to {}",
+            attachment.id
+        );
+        let answer = json!({"Address": format!("{given}/{}", pool.subnet.prefix), "Data": {}});
+        Ok((
+            answer,
+            Undo {
+                pool: pool.to_string(),
+                address: given.to_string(),
+            },
+        ))
+    }
+
+    /// ReleaseAddress: the DEL of the attachment that holds the address
+    /// (with its kept result as prevResult), then the attachment
+    /// forgotten. An address no attachment of the pool holds is released
+    /// already.
+    fn release_address(&self, pool: &str, address: &str) -> Result<(), Error> {
+        let pool = PoolId::parse(pool)?;
+        let ip: IpAddr = address
+            .parse()
+            .map_err(|_| Error::Docker(format!("{address:?} is not an address")))?;
+        let address = Addr::new(ip);
+        let net = networks::find(&self.config, Some(&pool.network))?;
+        let state = lock(&net)?;
+        let prefix = pool.attachment_prefix();
+        for attachment in state.attachments()? {
+            if !attachment.id.starts_with(&prefix) {
+                continue;
+            }
+            let Some(kept) = state.read(&attachment)? else {
+                continue;
+            };
+            if addresses(&kept).contains(&address) {
+                let stdin = net.stdin(runtime_config(&net, &pool, None));
+                release(&net, &stdin, &state, &attachment, Some(&kept))?;
+                info!("{address} released from pool {pool} by {}", attachment.id);
+                return Ok(());
+            }
+        }
+        warn!("{address} is held by no attachment of pool {pool}: nothing to release");
+        Ok(())
+    }
+}
+
+/// What Docker is told when a request fails: the error's one-line summary
+/// (naming a delegate that failed), its CNI code, and its details.
+fn message(e: &Error) -> String {
+    let details = e.details();
+    let mut text = format!("{} (CNI error code {})", e.summary(), e.code());
+    if !details.is_empty() {
+        text.push_str(": ");
+        text.push_str(&details.replace('\n', " "));
+    }
+    text
+}
+
+/// The network's attachments, locked.
+fn lock(net: &Network) -> Result<state::Network, Error> {
+    let stdin = net.stdin(Vec::new());
+    let config = Config::parse(&stdin)?;
+    state::Network::lock(&agent::state_root(&config), &config.net.name)
+}
+
+/// The attachment `id` of the driver, as agent mode runs it: in the
+/// host's namespace, asking for `asked` through CNI_ARGS.
+fn request_for(net: &Network, id: &str, asked: Option<Addr>) -> Request {
+    Request {
+        config: net.file.clone(),
+        id: id.to_owned(),
+        ifname: IFNAME.into(),
+        netns: HOST_NETNS.into(),
+        args: asked.map(|addr| format!("IgnoreUnknown=1;IP={addr}")),
+    }
+}
+
+/// `runtimeConfig` as libcni passes it, for the capabilities the plugin
+/// takes: `ipRanges` when Docker's pool is not the configuration's own
+/// (another subnet, or an ip-range), `ips` with the address asked for.
+fn runtime_config(net: &Network, pool: &PoolId, asked: Option<Addr>) -> Vec<(&'static str, Value)> {
+    let mut set = Vec::new();
+    if net.takes("ipRanges") && (pool.range.is_some() || !net.subnets().contains(&pool.subnet)) {
+        let mut range = json!({"subnet": pool.subnet.to_string()});
+        if let Some(part) = &pool.range {
+            let (start, end) = part.host_bounds_in(&pool.subnet);
+            range["rangeStart"] = start.to_string().into();
+            range["rangeEnd"] = end.to_string().into();
+        }
+        set.push(("ipRanges", json!([[range]])));
+    }
+    if let Some(addr) = asked.filter(|_| net.takes("ips")) {
+        set.push(("ips", json!([format!("{addr}/{}", pool.subnet.prefix)])));
+    }
+    set
+}
+
+/// DEL of `attachment` (with `kept` as prevResult), then forgotten.
+fn release(
+    net: &Network,
+    stdin: &[u8],
+    state: &state::Network,
+    attachment: &Attachment,
+    kept: Option<&[u8]>,
+) -> Result<(), Error> {
+    let mut request = request_for(net, &attachment.id, None);
+    request.ifname.clone_from(&attachment.ifname);
+    Setup::new(&request, stdin)?.del(kept)?;
+    state.remove(attachment)
+}
+
+/// The addresses of a result's `ips`.
+fn addresses(result: &[u8]) -> Vec<Addr> {
+    let result: Value = serde_json::from_slice(result).unwrap_or_default();
+    result["ips"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|ip| ip["address"].as_str())
+        .filter_map(|cidr| cidr.split('/').next()?.parse::<IpAddr>().ok())
+        .map(Addr::new)
+        .collect()
+}
+
+/// The address of `result` that answers the request: the one asked for,
+/// or one inside the pool (and its ip-range).
+fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr, Error> {
+    let given = addresses(result);
+    let listed = || {
+        let texts: Vec<String> = given.iter().map(ToString::to_string).collect();
+        if texts.is_empty() {
+            "no address".to_owned()
+        } else {
+            texts.join(", ")
+        }
+    };
+    if let Some(asked) = asked {
+        return given
+            .contains(&asked)
+            .then_some(asked)
+            .ok_or_else(|| Error::AddressUnavailable {
+                address: asked.to_string(),
+                pool: pool.to_string(),
+                why: format!("the stack gave {} instead", listed()),
+            });
+    }
+    let within = pool.range.as_ref().unwrap_or(&pool.subnet);
+    given
+        .iter()
+        .copied()
+        .find(|addr| within.contains(*addr))
+        .ok_or_else(|| {
+            Error::Docker(format!(
+                "the stack gave {}, outside pool {pool}: network {:?}'s delegates must give addresses from {within}",
+                listed(),
+                pool.network
+            ))
+        })
+}
+
+/// 16 random hex digits, for container IDs no one else makes.
+fn random_hex() -> Result<String, Error> {
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|error| Error::Files {
+            path: "/dev/urandom".into(),
+            error,
+        })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(text: &str) -> PoolId {
+        PoolId::parse(text).unwrap()
+    }
+
+    fn a(text: &str) -> Addr {
+        Addr::new(text.parse().unwrap())
+    }
+
+    const RESULT: &[u8] =
+        br#"{"cniVersion":"1.0.0","ips":[{"address":"fd00::5/64"},{"address":"10.1.0.5/16","gateway":"10.1.0.1"}]}"#;
+
+    #[test]
+    fn the_answer_is_the_address_asked_for_or_one_in_the_pool() {
+        let p = pool("n/10.1.0.0/16");
+        assert_eq!(address_for(RESULT, &p, None).unwrap(), a("10.1.0.5"));
+        assert_eq!(
+            address_for(RESULT, &p, Some(a("10.1.0.5"))).unwrap(),
+            a("10.1.0.5")
+        );
+        let e = address_for(RESULT, &p, Some(a("10.1.0.9"))).unwrap_err();
+        assert_eq!(e.code(), crate::error::code::ADDRESS_UNAVAILABLE);
+        assert!(
+            e.to_string()
+                .contains("10.1.0.9 cannot be given from pool \"n/10.1.0.0/16\": the stack gave fd00::5, 10.1.0.5 instead"),
+            "{e}"
+        );
+        let e = address_for(RESULT, &pool("n/10.1.0.0/16/10.1.2.0/24"), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("outside pool n/10.1.0.0/16/10.1.2.0/24"),
+            "{e}"
+        );
+        let e = address_for(b"{}", &p, None).unwrap_err();
+        assert!(e.to_string().contains("the stack gave no address"), "{e}");
+    }
+
+    #[test]
+    fn failures_reach_docker_with_their_code_and_details() {
+        let e = Error::Delegate {
+            delegate: "ipam-da-x".into(),
+            command: crate::cni::Command::Add,
+            failure: crate::error::Failure::Reported {
+                code: 11,
+                msg: "pool busy".into(),
+                details: "line one\nline two".into(),
+            },
+        };
+        assert_eq!(
+            message(&e),
+            "ipam-da-x (ADD): failed with code 11: pool busy (CNI error code 11): line one line two"
+        );
+    }
+
+    #[test]
+    fn the_api_answers_its_handshake_and_refuses_what_it_does_not_have() {
+        let driver = Driver::new("/nonexistent".into());
+        let activate = driver.answer("/Plugin.Activate", b"");
+        assert_eq!(activate.body, br#"{"Implements":["IpamDriver"]}"#);
+        let caps = driver.answer("/IpamDriver.GetCapabilities", b"null");
+        let caps: Value = serde_json::from_slice(&caps.body).unwrap();
+        assert_eq!(caps["RequiresRequestReplay"], false);
+        let spaces = driver.answer("/IpamDriver.GetDefaultAddressSpaces", b"");
+        assert_eq!(spaces.status, 200);
+        assert_eq!(
+            driver.answer("/NetworkDriver.CreateNetwork", b"{}").status,
+            404
+        );
+        // Errors are a 200 with "Error", which is what Docker reads.
+        for (path, body) in [
+            ("/IpamDriver.RequestPool", &b"not json"[..]),
+            (
+                "/IpamDriver.RequestPool",
+                br#"{"AddressSpace":"local","Options":{"colour":"red"}}"#,
+            ),
+            (
+                "/IpamDriver.RequestPool",
+                br#"{"AddressSpace":"local","Options":null}"#,
+            ),
+            (
+                "/IpamDriver.RequestAddress",
+                br#"{"PoolID":"junk","Address":"","Options":null}"#,
+            ),
+            (
+                "/IpamDriver.ReleaseAddress",
+                br#"{"PoolID":"n/10.1.0.0/16","Address":"x"}"#,
+            ),
+        ] {
+            let answer = driver.answer(path, body);
+            assert_eq!(answer.status, 200);
+            assert!(answer.undo.is_none());
+            let body: Value = serde_json::from_slice(&answer.body).unwrap();
+            let error = body["Error"].as_str().unwrap();
+            assert!(error.contains("(CNI error code "), "{path}: {error}");
+        }
+    }
+
+    #[test]
+    fn runtime_config_gives_the_stack_a_pool_it_does_not_declare() {
+        let net = |capabilities: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("n.conflist");
+            std::fs::write(
+                &file,
+                format!(
+                    r#"{{"cniVersion":"1.0.0","name":"n","plugins":[{{"type":"bridge","capabilities":{capabilities},"ipam":{{"type":"ipam-delegated","delegates":["host-local"],"ranges":[[{{"subnet":"10.1.0.0/16"}}]]}}}}]}}"#
+                ),
+            )
+            .unwrap();
+            networks::find(&file, None).unwrap()
+        };
+        let both = net(r#"{"ipRanges":true,"ips":true}"#);
+        assert!(runtime_config(&both, &pool("n/10.1.0.0/16"), None).is_empty());
+        assert_eq!(
+            runtime_config(
+                &both,
+                &pool("n/10.1.0.0/16/10.1.0.0/24"),
+                Some(a("10.1.0.7"))
+            ),
+            [
+                (
+                    "ipRanges",
+                    json!([[{"subnet": "10.1.0.0/16", "rangeStart": "10.1.0.1", "rangeEnd": "10.1.0.255"}]])
+                ),
+                ("ips", json!(["10.1.0.7/16"])),
+            ]
+        );
+        assert_eq!(
+            runtime_config(&both, &pool("n/10.7.0.0/24"), None),
+            [("ipRanges", json!([[{"subnet": "10.7.0.0/24"}]]))]
+        );
+        let none = net("{}");
+        assert!(runtime_config(&none, &pool("n/10.7.0.0/24"), Some(a("10.7.0.7"))).is_empty());
+        assert_eq!(
+            request_for(&none, "docker-x", Some(a("10.7.0.7")))
+                .args
+                .as_deref(),
+            Some("IgnoreUnknown=1;IP=10.7.0.7")
+        );
+    }
+
+    #[test]
+    fn container_ids_are_random() {
+        let (x, y) = (random_hex().unwrap(), random_hex().unwrap());
+        assert_ne!(x, y);
+        assert_eq!(x.len(), 16);
+    }
+}

@@ -1,0 +1,281 @@
+//! `ipam-delegated docker-plugin`: the CNI stack as a libnetwork remote
+//! IPAM driver, so that Docker networks draw their addresses from the same
+//! stack (and pools, and etcd cluster) as the CNI runtimes. This module
+//! owns the socket: where it is, who may use it, serving each connection
+//! in a thread of its own, and stopping cleanly on SIGTERM.
+
+mod driver;
+mod http;
+mod networks;
+mod pools;
+
+use std::io::{self, BufReader};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::error::Error;
+use crate::signals;
+use crate::sys::{poll, pollfd};
+use driver::Driver;
+
+/// Where Docker looks for plugins' sockets.
+pub const PLUGIN_DIR: &str = "/run/docker/plugins";
+
+/// The most connections served at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may sit idle between requests.
+const IDLE: Duration = Duration::from_secs(300);
+
+/// What `docker-plugin` was asked for.
+#[derive(Debug)]
+pub struct Options {
+    /// A configuration file, or a directory of them.
+    pub config: PathBuf,
+    /// The socket to serve.
+    pub socket: PathBuf,
+}
+
+/// Serves the driver on `options.socket` until SIGTERM or SIGINT, then
+/// lets the requests under way finish, removes the socket and returns.
+pub fn serve(options: &Options) -> Result<(), Error> {
+    crate::logging::for_service();
+    // Before any thread: they all inherit the blocked signals.
+    signals::watch().map_err(|e| socket_error(&options.socket, e))?;
+    let (networks, skipped) = networks::load(&options.config)?;
+    for reason in &skipped {
+        warn!("skipped {reason}");
+    }
+    if networks.is_empty() {
+        return Err(Error::ConfigFile {
+            path: options.config.clone(),
+            reason: "no network there uses ipam-delegated".into(),
+        });
+    }
+    let listener = bind(&options.socket)?;
+    let names: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
+    info!(
+        "serving {} for networks {}",
+        options.socket.display(),
+        names.join(", ")
+    );
+    let driver = Arc::new(Driver::new(options.config.clone()));
+    let load = Arc::new(Load::default());
+    let outcome = accept(&listener, &driver, &load);
+    // Removed first, so that Docker stops coming while the rest finishes.
+    if let Err(e) = std::fs::remove_file(&options.socket) {
+        warn!("could not remove {}: {e}", options.socket.display());
+    }
+    load.wind_down();
+    info!("stopped");
+    outcome.map_err(|e| socket_error(&options.socket, e))
+}
+
+/// Accepts connections until a termination request comes.
+fn accept(listener: &UnixListener, driver: &Arc<Driver>, load: &Arc<Load>) -> io::Result<()> {
+    let signals = signals::fd().map(|fd| fd.as_raw_fd());
+    loop {
+        let mut fds = [
+            pollfd(Some(listener.as_raw_fd()), libc::POLLIN),
+            pollfd(signals, libc::POLLIN),
+        ];
+        poll(&mut fds, None)?;
+        if let Some(signal) = signals::received(1) {
+            info!("signal {signal}: stopping");
+            return Ok(());
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                // Out of descriptors, say: the next one may do.
+                warn!("accepting a connection failed: {e}");
+                signals::wait(Duration::from_millis(100));
+                continue;
+            }
+        };
+        load.connection_opened();
+        let (driver, worker_load) = (Arc::clone(driver), Arc::clone(load));
+        let spawned = std::thread::Builder::new().spawn(move || {
+            serve_connection(stream, &driver, &worker_load);
+            worker_load.connection_closed();
+        });
+        if let Err(e) = spawned {
+            warn!("could not start a thread for a connection: {e}");
+            load.connection_closed();
+        }
+    }
+}
+
+/// Answers the requests of one connection until the client closes it.
+fn serve_connection(stream: UnixStream, driver: &Driver, load: &Load) {
+    if let Err(e) = stream.set_nonblocking(false) {
+        warn!("a connection cannot be served: {e}");
+        return;
+    }
+    let _ = stream.set_read_timeout(Some(IDLE));
+    let mut writer = match stream.try_clone() {
+        Ok(writer) => writer,
+        Err(e) => {
+            warn!("a connection cannot be served: {e}");
+            return;
+        }
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let request = match http::read_request(&mut reader) {
+            Ok(Some(request)) => request,
+            Ok(None) => return,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                warn!("a bad request: {e}");
+                let body = serde_json::json!({"Err": e.to_string()}).to_string();
+                let _ = http::write_response(&mut writer, 400, body.as_bytes(), true);
+                return;
+            }
+            Err(_) => return,
+        };
+        let Some(_busy) = load.request_started() else {
+            let body =
+                br#"{"Error":"ipam-delegated is stopping: try again later (CNI error code 11)"}"#;
+            let _ = http::write_response(&mut writer, 200, body, true);
+            return;
+        };
+        let answer = if request.method == "POST" {
+            driver.answer(&request.path, &request.body)
+        } else {
+            driver::Answer {
+                status: 404,
+                body: br#"{"Err":"only POST is served"}"#.to_vec(),
+                undo: None,
+            }
+        };
+        if http::write_response(&mut writer, answer.status, &answer.body, request.close).is_err() {
+            if let Some(undo) = answer.undo {
+                driver.undo(undo);
+            }
+            return;
+        }
+        if request.close {
+            return;
+        }
+    }
+}
+
+/// Connections and requests under way, and whether the driver stops.
+#[derive(Default)]
+struct Load {
+    state: Mutex<Counts>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Counts {
+    connections: usize,
+    requests: usize,
+    stopping: bool,
+}
+
+/// A request under way, until dropped.
+struct Busy<'a>(&'a Load);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.update(|counts| counts.requests -= 1);
+    }
+}
+
+impl Load {
+    fn update(&self, change: impl FnOnce(&mut Counts)) {
+        let mut counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut counts);
+        self.changed.notify_all();
+    }
+
+    /// Counts a new connection, once fewer than the most are open.
+    fn connection_opened(&self) {
+        let counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts = self
+            .changed
+            .wait_while(counts, |c| c.connections >= MAX_CONNECTIONS)
+            .unwrap_or_else(|e| e.into_inner());
+        counts.connections += 1;
+    }
+
+    fn connection_closed(&self) {
+        self.update(|counts| counts.connections -= 1);
+    }
+
+    /// Counts a request under way; none once the driver stops.
+    fn request_started(&self) -> Option<Busy<'_>> {
+        let mut counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if counts.stopping {
+            return None;
+        }
+        counts.requests += 1;
+        Some(Busy(self))
+    }
+
+    /// Stops new requests and waits for those under way. Idle connections
+    /// are left to end with the process.
+    fn wind_down(&self) {
+        let mut counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        counts.stopping = true;
+        drop(
+            self.changed
+                .wait_while(counts, |c| c.requests > 0)
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+    }
+}
+
+/// Listens on `socket`, only for its owner and group. A socket left by a
+/// driver that is gone is replaced; one a driver still serves, or a file
+/// that is not a socket, is an error.
+fn bind(socket: &Path) -> Result<UnixListener, Error> {
+    let fail = |e: io::Error| socket_error(socket, e);
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    match std::fs::symlink_metadata(socket) {
+        Ok(meta) if meta.file_type().is_socket() => match UnixStream::connect(socket) {
+            Ok(_) => {
+                return Err(fail(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "another driver serves it",
+                )))
+            }
+            Err(_) => {
+                info!("removing the stale socket {}", socket.display());
+                std::fs::remove_file(socket).map_err(fail)?;
+            }
+        },
+        Ok(_) => {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "it exists and is not a socket",
+            )))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
+    }
+    let listener = UnixListener::bind(socket).map_err(fail)?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660)).map_err(fail)?;
+    listener.set_nonblocking(true).map_err(fail)?;
+    Ok(listener)
+}
+
+fn socket_error(socket: &Path, error: io::Error) -> Error {
+    Error::Files {
+        path: socket.to_owned(),
+        error,
+    }
+}
