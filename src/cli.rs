@@ -4,12 +4,13 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::agent::{self, Request};
 use crate::skel::{self, respond};
-use crate::{cni, config, docker, doctor, signals};
+use crate::{cni, config, doctor, signals};
 
 const USAGE: &str = "usage:
   ipam-delegated ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
@@ -18,6 +19,9 @@ const USAGE: &str = "usage:
   ipam-delegated docker-plugin --config PATH [--name NAME | --socket PATH]
   ipam-delegated --help | --version
 ";
+
+/// The Docker driver's binary, installed beside this one.
+const DOCKER_DRIVER: &str = "ipam-delegated-docker";
 
 const HELP: &str = "ipam-delegated: a CNI IPAM plugin that runs a stack of IPAM delegates.
 
@@ -108,43 +112,21 @@ fn doctor(options: &[OsString]) -> ExitCode {
     }
 }
 
-/// `docker-plugin`: serves until asked to stop; exit 0 then, 1 (after
-/// saying why on stderr) if it cannot serve.
+/// `docker-plugin`: the Docker driver, a binary of its own beside this
+/// one, so that the plugin every pod start runs carries none of it. Only
+/// returns if it cannot be started.
 fn docker_plugin(options: &[OsString]) -> ExitCode {
-    let options = match parse_docker_options(options) {
-        Ok(options) => options,
-        Err(problem) => return usage(&problem),
+    let driver = std::env::current_exe().map(|exe| exe.with_file_name(DOCKER_DRIVER));
+    let error = match &driver {
+        Ok(driver) => std::process::Command::new(driver).args(options).exec(),
+        Err(e) => std::io::Error::new(e.kind(), e.to_string()),
     };
-    match docker::serve(&options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{}", e);
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// The options of `docker-plugin`.
-fn parse_docker_options(options: &[OsString]) -> Result<docker::Options, String> {
-    let (mut config, mut name, mut socket) = (None, None, None);
-    for (flag, value) in flags(options, &["--config", "--name", "--socket"])? {
-        match flag {
-            "--config" => config = Some(PathBuf::from(value)),
-            "--name" if cni::is_identifier(&value) => name = Some(value),
-            "--name" => return Err(format!("--name {value:?} {}", cni::IDENTIFIER_RULE)),
-            _ => socket = Some(PathBuf::from(value)),
-        }
-    }
-    let config = config.ok_or("--config is required")?;
-    let socket = match (name, socket) {
-        (Some(_), Some(_)) => return Err("--name and --socket exclude each other".into()),
-        (_, Some(socket)) => socket,
-        (name, None) => Path::new(docker::PLUGIN_DIR).join(format!(
-            "{}.sock",
-            name.as_deref().unwrap_or("ipam-delegated")
-        )),
-    };
-    Ok(docker::Options { config, socket })
+    let place = driver.map_or_else(|_| "beside it".into(), |d| d.display().to_string());
+    let _ = writeln!(
+        std::io::stderr(),
+        "ipam-delegated: docker-plugin runs {place}, which cannot be started: {error} (install {DOCKER_DRIVER} with ipam-delegated)"
+    );
+    ExitCode::FAILURE
 }
 
 fn version_text() -> String {
@@ -196,7 +178,10 @@ fn parse_agent_options(options: &[OsString]) -> Result<Request, String> {
 
 /// The options, each `--flag VALUE` or `--flag=VALUE` with a flag of
 /// `known`, as (flag, value) pairs in order.
-fn flags<'k>(options: &[OsString], known: &[&'k str]) -> Result<Vec<(&'k str, String)>, String> {
+pub(crate) fn flags<'k>(
+    options: &[OsString],
+    known: &[&'k str],
+) -> Result<Vec<(&'k str, String)>, String> {
     let mut pairs = Vec::new();
     let mut options = options.iter();
     while let Some(option) = options.next() {
@@ -266,39 +251,6 @@ mod tests {
             (request.ifname.as_str(), request.netns.as_str()),
             ("eth0", "/proc/self/ns/net")
         );
-    }
-
-    #[test]
-    fn docker_plugin_serves_docker_s_directory_unless_told_otherwise() {
-        let options = parse_docker_options(&args(&["--config", "/etc/cni/net.d"])).unwrap();
-        assert_eq!(options.config, PathBuf::from("/etc/cni/net.d"));
-        assert_eq!(
-            options.socket,
-            PathBuf::from("/run/docker/plugins/ipam-delegated.sock")
-        );
-        let named = parse_docker_options(&args(&["--name=cni", "--config=f"])).unwrap();
-        assert_eq!(named.socket, PathBuf::from("/run/docker/plugins/cni.sock"));
-        let at = parse_docker_options(&args(&["--config", "f", "--socket", "/x/y.sock"])).unwrap();
-        assert_eq!(at.socket, PathBuf::from("/x/y.sock"));
-        for (list, problem) in [
-            (&["--name", "x"][..], "--config is required"),
-            (
-                &["--config", "f", "--name", "../x"],
-                "--name \"../x\" must start",
-            ),
-            (
-                &["--config", "f", "--name", "a", "--socket", "s"],
-                "exclude each other",
-            ),
-            (&["--config"], "--config needs a value"),
-            (
-                &["--config", "f", "--bogus", "1"],
-                "unknown option \"--bogus\"",
-            ),
-        ] {
-            let problem_found = parse_docker_options(&args(list)).unwrap_err();
-            assert!(problem_found.contains(problem), "{list:?}: {problem_found}");
-        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ use tracing::warn;
 pub use cli::main as command_line;
 /// For the fuzz targets: what a delegate's exit status and output amount to.
 pub use delegate::{judge, Printed};
+pub use docker::command_line as docker_command_line;
 pub use logging::init as init_logging;
 pub use pool::{command_line as allocator_command_line, Allocator};
 pub use select::Selector;

@@ -172,3 +172,36 @@ fn empty_interface_or_namespace_values_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(agent.stack.calls().is_empty());
 }
+
+#[test]
+fn docker_plugin_is_the_driver_binary_beside_the_plugin() {
+    let dir = temp_dir("cli");
+    let log = dir.path().join("plugin.log").display().to_string();
+    let env = Env(vec![("IPAM_DELEGATED_LOG_FILE".into(), log)]);
+    // Beside it, as installed: the driver answers, here with its usage.
+    let out = run_cli(&["docker-plugin", "--bogus"], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("unknown option \"--bogus\"")
+            && out.stderr.contains("usage: ipam-delegated docker-plugin --config PATH"),
+        "{}",
+        out.stderr
+    );
+    // A plugin installed without it says what is missing.
+    let alone = dir.path().join("ipam-delegated");
+    fs::copy(common::PLUGIN, &alone).unwrap();
+    let out = common::run_program(
+        alone.to_str().unwrap(),
+        dir.path(),
+        &["docker-plugin", "--config", "x"],
+        &env,
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let expected = format!(
+        "docker-plugin runs {}, which cannot be started",
+        dir.path().join("ipam-delegated-docker").display()
+    );
+    assert!(out.stderr.contains(&expected), "{}", out.stderr);
+    assert!(out.stderr.contains("install ipam-delegated-docker"), "{}", out.stderr);
+}

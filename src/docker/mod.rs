@@ -1,31 +1,34 @@
-//! `ipam-delegated docker-plugin`: the CNI stack as a libnetwork remote
-//! IPAM driver, so that Docker networks draw their addresses from the same
-//! stack (and pools, and etcd cluster) as the CNI runtimes. This module
-//! owns the socket: where it is, who may use it, serving each connection
-//! in a thread of its own, and stopping cleanly on SIGTERM.
+//! `ipam-delegated docker-plugin` (the `ipam-delegated-docker` binary):
+//! the CNI stack as a libnetwork remote IPAM driver, so that Docker
+//! networks draw their addresses from the same stack (and pools, and etcd
+//! cluster) as the CNI runtimes. This module owns its command line and
+//! the socket: where it is, who may use it, serving each connection in a
+//! thread of its own, and stopping cleanly on SIGTERM.
 
 mod driver;
 mod http;
 mod networks;
 mod pools;
 
-use std::io::{self, BufReader};
+use std::ffi::OsString;
+use std::io::{self, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tracing::{info, warn};
 
 use crate::error::Error;
-use crate::signals;
 use crate::sys::{poll, pollfd};
+use crate::{cni, signals};
 use driver::Driver;
 
 /// Where Docker looks for plugins' sockets.
-pub const PLUGIN_DIR: &str = "/run/docker/plugins";
+const PLUGIN_DIR: &str = "/run/docker/plugins";
 
 /// The most connections served at once; more wait to be accepted.
 const MAX_CONNECTIONS: usize = 256;
@@ -33,18 +36,72 @@ const MAX_CONNECTIONS: usize = 256;
 /// How long a connection may sit idle between requests.
 const IDLE: Duration = Duration::from_secs(300);
 
+const USAGE: &str =
+    "usage: ipam-delegated docker-plugin --config PATH [--name NAME | --socket PATH]
+Serves Docker as a remote IPAM driver on /run/docker/plugins/NAME.sock
+(NAME ipam-delegated by default) or on the socket given, for the CNI
+networks in PATH (a file, or a directory of them such as /etc/cni/net.d),
+until SIGTERM.
+";
+
+/// Runs the command line `args` (without the program name): serves until
+/// asked to stop, exit 0; 1 (after saying why on stderr) if it cannot
+/// serve; 2 for a bad command line.
+pub fn command_line(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let options = match parse_options(&args) {
+        Ok(options) => options,
+        Err(problem) => {
+            let _ = write!(
+                io::stderr(),
+                "ipam-delegated docker-plugin: {problem}\n{USAGE}"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match serve(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// What `docker-plugin` was asked for.
 #[derive(Debug)]
-pub struct Options {
+struct Options {
     /// A configuration file, or a directory of them.
-    pub config: PathBuf,
+    config: PathBuf,
     /// The socket to serve.
-    pub socket: PathBuf,
+    socket: PathBuf,
+}
+
+fn parse_options(options: &[OsString]) -> Result<Options, String> {
+    let (mut config, mut name, mut socket) = (None, None, None);
+    for (flag, value) in crate::cli::flags(options, &["--config", "--name", "--socket"])? {
+        match flag {
+            "--config" => config = Some(PathBuf::from(value)),
+            "--name" if cni::is_identifier(&value) => name = Some(value),
+            "--name" => return Err(format!("--name {value:?} {}", cni::IDENTIFIER_RULE)),
+            _ => socket = Some(PathBuf::from(value)),
+        }
+    }
+    let config = config.ok_or("--config is required")?;
+    let socket = match (name, socket) {
+        (Some(_), Some(_)) => return Err("--name and --socket exclude each other".into()),
+        (_, Some(socket)) => socket,
+        (name, None) => Path::new(PLUGIN_DIR).join(format!(
+            "{}.sock",
+            name.as_deref().unwrap_or("ipam-delegated")
+        )),
+    };
+    Ok(Options { config, socket })
 }
 
 /// Serves the driver on `options.socket` until SIGTERM or SIGINT, then
 /// lets the requests under way finish, removes the socket and returns.
-pub fn serve(options: &Options) -> Result<(), Error> {
+fn serve(options: &Options) -> Result<(), Error> {
     crate::logging::for_service();
     // Before any thread: they all inherit the blocked signals.
     signals::watch().map_err(|e| socket_error(&options.socket, e))?;
@@ -277,5 +334,47 @@ fn socket_error(socket: &Path, error: io::Error) -> Error {
     Error::Files {
         path: socket.to_owned(),
         error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn docker_plugin_serves_docker_s_directory_unless_told_otherwise() {
+        let options = parse_options(&args(&["--config", "/etc/cni/net.d"])).unwrap();
+        assert_eq!(options.config, PathBuf::from("/etc/cni/net.d"));
+        assert_eq!(
+            options.socket,
+            PathBuf::from("/run/docker/plugins/ipam-delegated.sock")
+        );
+        let named = parse_options(&args(&["--name=cni", "--config=f"])).unwrap();
+        assert_eq!(named.socket, PathBuf::from("/run/docker/plugins/cni.sock"));
+        let at = parse_options(&args(&["--config", "f", "--socket", "/x/y.sock"])).unwrap();
+        assert_eq!(at.socket, PathBuf::from("/x/y.sock"));
+        for (list, problem) in [
+            (&["--name", "x"][..], "--config is required"),
+            (
+                &["--config", "f", "--name", "../x"],
+                "--name \"../x\" must start",
+            ),
+            (
+                &["--config", "f", "--name", "a", "--socket", "s"],
+                "exclude each other",
+            ),
+            (&["--config"], "--config needs a value"),
+            (
+                &["--config", "f", "--bogus", "1"],
+                "unknown option \"--bogus\"",
+            ),
+        ] {
+            let problem_found = parse_options(&args(list)).unwrap_err();
+            assert!(problem_found.contains(problem), "{list:?}: {problem_found}");
+        }
     }
 }
