@@ -120,10 +120,16 @@ impl<'a> Setup<'a> {
         }
     }
 
-    /// DEL of what an ADD just gave, for an answer that cannot be kept or
-    /// used; a failure is logged, prefixed with `failing`.
-    pub fn give_back(&self, result: &[u8], failing: &str) {
-        if let Err(undo) = self.del(Some(result)) {
+    /// Undoes the ADD that gave `result`, which cannot be kept: as a
+    /// rollback, which only a second termination request stops, since
+    /// unkept the address is lost to everyone. A failure is logged,
+    /// prefixed with `failing`.
+    fn give_back(&self, result: &[u8], failing: &str) {
+        let failures = match self.find_all() {
+            Ok(delegates) => self.chain(&self.config.net).undo(&delegates, result),
+            Err(e) => vec![e],
+        };
+        for undo in failures {
             warn!("{failing}: {}", undo.summary());
         }
     }

@@ -183,7 +183,9 @@ fn docker_plugin_is_the_driver_binary_beside_the_plugin() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(
         out.stderr.contains("unknown option \"--bogus\"")
-            && out.stderr.contains("usage: ipam-delegated docker-plugin --config PATH"),
+            && out
+                .stderr
+                .contains("usage: ipam-delegated docker-plugin --config PATH"),
         "{}",
         out.stderr
     );
@@ -203,5 +205,9 @@ fn docker_plugin_is_the_driver_binary_beside_the_plugin() {
         dir.path().join("ipam-delegated-docker").display()
     );
     assert!(out.stderr.contains(&expected), "{}", out.stderr);
-    assert!(out.stderr.contains("install ipam-delegated-docker"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("install ipam-delegated-docker"),
+        "{}",
+        out.stderr
+    );
 }

@@ -36,6 +36,10 @@ impl World {
         symlink(ALLOCATOR, bin.join("ipam-da-pool")).unwrap();
         let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pass-or-fail-delegate");
         symlink(fixture, bin.join("pass-or-fail")).unwrap();
+        let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-delegate");
+        symlink(&fake, bin.join("liar")).unwrap();
+        symlink(&fake, bin.join("slow")).unwrap();
+        fs::create_dir_all(dir.path().join("fake")).unwrap();
         World { dir }
     }
 
@@ -68,19 +72,27 @@ impl World {
         how(
             &self.path("net.d"),
             self.path("bin").to_str().unwrap(),
-            &[("PASS_OR_FAIL_MARKER", marker.to_str().unwrap())],
+            &[
+                ("PASS_OR_FAIL_MARKER", marker.to_str().unwrap()),
+                ("FAKE_DELEGATE_DIR", self.path("fake").to_str().unwrap()),
+            ],
             self.dir.path(),
         )
     }
 
     /// A network "hl" over host-local in 10.94.0.0/24, and the driver.
     fn with_host_local(&self) -> Driver {
+        self.with_host_local_then("pass-or-fail")
+    }
+
+    /// The same, with `last` as the last delegate.
+    fn with_host_local_then(&self, last: &str) -> Driver {
         self.network(
             "hl",
             "1.0.0",
             json!({"ips": true}),
             json!({
-                "delegates": ["host-local", "pass-or-fail"],
+                "delegates": ["host-local", last],
                 "dataDir": self.path("host-local"),
                 "ranges": [[{"subnet": "10.94.0.0/24"}]],
             }),
@@ -98,6 +110,12 @@ impl World {
         )];
         env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         Env(env)
+    }
+
+    /// The driver's count of Docker's requests of each pool of `network`.
+    fn pool_requests(&self, network: &str) -> Value {
+        let record = self.path("state").join(network).join("docker-pools");
+        serde_json::from_slice(&fs::read(record).unwrap()).unwrap()
     }
 
     /// The container IDs the driver keeps for network `name`.
@@ -326,9 +344,21 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
         &driver,
         &docker,
         "ranged",
-        &["--subnet", "10.92.0.0/24", "--ip-range", "10.92.0.128/25"],
+        &[
+            "--subnet",
+            "10.92.0.0/24",
+            "--ip-range",
+            "10.92.0.128/25",
+            "--gateway",
+            "10.92.0.5",
+        ],
         "ranged",
     );
+    let held: Vec<String> = host_local_holds(&data.join("ranged"))
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
+    assert_eq!(held, ["10.92.0.5"], "the gateway, outside the ip-range");
     let c = docker.run_on("ranged", &[]);
     let last: u8 = docker
         .address_inside(&c)
@@ -617,4 +647,143 @@ fn the_socket_is_replaced_when_stale_kept_when_served_and_removed_at_exit() {
     let refused = another();
     assert!(refused.contains("is not a socket"), "{refused}");
     assert_eq!(fs::read_to_string(&socket).unwrap(), "precious");
+}
+
+#[test]
+#[ignore = "needs containernetworking-plugins"]
+fn keep_alive_requests_and_a_stack_that_gives_another_address() {
+    let world = World::new();
+    let driver = world.with_host_local_then("liar");
+    let store = world.path("host-local/hl");
+    // Two requests on one connection, as Docker's client keeps them.
+    let mut stream = std::os::unix::net::UnixStream::connect(&driver.socket).unwrap();
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    send(&mut stream, "/Plugin.Activate", &Value::Null);
+    assert_eq!(read_answer(&mut reader).0, 200);
+    send(
+        &mut stream,
+        "/IpamDriver.RequestPool",
+        &json!({"AddressSpace": "local"}),
+    );
+    let (_, pool) = read_answer(&mut reader);
+    // The last delegate answers with an address of its own.
+    fs::write(
+        world.path("fake/liar.ADD.stdout"),
+        r#"{"cniVersion":"1.0.0","ips":[{"address":"10.94.0.200/24"}]}"#,
+    )
+    .unwrap();
+    send(
+        &mut stream,
+        "/IpamDriver.RequestAddress",
+        &json!({"PoolID": pool["PoolID"], "Address": "10.94.0.9", "Options": null}),
+    );
+    let refused = error_of(read_answer(&mut reader));
+    assert!(
+        refused.contains("10.94.0.9 cannot be given from pool \"hl/10.94.0.0/24\": the stack gave 10.94.0.200 instead (CNI error code 111)"),
+        "{refused}"
+    );
+    assert_eq!(
+        host_local_holds(&store),
+        [],
+        "what host-local gave is given back"
+    );
+    assert_eq!(world.kept("hl"), BTreeSet::new());
+}
+
+#[test]
+#[ignore = "needs containernetworking-plugins"]
+fn a_pool_whose_release_fails_is_released_later_and_an_unanswered_pool_not_counted() {
+    let world = World::new();
+    let driver = world.with_host_local();
+    let store = world.path("host-local/hl");
+    let request_pool = json!({"AddressSpace": "local"});
+    let (_, pool) = driver.post("/IpamDriver.RequestPool", &request_pool);
+    let id = pool["PoolID"].clone();
+    driver.post(
+        "/IpamDriver.RequestAddress",
+        &json!({"PoolID": id, "Address": "", "Options": null}),
+    );
+    // The last delegate's DEL fails: Docker hears of it, the attachment
+    // stays kept, and the pool is no longer counted as held.
+    fs::write(world.path("fail"), "the address service is away").unwrap();
+    let failed = error_of(driver.post("/IpamDriver.ReleasePool", &json!({"PoolID": id})));
+    assert!(failed.contains("pass-or-fail (DEL)"), "{failed}");
+    assert_eq!(world.kept("hl").len(), 1);
+    assert_eq!(world.pool_requests("hl"), json!({"hl/10.94.0.0/24": 0}));
+    // Requested and released again once the delegate works: what was left
+    // is released with it.
+    fs::remove_file(world.path("fail")).unwrap();
+    driver.post("/IpamDriver.RequestPool", &request_pool);
+    assert_eq!(world.kept("hl").len(), 1, "the pool is held again");
+    driver.post("/IpamDriver.ReleasePool", &json!({"PoolID": id}));
+    assert_eq!(world.kept("hl"), BTreeSet::new());
+    assert_eq!(host_local_holds(&store), []);
+    assert_eq!(world.pool_requests("hl"), json!({}));
+
+    // A RequestPool whose answer Docker never gets is not counted.
+    let mut stream = std::os::unix::net::UnixStream::connect(&driver.socket).unwrap();
+    send(&mut stream, "/IpamDriver.RequestPool", &request_pool);
+    drop(stream);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !driver
+        .log()
+        .contains("giving pool hl/10.94.0.0/24 could not be delivered")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", driver.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while world.pool_requests("hl") != json!({}) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            world.pool_requests("hl")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+#[ignore = "needs containernetworking-plugins"]
+fn sigterm_stops_the_driver_with_a_request_under_way_and_a_connection_idle() {
+    let world = World::new();
+    let mut driver = world.with_host_local_then("slow");
+    let store = world.path("host-local/hl");
+    let (_, pool) = driver.post("/IpamDriver.RequestPool", &json!({"AddressSpace": "local"}));
+    fs::write(world.path("fake/slow.ADD.run"), "sleep 30\n").unwrap();
+    // An idle connection, kept alive as Docker keeps them.
+    let idle = std::os::unix::net::UnixStream::connect(&driver.socket).unwrap();
+    let mut busy = std::os::unix::net::UnixStream::connect(&driver.socket).unwrap();
+    send(
+        &mut busy,
+        "/IpamDriver.RequestAddress",
+        &json!({"PoolID": pool["PoolID"], "Address": "", "Options": null}),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fs::read_to_string(world.path("fake/calls"))
+        .unwrap_or_default()
+        .contains("slow ADD")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow delegate never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let asked = std::time::Instant::now();
+    assert!(driver.stop().success(), "{}", driver.log());
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(10),
+        "stopping took {:?}",
+        asked.elapsed()
+    );
+    let stopped = error_of(read_answer(&mut std::io::BufReader::new(&busy)));
+    assert!(stopped.contains("(CNI error code 105)"), "{stopped}");
+    assert_eq!(
+        host_local_holds(&store),
+        [],
+        "the ADD under way was rolled back"
+    );
+    assert!(!driver.socket.exists());
+    drop(idle);
 }

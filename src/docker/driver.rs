@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
+use super::http::Status;
 use super::networks::{self, Network};
 use super::pools::{PoolId, Requests};
 use crate::agent::{self, Request, Setup};
@@ -36,18 +37,16 @@ pub struct Driver {
 
 /// The answer to one request.
 pub struct Answer {
-    /// 200, or 404 for a path the API does not have.
-    pub status: u16,
+    pub status: Status,
     pub body: Vec<u8>,
-    /// What gives back an address Docker never learns of, if the answer
-    /// cannot be delivered.
+    /// What undoes the request if Docker never learns of the answer.
     pub undo: Option<Undo>,
 }
 
-/// An address given, to release if Docker never gets it.
-pub struct Undo {
-    pool: String,
-    address: String,
+/// A pool or an address given, to release if Docker never gets it.
+pub enum Undo {
+    Pool(String),
+    Address { pool: String, address: String },
 }
 
 /// A request's body: a JSON object (or nothing, for the handshake).
@@ -107,41 +106,47 @@ impl Driver {
     /// the CNI code and message.
     pub fn answer(&self, path: &str, body: &[u8]) -> Answer {
         let mut undo = None;
-        let outcome = match path {
-            "/Plugin.Activate" => Ok(json!({"Implements": ["IpamDriver"]})),
-            "/IpamDriver.GetCapabilities" => Ok(json!({
-                "RequiresMACAddress": false,
-                // What Docker asked for before it restarted is kept here:
-                // it need not ask again.
-                "RequiresRequestReplay": false,
-            })),
-            "/IpamDriver.GetDefaultAddressSpaces" => Ok(json!({
-                "LocalDefaultAddressSpace": "local",
-                "GlobalDefaultAddressSpace": "global",
-            })),
-            "/IpamDriver.RequestPool" => Body::parse(body).and_then(|r| self.request_pool(&r)),
-            "/IpamDriver.ReleasePool" => Body::parse(body)
-                .and_then(|r| self.release_pool(r.text("PoolID")?))
-                .map(|()| json!({})),
-            "/IpamDriver.RequestAddress" => Body::parse(body)
-                .and_then(|r| self.request_address(&r))
-                .map(|(value, given)| {
-                    undo = Some(given);
-                    value
-                }),
-            "/IpamDriver.ReleaseAddress" => Body::parse(body)
-                .and_then(|r| self.release_address(r.text("PoolID")?, r.text("Address")?))
-                .map(|()| json!({})),
-            _ => {
-                return Answer {
-                    status: 404,
-                    body: json!({"Err": format!("{path} is not part of the IPAM driver API")})
-                        .to_string()
-                        .into_bytes(),
-                    undo: None,
+        let outcome =
+            match path {
+                "/Plugin.Activate" => Ok(json!({"Implements": ["IpamDriver"]})),
+                "/IpamDriver.GetCapabilities" => Ok(json!({
+                    "RequiresMACAddress": false,
+                    // What Docker asked for before it restarted is kept here:
+                    // it need not ask again.
+                    "RequiresRequestReplay": false,
+                })),
+                "/IpamDriver.GetDefaultAddressSpaces" => Ok(json!({
+                    "LocalDefaultAddressSpace": "local",
+                    "GlobalDefaultAddressSpace": "global",
+                })),
+                "/IpamDriver.RequestPool" => Body::parse(body)
+                    .and_then(|r| self.request_pool(&r))
+                    .map(|(value, pool)| {
+                        undo = Some(Undo::Pool(pool));
+                        value
+                    }),
+                "/IpamDriver.ReleasePool" => Body::parse(body)
+                    .and_then(|r| self.release_pool(r.text("PoolID")?))
+                    .map(|()| json!({})),
+                "/IpamDriver.RequestAddress" => Body::parse(body)
+                    .and_then(|r| self.request_address(&r))
+                    .map(|(value, (pool, address))| {
+                        undo = Some(Undo::Address { pool, address });
+                        value
+                    }),
+                "/IpamDriver.ReleaseAddress" => Body::parse(body)
+                    .and_then(|r| self.release_address(r.text("PoolID")?, r.text("Address")?))
+                    .map(|()| json!({})),
+                _ => {
+                    return Answer {
+                        status: Status::NotFound,
+                        body: json!({"Err": format!("{path} is not part of the IPAM driver API")})
+                            .to_string()
+                            .into_bytes(),
+                        undo: None,
+                    }
                 }
-            }
-        };
+            };
         let body = match outcome {
             Ok(value) => value,
             Err(e) => {
@@ -150,26 +155,32 @@ impl Driver {
             }
         };
         Answer {
-            status: 200,
+            status: Status::Ok,
             body: body.to_string().into_bytes(),
             undo,
         }
     }
 
-    /// Releases an address Docker was never told of.
+    /// Releases a pool or an address Docker was never told of.
     pub fn undo(&self, undo: Undo) {
-        warn!(
-            "the answer giving {} could not be delivered: releasing it",
-            undo.address
-        );
-        if let Err(e) = self.release_address(&undo.pool, &undo.address) {
+        let released = match &undo {
+            Undo::Pool(pool) => {
+                warn!("the answer giving pool {pool} could not be delivered: releasing it");
+                self.release_pool(pool)
+            }
+            Undo::Address { pool, address } => {
+                warn!("the answer giving {address} could not be delivered: releasing it");
+                self.release_address(pool, address)
+            }
+        };
+        if let Err(e) = released {
             warn!("could not release it: {}", message(&e));
         }
     }
 
     /// RequestPool: checks that the network can give addresses from the
     /// pool and counts one more request of it. Nothing is allocated.
-    fn request_pool(&self, request: &Body) -> Result<Value, Error> {
+    fn request_pool(&self, request: &Body) -> Result<(Value, String), Error> {
         let options = request.options()?;
         let (asked_pool, sub_pool) = (request.text("Pool")?, request.text("SubPool")?);
         let v6 = request.0.get("V6") == Some(&Value::Bool(true));
@@ -196,6 +207,12 @@ impl Driver {
                 if !subnet.covers(&range) {
                     return Err(Error::Docker(format!(
                         "--ip-range {range} is not inside --subnet {subnet}"
+                    )));
+                }
+                let (first, last) = range.host_bounds_in(&subnet);
+                if first > last {
+                    return Err(Error::Docker(format!(
+                        "--ip-range {range} holds no address a host of {subnet} may have"
                     )));
                 }
                 Some(range)
@@ -225,14 +242,20 @@ impl Driver {
         let state = lock(&net)?;
         let mut requests = Requests::read(&state)?;
         requests.add(&pool);
+        let leftovers = sweep(&net, &state, &mut requests);
         requests.write(&state)?;
+        for e in leftovers {
+            warn!("{}", message(&e));
+        }
         info!("pool {pool} requested");
-        Ok(json!({"PoolID": pool.to_string(), "Pool": subnet.to_string(), "Data": {}}))
+        let answer = json!({"PoolID": pool.to_string(), "Pool": subnet.to_string(), "Data": {}});
+        Ok((answer, pool.to_string()))
     }
 
     /// ReleasePool: one request less; after the last, DEL of every
-    /// attachment of the pool still kept (the pool stays counted if one
-    /// fails, and the error says which).
+    /// attachment of the pool still kept. One that fails stays kept, its
+    /// pool recorded as released, and is tried again at the network's next
+    /// RequestPool or ReleasePool.
     fn release_pool(&self, pool: &str) -> Result<(), Error> {
         let pool = PoolId::parse(pool)?;
         let net = networks::find(&self.config, Some(&pool.network))?;
@@ -241,21 +264,10 @@ impl Driver {
         if !requests.holds(&pool) {
             warn!("pool {pool} is not held: releasing what is left of it");
         }
-        if requests.remove(&pool) {
-            let stdin = net.stdin(runtime_config(&net, &pool, None));
-            let prefix = pool.attachment_prefix();
-            let mut failures = Vec::new();
-            for attachment in state.attachments()? {
-                if attachment.id.starts_with(&prefix) {
-                    let kept = state.read(&attachment)?;
-                    if let Err(e) = release(&net, &stdin, &state, &attachment, kept.as_deref()) {
-                        failures.push(e);
-                    }
-                }
-            }
-            Error::from_failures(failures)?;
-        }
+        requests.remove(&pool);
+        let failures = sweep(&net, &state, &mut requests);
         requests.write(&state)?;
+        Error::from_failures(failures)?;
         info!("pool {pool} released");
         Ok(())
     }
@@ -264,7 +276,7 @@ impl Driver {
     /// asks for (if any) passed every way CNI IPAM plugins read one; the
     /// result is kept, or given back if it does not hold the address the
     /// pool needs.
-    fn request_address(&self, request: &Body) -> Result<(Value, Undo), Error> {
+    fn request_address(&self, request: &Body) -> Result<(Value, (String, String)), Error> {
         let pool = PoolId::parse(request.text("PoolID")?)?;
         let options = request.options()?;
         let unavailable = |address: &str, why: String| Error::AddressUnavailable {
@@ -298,18 +310,25 @@ impl Driver {
         }
         let delegates = setup.find_all()?;
         let result = setup.chain(&setup.config.net).add(&delegates)?;
-        let given = match address_for(&result, &pool, asked) {
-            Ok(given) => given,
-            Err(e) => {
-                setup.give_back(&result, "could not give back what the stack gave");
-                return Err(e);
-            }
-        };
         let attachment = Attachment {
             id,
             ifname: IFNAME.into(),
         };
-        setup.keep(&state, &attachment, result)?;
+        // Kept before it is judged: if giving it back fails, it stays
+        // kept, for the pool's release to sweep.
+        let result = setup.keep(&state, &attachment, result)?;
+        let given = match address_for(&result, &pool, asked) {
+            Ok(given) => given,
+            Err(e) => {
+                if let Err(undo) = release(&net, &stdin, &state, &attachment, Some(&result)) {
+                    warn!(
+                        "could not give back what the stack gave: {}",
+                        message(&undo)
+                    );
+                }
+                return Err(e);
+            }
+        };
         let purpose = match options.get(ADDRESS_TYPE) {
             Some(kind) => format!(" ({kind})"),
             None => String::new(),
@@ -319,13 +338,7 @@ impl Driver {
             attachment.id
         );
         let answer = json!({"Address": format!("{given}/{}", pool.subnet.prefix), "Data": {}});
-        Ok((
-            answer,
-            Undo {
-                pool: pool.to_string(),
-                address: given.to_string(),
-            },
-        ))
+        Ok((answer, (pool.to_string(), given.to_string())))
     }
 
     /// ReleaseAddress: the DEL of the attachment that holds the address
@@ -393,12 +406,14 @@ fn request_for(net: &Network, id: &str, asked: Option<Addr>) -> Request {
 
 /// `runtimeConfig` as libcni passes it, for the capabilities the plugin
 /// takes: `ipRanges` when Docker's pool is not the configuration's own
-/// (another subnet, or an ip-range), `ips` with the address asked for.
+/// (another subnet, or an ip-range: the range's bounds, unless an address
+/// is asked for, which Docker allows anywhere in the subnet), `ips` with
+/// the address asked for.
 fn runtime_config(net: &Network, pool: &PoolId, asked: Option<Addr>) -> Vec<(&'static str, Value)> {
     let mut set = Vec::new();
     if net.takes("ipRanges") && (pool.range.is_some() || !net.subnets().contains(&pool.subnet)) {
         let mut range = json!({"subnet": pool.subnet.to_string()});
-        if let Some(part) = &pool.range {
+        if let Some(part) = pool.range.as_ref().filter(|_| asked.is_none()) {
             let (start, end) = part.host_bounds_in(&pool.subnet);
             range["rangeStart"] = start.to_string().into();
             range["rangeEnd"] = end.to_string().into();
@@ -409,6 +424,38 @@ fn runtime_config(net: &Network, pool: &PoolId, asked: Option<Addr>) -> Vec<(&'s
         set.push(("ips", json!([format!("{addr}/{}", pool.subnet.prefix)])));
     }
     set
+}
+
+/// Releases what is left of every pool Docker no longer holds (DEL of
+/// each of its attachments still kept), forgetting each pool once nothing
+/// of it is left. Returns the failures.
+fn sweep(net: &Network, state: &state::Network, requests: &mut Requests) -> Vec<Error> {
+    let mut failures = Vec::new();
+    let attachments = match state.attachments() {
+        Ok(attachments) => attachments,
+        Err(e) => return vec![e],
+    };
+    for released in requests.released() {
+        let Ok(pool) = PoolId::parse(&released) else {
+            requests.forget(&released);
+            continue;
+        };
+        let stdin = net.stdin(runtime_config(net, &pool, None));
+        let prefix = pool.attachment_prefix();
+        let before = failures.len();
+        for attachment in attachments.iter().filter(|a| a.id.starts_with(&prefix)) {
+            let released = state
+                .read(attachment)
+                .and_then(|kept| release(net, &stdin, state, attachment, kept.as_deref()));
+            if let Err(e) = released {
+                failures.push(e);
+            }
+        }
+        if failures.len() == before {
+            requests.forget(&released);
+        }
+    }
+    failures
 }
 
 /// DEL of `attachment` (with `kept` as prevResult), then forgotten.
@@ -553,10 +600,10 @@ mod tests {
         let caps: Value = serde_json::from_slice(&caps.body).unwrap();
         assert_eq!(caps["RequiresRequestReplay"], false);
         let spaces = driver.answer("/IpamDriver.GetDefaultAddressSpaces", b"");
-        assert_eq!(spaces.status, 200);
+        assert_eq!(spaces.status, Status::Ok);
         assert_eq!(
             driver.answer("/NetworkDriver.CreateNetwork", b"{}").status,
-            404
+            Status::NotFound
         );
         // Errors are a 200 with "Error", which is what Docker reads.
         for (path, body) in [
@@ -579,7 +626,7 @@ mod tests {
             ),
         ] {
             let answer = driver.answer(path, body);
-            assert_eq!(answer.status, 200);
+            assert_eq!(answer.status, Status::Ok);
             assert!(answer.undo.is_none());
             let body: Value = serde_json::from_slice(&answer.body).unwrap();
             let error = body["Error"].as_str().unwrap();
@@ -603,18 +650,15 @@ mod tests {
         };
         let both = net(r#"{"ipRanges":true,"ips":true}"#);
         assert!(runtime_config(&both, &pool("n/10.1.0.0/16"), None).is_empty());
+        let ranged = pool("n/10.1.0.0/16/10.1.0.0/24");
+        let bounds = json!([[{"subnet": "10.1.0.0/16", "rangeStart": "10.1.0.1", "rangeEnd": "10.1.0.255"}]]);
+        assert_eq!(runtime_config(&both, &ranged, None), [("ipRanges", bounds)]);
+        // An address asked for may be outside the ip-range, as Docker allows.
         assert_eq!(
-            runtime_config(
-                &both,
-                &pool("n/10.1.0.0/16/10.1.0.0/24"),
-                Some(a("10.1.0.7"))
-            ),
+            runtime_config(&both, &ranged, Some(a("10.1.7.7"))),
             [
-                (
-                    "ipRanges",
-                    json!([[{"subnet": "10.1.0.0/16", "rangeStart": "10.1.0.1", "rangeEnd": "10.1.0.255"}]])
-                ),
-                ("ips", json!(["10.1.0.7/16"])),
+                ("ipRanges", json!([[{"subnet": "10.1.0.0/16"}]])),
+                ("ips", json!(["10.1.7.7/16"])),
             ]
         );
         assert_eq!(

@@ -80,22 +80,33 @@ pub fn read_request(input: &mut impl BufRead) -> io::Result<Option<Request>> {
     Err(invalid(format!("more than {MAX_HEADERS} headers")))
 }
 
+/// The statuses the driver answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Answered, whether the request succeeded or not: libnetwork reads
+    /// a failure from the body.
+    Ok,
+    /// Not a request this reader takes.
+    BadRequest,
+    /// A path the API does not have.
+    NotFound,
+}
+
 /// Writes an answer with a JSON body.
 pub fn write_response(
     out: &mut impl Write,
-    status: u16,
+    status: Status,
     body: &[u8],
     close: bool,
 ) -> io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        _ => "Error",
+    let status = match status {
+        Status::Ok => "200 OK",
+        Status::BadRequest => "400 Bad Request",
+        Status::NotFound => "404 Not Found",
     };
     let connection = if close { "close" } else { "keep-alive" };
     let mut answer = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/vnd.docker.plugins.v1+json\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: application/vnd.docker.plugins.v1+json\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -151,7 +162,7 @@ fn read_chunked(input: &mut impl BufRead) -> io::Result<Vec<u8>> {
             while !read_line(input)?.unwrap_or_default().is_empty() {}
             return Ok(body);
         }
-        if body.len() + size > MAX_BODY {
+        if size > MAX_BODY - body.len() {
             return Err(invalid(format!("a body over {MAX_BODY} bytes")));
         }
         body.extend(read_exactly(input, size)?);
@@ -212,6 +223,10 @@ mod tests {
 
     #[test]
     fn broken_or_oversized_requests_are_refused() {
+        let huge_chunk = format!(
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n{:x}\r\n",
+            usize::MAX
+        );
         let long_line = format!("POST /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_LINE));
         let many_headers = format!(
             "POST / HTTP/1.1\r\n{}\r\n",
@@ -229,6 +244,7 @@ mod tests {
             b"POST / HTTP/1.1\r\nHost: x",
             long_line.as_bytes(),
             many_headers.as_bytes(),
+            huge_chunk.as_bytes(),
         ] {
             assert!(read(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
@@ -237,7 +253,7 @@ mod tests {
     #[test]
     fn answers_carry_their_length_and_whether_the_connection_stays() {
         let mut out = Vec::new();
-        write_response(&mut out, 200, b"{}", false).unwrap();
+        write_response(&mut out, Status::Ok, b"{}", false).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
         assert!(text.contains("Content-Length: 2\r\n"), "{text}");

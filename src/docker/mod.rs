@@ -22,10 +22,12 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::dir::Dir;
 use crate::error::Error;
-use crate::sys::{poll, pollfd};
+use crate::sys::{poll, pollfd, Lock};
 use crate::{cni, signals};
 use driver::Driver;
+use http::Status;
 
 /// Where Docker looks for plugins' sockets.
 const PLUGIN_DIR: &str = "/run/docker/plugins";
@@ -33,8 +35,12 @@ const PLUGIN_DIR: &str = "/run/docker/plugins";
 /// The most connections served at once; more wait to be accepted.
 const MAX_CONNECTIONS: usize = 256;
 
-/// How long a connection may sit idle between requests.
-const IDLE: Duration = Duration::from_secs(300);
+/// How often the threads that wait look for a termination request that
+/// another thread read from the signalfd.
+const LOOK_FOR_STOP: Duration = Duration::from_secs(1);
+
+/// How long writing an answer may block on a client that does not read.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 const USAGE: &str =
     "usage: ipam-delegated docker-plugin --config PATH [--name NAME | --socket PATH]
@@ -100,11 +106,13 @@ fn parse_options(options: &[OsString]) -> Result<Options, String> {
 }
 
 /// Serves the driver on `options.socket` until SIGTERM or SIGINT, then
-/// lets the requests under way finish, removes the socket and returns.
+/// removes the socket and waits for the requests under way (whose
+/// delegates are stopped, and an ADD rolled back, as the plugin's are).
 fn serve(options: &Options) -> Result<(), Error> {
     crate::logging::for_service();
     // Before any thread: they all inherit the blocked signals.
-    signals::watch().map_err(|e| socket_error(&options.socket, e))?;
+    signals::watch()
+        .map_err(|e| Error::Docker(format!("SIGTERM and SIGINT cannot be taken: {e}")))?;
     let (networks, skipped) = networks::load(&options.config)?;
     for reason in &skipped {
         warn!("skipped {reason}");
@@ -142,7 +150,9 @@ fn accept(listener: &UnixListener, driver: &Arc<Driver>, load: &Arc<Load>) -> io
             pollfd(Some(listener.as_raw_fd()), libc::POLLIN),
             pollfd(signals, libc::POLLIN),
         ];
-        poll(&mut fds, None)?;
+        // Bounded: a worker's delegate supervision may read the request
+        // from the signalfd first; its count is what tells.
+        poll(&mut fds, Some(LOOK_FOR_STOP))?;
         if let Some(signal) = signals::received(1) {
             info!("signal {signal}: stopping");
             return Ok(());
@@ -160,7 +170,9 @@ fn accept(listener: &UnixListener, driver: &Arc<Driver>, load: &Arc<Load>) -> io
                 continue;
             }
         };
-        load.connection_opened();
+        if !load.connection_opened() {
+            continue;
+        }
         let (driver, worker_load) = (Arc::clone(driver), Arc::clone(load));
         let spawned = std::thread::Builder::new().spawn(move || {
             serve_connection(stream, &driver, &worker_load);
@@ -179,7 +191,9 @@ fn serve_connection(stream: UnixStream, driver: &Driver, load: &Load) {
         warn!("a connection cannot be served: {e}");
         return;
     }
-    let _ = stream.set_read_timeout(Some(IDLE));
+    // No idle timeout: Docker's plugin client reuses its connections for
+    // as long as it likes, and a close racing a reuse would fail a request.
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut writer = match stream.try_clone() {
         Ok(writer) => writer,
         Err(e) => {
@@ -195,7 +209,8 @@ fn serve_connection(stream: UnixStream, driver: &Driver, load: &Load) {
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 warn!("a bad request: {e}");
                 let body = serde_json::json!({"Err": e.to_string()}).to_string();
-                let _ = http::write_response(&mut writer, 400, body.as_bytes(), true);
+                let _ =
+                    http::write_response(&mut writer, Status::BadRequest, body.as_bytes(), true);
                 return;
             }
             Err(_) => return,
@@ -203,14 +218,14 @@ fn serve_connection(stream: UnixStream, driver: &Driver, load: &Load) {
         let Some(_busy) = load.request_started() else {
             let body =
                 br#"{"Error":"ipam-delegated is stopping: try again later (CNI error code 11)"}"#;
-            let _ = http::write_response(&mut writer, 200, body, true);
+            let _ = http::write_response(&mut writer, Status::Ok, body, true);
             return;
         };
         let answer = if request.method == "POST" {
             driver.answer(&request.path, &request.body)
         } else {
             driver::Answer {
-                status: 404,
+                status: Status::NotFound,
                 body: br#"{"Err":"only POST is served"}"#.to_vec(),
                 undo: None,
             }
@@ -257,14 +272,21 @@ impl Load {
         self.changed.notify_all();
     }
 
-    /// Counts a new connection, once fewer than the most are open.
-    fn connection_opened(&self) {
-        let counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut counts = self
-            .changed
-            .wait_while(counts, |c| c.connections >= MAX_CONNECTIONS)
-            .unwrap_or_else(|e| e.into_inner());
+    /// Counts a new connection, once fewer than the most are open; false
+    /// if a termination request comes first.
+    fn connection_opened(&self) -> bool {
+        let mut counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while counts.connections >= MAX_CONNECTIONS {
+            if signals::received(1).is_some() {
+                return false;
+            }
+            counts = match self.changed.wait_timeout(counts, LOOK_FOR_STOP) {
+                Ok((counts, _)) => counts,
+                Err(e) => e.into_inner().0,
+            };
+        }
         counts.connections += 1;
+        true
     }
 
     fn connection_closed(&self) {
@@ -296,25 +318,28 @@ impl Load {
 
 /// Listens on `socket`, only for its owner and group. A socket left by a
 /// driver that is gone is replaced; one a driver still serves, or a file
-/// that is not a socket, is an error.
+/// that is not a socket, is an error. The directory is locked meanwhile,
+/// so that two drivers starting at once cannot both take the name, and
+/// the socket is made under a temporary name and renamed into place once
+/// its permissions are set.
 fn bind(socket: &Path) -> Result<UnixListener, Error> {
     let fail = |e: io::Error| socket_error(socket, e);
-    if let Some(dir) = socket.parent() {
-        std::fs::create_dir_all(dir).map_err(fail)?;
-    }
+    let (Some(dir), Some(name)) = (socket.parent(), socket.file_name()) else {
+        return Err(fail(io::ErrorKind::InvalidInput.into()));
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let locked = Dir::open(dir).map_err(fail)?;
+    locked.lock(Lock::Exclusive, None)?;
     match std::fs::symlink_metadata(socket) {
-        Ok(meta) if meta.file_type().is_socket() => match UnixStream::connect(socket) {
-            Ok(_) => {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(socket).is_ok() {
                 return Err(fail(io::Error::new(
                     io::ErrorKind::AddrInUse,
                     "another driver serves it",
-                )))
+                )));
             }
-            Err(_) => {
-                info!("removing the stale socket {}", socket.display());
-                std::fs::remove_file(socket).map_err(fail)?;
-            }
-        },
+            info!("replacing the stale socket {}", socket.display());
+        }
         Ok(_) => {
             return Err(fail(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -324,8 +349,18 @@ fn bind(socket: &Path) -> Result<UnixListener, Error> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e)),
     }
-    let listener = UnixListener::bind(socket).map_err(fail)?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660)).map_err(fail)?;
+    let temporary = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    match std::fs::remove_file(&temporary) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(fail(e)),
+        _ => {}
+    }
+    let listener = UnixListener::bind(&temporary).map_err(fail)?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o660))
+        .and_then(|()| std::fs::rename(&temporary, socket))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&temporary);
+            fail(e)
+        })?;
     listener.set_nonblocking(true).map_err(fail)?;
     Ok(listener)
 }

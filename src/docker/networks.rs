@@ -34,7 +34,7 @@ impl Network {
     /// Values that are not subnets are skipped: they are the delegates'
     /// to refuse.
     pub fn subnets(&self) -> Vec<Subnet> {
-        let ipam = &self.config["ipam"];
+        let ipam = self.member("ipam");
         let mut found: Vec<&Value> = vec![&ipam["subnet"]];
         for set in as_list(&ipam["ranges"]) {
             found.extend(as_list(set).iter().map(|range| &range["subnet"]));
@@ -92,7 +92,12 @@ impl Network {
     /// Whether the plugin declares capability `name`: only then does a
     /// runtime (libcni, and this driver) pass it `runtimeConfig.NAME`.
     pub fn takes(&self, name: &str) -> bool {
-        self.config["capabilities"][name] == Value::Bool(true)
+        self.member("capabilities")[name] == Value::Bool(true)
+    }
+
+    /// A top-level member, null when missing.
+    fn member(&self, key: &str) -> &Value {
+        self.config.get(key).unwrap_or(&Value::Null)
     }
 
     /// The configuration with `runtimeConfig` holding `set` besides what
@@ -301,6 +306,9 @@ mod tests {
     fn runtime_config_is_added_to_what_the_file_has() {
         let n = network("{}");
         assert!(n.takes("ips") && !n.takes("ipRanges"));
+        let mut bare = network("{}");
+        bare.config.remove("capabilities");
+        assert!(!bare.takes("ips"), "no capabilities, none taken");
         assert_eq!(n.stdin(vec![]), serde_json::to_vec(&n.config).unwrap());
         let stdin: Value =
             serde_json::from_slice(&n.stdin(vec![("ips", serde_json::json!(["10.1.0.9"]))]))

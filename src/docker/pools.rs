@@ -1,6 +1,7 @@
 //! Docker's pools: the PoolID the driver gives Docker for a (network,
 //! subnet, ip-range), and how many of Docker's requests hold each one, in
-//! a record of the network's state next to its attachments.
+//! a record of the network's state next to its attachments. A pool no
+//! request holds stays recorded, at none, until nothing of it is left.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,7 +14,7 @@ use crate::state;
 const RECORD: &str = "docker-pools";
 
 /// What a PoolID names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct PoolId {
     /// The CNI network.
     pub network: String,
@@ -71,7 +72,7 @@ impl fmt::Display for PoolId {
 }
 
 /// How many of Docker's RequestPools hold each pool of a network.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Requests(BTreeMap<String, u64>);
 
 impl Requests {
@@ -95,7 +96,9 @@ impl Requests {
 
     /// Whether Docker holds `pool`.
     pub fn holds(&self, pool: &PoolId) -> bool {
-        self.0.contains_key(&pool.to_string())
+        self.0
+            .get(&pool.to_string())
+            .is_some_and(|count| *count > 0)
     }
 
     /// One more request holds `pool`.
@@ -103,20 +106,21 @@ impl Requests {
         *self.0.entry(pool.to_string()).or_default() += 1;
     }
 
-    /// One request less holds `pool`; true if that was the last one (or
-    /// none held it).
-    pub fn remove(&mut self, pool: &PoolId) -> bool {
-        let key = pool.to_string();
-        match self.0.get_mut(&key) {
-            Some(count) if *count > 1 => {
-                *count -= 1;
-                false
-            }
-            _ => {
-                self.0.remove(&key);
-                true
-            }
-        }
+    /// One request less holds `pool` (none stays none).
+    pub fn remove(&mut self, pool: &PoolId) {
+        let count = self.0.entry(pool.to_string()).or_default();
+        *count = count.saturating_sub(1);
+    }
+
+    /// The pools no request holds, whose leftovers may still be held.
+    pub fn released(&self) -> Vec<String> {
+        let released = self.0.iter().filter(|(_, count)| **count == 0);
+        released.map(|(pool, _)| pool.clone()).collect()
+    }
+
+    /// Forgets a released pool, nothing of it being left.
+    pub fn forget(&mut self, pool: &str) {
+        self.0.remove(pool);
     }
 }
 
@@ -163,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn requests_are_counted_per_pool() {
+    fn requests_are_counted_per_pool_and_released_pools_kept_until_forgotten() {
         let (a, b) = (
             PoolId::parse("n/10.1.0.0/16").unwrap(),
             PoolId::parse("n/10.2.0.0/16").unwrap(),
@@ -172,13 +176,13 @@ mod tests {
         requests.add(&a);
         requests.add(&a);
         requests.add(&b);
-        assert!(!requests.remove(&a));
+        requests.remove(&a);
         assert!(requests.holds(&a));
-        assert!(requests.remove(&a));
+        requests.remove(&a);
+        requests.remove(&a);
         assert!(!requests.holds(&a) && requests.holds(&b));
-        assert!(
-            requests.remove(&a),
-            "releasing a pool not held is its last release"
-        );
+        assert_eq!(requests.released(), ["n/10.1.0.0/16"]);
+        requests.forget("n/10.1.0.0/16");
+        assert!(requests.released().is_empty());
     }
 }
