@@ -99,6 +99,13 @@ fn raw_fd() -> Option<RawFd> {
     fd().map(|fd| fd.as_raw_fd())
 }
 
+/// How many requests have been read so far, by any thread, without
+/// reading more: a thread whose poll did not wake because another thread
+/// read the request compares it with what it saw last.
+pub fn counted() -> usize {
+    COUNT.load(Ordering::SeqCst)
+}
+
 /// The signal of the latest request, if at least `count` have come.
 pub fn received(count: usize) -> Option<i32> {
     drain();

@@ -207,6 +207,7 @@ fn supervise(
     let mut abandoned = false;
     let deadline = limits.timeout.and_then(|t| Instant::now().checked_add(t));
     let mut stopping = on_requests(Stopping::No, limits, deadline, group);
+    let mut seen = signals::counted();
 
     loop {
         let now = Instant::now();
@@ -253,6 +254,12 @@ fn supervise(
         if exited.is_none() && exit.needs_polling() {
             wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
         }
+        // In a process of many threads (the Docker driver), another one
+        // may read a termination request from the signalfd first: the
+        // count, looked at now and then, is what tells.
+        if signals::fd().is_some() {
+            wait = Some(wait.map_or(RECOUNT, |w| w.min(RECOUNT)));
+        }
         let mut fds = [pollfd(None, 0); 5];
         fds[STDOUT] = pollfd(pipes.stdout.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
         fds[STDIN] = pollfd(pipes.stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
@@ -283,8 +290,9 @@ fn supervise(
         if exited.is_none() && (fds[EXIT].revents != 0 || exit.has_exited()) {
             exited = Some(Instant::now());
         }
-        if fds[REQUESTS].revents != 0 {
+        if fds[REQUESTS].revents != 0 || signals::counted() != seen {
             stopping = on_requests(stopping, limits, deadline, group);
+            seen = signals::counted();
         }
     }
 
@@ -508,6 +516,10 @@ impl<'a> Pipes<'a> {
 /// How often to look for the delegate's exit where pidfd_open(2) is missing
 /// (Linux before 5.3).
 const EXIT_POLL: Duration = Duration::from_millis(5);
+
+/// How often a delegate's supervision looks at the count of termination
+/// requests, which another thread may have read.
+const RECOUNT: Duration = Duration::from_millis(200);
 
 /// Learns when the delegate has ended without reaping it: through a pidfd
 /// that poll(2) watches, or, on kernels without pidfds, by asking.
