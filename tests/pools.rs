@@ -226,6 +226,8 @@ fn alone(command: &str, id: &str) -> Env {
         ("CNI_NETNS".into(), "/var/run/netns/test".into()),
         ("CNI_IFNAME".into(), "eth0".into()),
         ("CNI_PATH".into(), "/nonexistent".into()),
+        // The verbose flavour's log, not on the machine's /var/log.
+        ("IPAM_DELEGATED_LOG_FILE".into(), "/dev/null".into()),
     ])
 }
 
