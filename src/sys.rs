@@ -143,11 +143,21 @@ pub fn set_nonblocking(fd: &impl AsFd) -> io::Result<()> {
 
 /// Whether this process may write in `path` (access(2) with W_OK).
 pub fn can_write(path: &Path) -> bool {
+    may(path, libc::W_OK)
+}
+
+/// Whether this process may execute `path` (access(2) with X_OK): for root,
+/// a file with any execute bit.
+pub fn can_execute(path: &Path) -> bool {
+    may(path, libc::X_OK)
+}
+
+fn may(path: &Path, mode: libc::c_int) -> bool {
     let Ok(path) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return false;
     };
     // SAFETY: access only reads the NUL-terminated path.
-    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+    unsafe { libc::access(path.as_ptr(), mode) == 0 }
 }
 
 /// Opens `name` in directory `dir` with `flags` (and `mode` for a file it
