@@ -14,6 +14,10 @@ use crate::cni;
 use crate::error::Error;
 use crate::sys::{self, poll, pollfd};
 
+/// The termination requests: blocked in the plugin and read from the
+/// signalfd, unblocked again in the delegates it starts.
+pub const WATCHED: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGINT];
+
 /// How many termination requests have been read.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
@@ -32,8 +36,7 @@ pub fn watch() -> io::Result<()> {
         // The delegates' exit statuses, and their pids until the last
         // kill, must stay the plugin's to collect.
         sys::default_sigchld();
-        sys::block_into_signalfd(&[libc::SIGTERM, libc::SIGINT])
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
+        sys::block_into_signalfd(&WATCHED).map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
     });
     match made {
         Ok(_) => Ok(()),

@@ -1,15 +1,20 @@
 //! Every call into the operating system that std does not offer, and so
 //! every `unsafe` block of the crate, behind safe functions: poll(2), the
-//! signalfd that termination requests are read from, watching and
-//! signalling a delegate's process, and the calls relative to a directory
-//! descriptor and the file locks that agent mode's state is kept with.
+//! signalfd that termination requests are read from, starting, watching,
+//! signalling and reaping a delegate's process, reading into a buffer's
+//! spare room, and the calls relative to a directory descriptor and the
+//! file locks that agent mode's state is kept with.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// A poll(2) slot watching `fd` for `events`, or, for `None`, a slot poll
@@ -49,9 +54,9 @@ pub fn default_sigchld() {
 }
 
 /// A new non-blocking signalfd for `signals`, which are then blocked for
-/// the process (for its one thread): from then on they are read from the
-/// descriptor instead of acting. Children started later do not inherit the
-/// block: std clears the signal mask of the processes it starts.
+/// the calling thread and the threads it starts later: from then on they
+/// are read from the descriptor instead of acting. Processes inherit the
+/// block: [`spawn`] is told which signals to unblock for them.
 pub fn block_into_signalfd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it below.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -117,6 +122,239 @@ pub fn has_exited(pid: u32) -> bool {
     // With WNOHANG, a child still running leaves si_pid at 0.
     // SAFETY: waitid succeeded, so `info` holds a child's state or zeros.
     unsafe { info.si_pid() != 0 }
+}
+
+/// What [`spawn`] gives the new process besides its program and environment.
+pub struct Start<'a> {
+    /// Its stdin, stdout and stderr; descriptors above 2.
+    pub stdio: [BorrowedFd<'a>; 3],
+    /// Signals blocked in this thread that the program must start with unblocked.
+    pub unblock: &'a [libc::c_int],
+}
+
+/// Starts `program` with `env` (`KEY=value` strings) in a process group of
+/// its own, and returns its pid, for [`wait`] or [`try_wait`].
+///
+/// What std's Command does through posix_spawn(3), with two differences
+/// that every delegate call pays or suffers for. glibc's child asks for the
+/// disposition of all 64 signals, one call each, while the parent waits;
+/// here the parent learns once which signals have handlers, and the child
+/// resets only those (and SIGPIPE, which std ignores). And std passes on
+/// the caller's signal mask, SIGTERM and SIGINT blocked included, so a
+/// delegate that does not unblock them never saw the plugin's SIGTERM;
+/// here the program starts with `start.unblock` unblocked.
+pub fn spawn(program: &CStr, env: &[CString], start: &Start) -> io::Result<u32> {
+    let stdio = start.stdio.map(|fd| fd.as_raw_fd());
+    if stdio.iter().any(|fd| *fd <= 2) {
+        // One could be overwritten by another's dup2 in the child. std
+        // opens 0, 1 and 2 before main, so new descriptors are above them.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a standard descriptor of the plugin is closed",
+        ));
+    }
+    let argv = [program.as_ptr(), std::ptr::null()];
+    let envp: Vec<*const libc::c_char> = env
+        .iter()
+        .map(|var| var.as_ptr())
+        .chain([std::ptr::null()])
+        .collect();
+    // SAFETY: sigset_t is plain data; the calls below initialise it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is valid for writing.
+    unsafe { libc::sigfillset(&mut all) };
+    // Every signal blocked in this thread until the child has reset the
+    // handlers it shares with us: none may run in it before that.
+    // SAFETY: both sets are valid; this changes only this thread's mask.
+    check_errno(unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before) })?;
+    let mut mask = before;
+    for signal in start.unblock {
+        // SAFETY: `mask` is an initialised set; `signal` is a valid number.
+        unsafe { libc::sigdelset(&mut mask, *signal) };
+    }
+    let child = Child {
+        program: program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        stdio,
+        mask,
+        reset: handled_signals(),
+        error: AtomicI32::new(0),
+    };
+    // Its stack, for the moments before exec: it only makes system calls.
+    let mut stack: Vec<u128> = Vec::with_capacity(CHILD_STACK / 16);
+    // SAFETY: the end of the allocation, 16-byte aligned, as the stack grows down.
+    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
+    // CLONE_VM | CLONE_VFORK: the child borrows our memory (nothing to copy)
+    // and we are suspended until it has called execve or exited, so what it
+    // reads from `child` stays valid and `child.error` is final after.
+    // SAFETY: `start_child` is an extern "C" fn taking the pointer to `child`,
+    // which outlives the child's use of it (see above); `top` is the top of
+    // a writable region of CHILD_STACK bytes.
+    let pid = unsafe {
+        libc::clone(
+            start_child,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::addr_of!(child).cast_mut().cast(),
+        )
+    };
+    let cloned = io::Error::last_os_error();
+    // SAFETY: `before` is the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 {
+        return Err(cloned);
+    }
+    let pid = u32::try_from(pid).map_err(|_| io::Error::other("clone returned a bad pid"))?;
+    match child.error.load(Ordering::SeqCst) {
+        0 => Ok(pid),
+        errno => {
+            let _ = wait(pid);
+            Err(io::Error::from_raw_os_error(errno))
+        }
+    }
+}
+
+/// The stack the child of [`spawn`] runs on until it calls execve.
+const CHILD_STACK: usize = 16 * 1024;
+
+/// What the child of [`spawn`] reads from the parent's memory.
+struct Child {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    stdio: [RawFd; 3],
+    mask: libc::sigset_t,
+    reset: &'static [libc::c_int],
+    /// The errno of the step that failed, for the parent to report.
+    error: AtomicI32,
+}
+
+/// The child of [`spawn`]: only system calls, on memory the parent set up
+/// (no allocation, no lock, nothing that could panic).
+extern "C" fn start_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Child` that the suspended parent keeps alive.
+    let child = unsafe { &*arg.cast::<Child>() };
+    // The kernel's struct sigaction, all zero: SIG_DFL, no flags, an empty
+    // mask. Through the raw call, as glibc refuses its own internal signals.
+    let default = [0 as libc::c_ulong; 4];
+    for signal in child.reset {
+        // SAFETY: `default` is at least as large as the kernel's struct
+        // sigaction; 8 is the size of its signal set.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                *signal,
+                default.as_ptr(),
+                std::ptr::null::<libc::c_void>(),
+                8,
+            )
+        };
+    }
+    // SAFETY: setpgid and dup2 have no memory effects; the descriptors are
+    // open, and above 2, so no dup2 overwrites another's source.
+    unsafe {
+        if libc::setpgid(0, 0) != 0 {
+            child_failed(child);
+        }
+        for (target, fd) in (0..).zip(child.stdio) {
+            if libc::dup2(fd, target) < 0 {
+                child_failed(child);
+            }
+        }
+    }
+    // SAFETY: `mask` is an initialised set that the parent keeps alive.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &child.mask, std::ptr::null_mut()) };
+    // SAFETY: the program, argv and envp are NUL-terminated, and the arrays
+    // end with a null pointer; the parent keeps them alive.
+    unsafe { libc::execve(child.program, child.argv, child.envp) };
+    child_failed(child)
+}
+
+/// Leaves errno for the parent of [`start_child`], and exits.
+fn child_failed(child: &Child) -> ! {
+    let errno = io::Error::last_os_error().raw_os_error();
+    child
+        .error
+        .store(errno.unwrap_or(libc::EINVAL), Ordering::SeqCst);
+    // SAFETY: _exit ends this process at once, running nothing of the parent's.
+    unsafe { libc::_exit(127) }
+}
+
+/// The signals this process has handlers for, which a child must reset
+/// before it unblocks anything, and SIGPIPE, which std ignores and programs
+/// expect at its default. Looked at once: the handlers are set up before
+/// main (std's for SIGSEGV and SIGBUS, glibc's internal ones) and the crate
+/// installs none; termination requests come through a signalfd.
+fn handled_signals() -> &'static [libc::c_int] {
+    static HANDLED: OnceLock<Vec<libc::c_int>> = OnceLock::new();
+    HANDLED.get_or_init(|| {
+        let mut handled = vec![libc::SIGPIPE];
+        for signal in 1..=64 {
+            let mut current = [0 as libc::c_ulong; 4];
+            // SAFETY: a null new action only reads the disposition into
+            // `current`, which is as large as the kernel's struct sigaction.
+            let read = unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal,
+                    std::ptr::null::<libc::c_void>(),
+                    current.as_mut_ptr(),
+                    8,
+                )
+            };
+            let handler = current[0] as libc::sighandler_t;
+            if read == 0 && handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+                handled.push(signal);
+            }
+        }
+        handled
+    })
+}
+
+/// Waits for child `pid` to end, and reaps it.
+pub fn wait(pid: u32) -> io::Result<ExitStatus> {
+    loop {
+        match wait_pid(pid, 0) {
+            Ok(Some(status)) => return Ok(status),
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => return Err(e),
+            // Interrupted (or, which waitpid without WNOHANG never does, nothing).
+            _ => {}
+        }
+    }
+}
+
+/// Reaps child `pid` if it has ended.
+pub fn try_wait(pid: u32) -> io::Result<Option<ExitStatus>> {
+    wait_pid(pid, libc::WNOHANG)
+}
+
+fn wait_pid(pid: u32, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ECHILD))?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: `status` is valid for writing.
+    match unsafe { libc::waitpid(pid, &mut status, flags) } {
+        0 => Ok(None),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        _ => Ok(Some(ExitStatus::from_raw(status))),
+    }
+}
+
+/// Reads at most `max` bytes from `fd` onto the end of `buffer`, straight
+/// into its spare capacity (reserved as needed): no chunk to zero and copy.
+pub fn read_into(fd: BorrowedFd, buffer: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    buffer.reserve(max);
+    let spare = buffer.spare_capacity_mut();
+    let room = spare.len().min(max);
+    // SAFETY: `spare` is valid for writing `room` bytes.
+    let read = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), room) };
+    let read = usize::try_from(read).map_err(|_| io::Error::last_os_error())?;
+    // SAFETY: read(2) initialised the first `read` bytes of the spare capacity.
+    unsafe { buffer.set_len(buffer.len() + read) };
+    Ok(read)
 }
 
 /// Sends `signal` to every process in process group `group`. A group
@@ -264,6 +502,14 @@ pub fn try_flock(file: &File, lock: Lock) -> io::Result<bool> {
 fn c_name(name: &str) -> io::Result<CString> {
     CString::new(name)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a file name"))
+}
+
+/// For the calls that return an errno instead of setting it.
+fn check_errno(result: libc::c_int) -> io::Result<()> {
+    match result {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {

@@ -451,6 +451,41 @@ fn a_timeout_sends_sigterm_first_then_sigkill() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
+#[test]
+fn delegates_start_with_termination_unblocked_and_sigpipe_at_its_default() {
+    // Not a shell: sh clears the signal mask it inherits, so only a program
+    // that keeps it shows whether the plugin's block on SIGTERM and SIGINT
+    // (taken through its signalfd) leaks into the delegates.
+    let stack = Stack::new();
+    let rec = stack.rec().display().to_string();
+    stack.file(
+        "perl-delegate",
+        &format!(
+            r#"#!/usr/bin/perl
+open(my $in, "<", "/proc/self/status") or die;
+open(my $out, ">", "{rec}/status") or die;
+print $out grep {{ /^Sig(Blk|Ign):/ }} <$in>;
+close($out);
+$SIG{{TERM}} = sub {{ open(my $f, ">", "{rec}/got-term"); exit 1; }};
+sleep 300;
+"#
+        ),
+        0o755,
+    );
+    let (out, took) = timed(&stack, "ADD", &with_timeout(&["perl-delegate"], 0.3));
+    out.assert_error(11);
+    let status = std::fs::read_to_string(stack.rec().join("status")).unwrap();
+    let mask = |field: &str| {
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        u64::from_str_radix(line[field.len()..].trim(), 16).unwrap()
+    };
+    assert_eq!(mask("SigBlk:"), 0, "{status}");
+    let sigpipe = 1 << (libc::SIGPIPE - 1);
+    assert_eq!(mask("SigIgn:") & sigpipe, 0, "SIGPIPE ignored: {status}");
+    assert!(stack.rec().join("got-term").exists(), "no SIGTERM seen");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
 /// Sends `signal` to the plugin.
 fn terminate(child: &Child, signal: &str) {
     let sent = Command::new("kill")

@@ -4,17 +4,18 @@
 //! cap and its stderr copied to the plugin's line by line, bounded in time
 //! and wound down on a termination request, all in one poll(2) loop.
 
-use std::ffi::OsString;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, ExitStatus, Stdio};
+use std::ffi::{CString, OsStr, OsString};
+use std::io::{self, PipeReader, PipeWriter, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
 use super::judge::{judge, Printed};
 use super::{Call, Delegate, Limits, Runner, PARENT_VARIABLE};
+use crate::cni::Command;
 use crate::error::Failure;
 use crate::signals;
 use crate::sys::{self, poll, pollfd};
@@ -41,8 +42,10 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// The longest stderr line kept whole; a longer one is copied in parts.
 const STDERR_LINE_CAP: usize = 64 * 1024;
 
-/// How many reads of a delegate's stderr (16 KiB each) one wake-up copies:
-/// a pipe's worth.
+/// The most one read(2) of a delegate's pipe takes.
+const READ_SIZE: usize = 16 * 1024;
+
+/// How many reads of a delegate's stderr one wake-up copies: a pipe's worth.
 const STDERR_READS: usize = 4;
 
 /// Runs delegates as processes of their own.
@@ -121,24 +124,106 @@ impl Runner for Processes {
 }
 
 impl Processes {
-    /// Starts the delegate in a process group of its own and supervises it.
+    /// Starts the delegate in a process group of its own (so that stopping
+    /// it reaches whatever it started) and supervises it.
     fn spawn(&self, delegate: &Delegate, call: Call) -> Result<Finished, Failure> {
-        std::process::Command::new(&delegate.path)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("CNI_COMMAND", call.command.as_str())
-            .env(PARENT_VARIABLE, std::process::id().to_string())
-            // Its own group, so that stopping it reaches whatever it started.
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            // A pipe of the plugin's own, not the runtime's stderr: a child the
-            // delegate leaves behind would hold that open, and a Go runtime
-            // waits for every holder to close it.
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(Failure::NotStarted)
-            .and_then(|child| supervise(child, call.stdin, call.limits, call.buffer))
+        let (theirs, ours) = self
+            .pipes(delegate, call.command)
+            .map_err(Failure::NotStarted)?;
+        let pid = sys::spawn(
+            &theirs.program,
+            &theirs.env,
+            &sys::Start {
+                stdio: [
+                    theirs.stdin.as_fd(),
+                    theirs.stdout.as_fd(),
+                    theirs.stderr.as_fd(),
+                ],
+                unblock: &signals::WATCHED,
+            },
+        )
+        .map_err(Failure::NotStarted)?;
+        // Their ends closed here, so that ours see the end of what they write.
+        drop(theirs);
+        supervise(pid, ours, call.stdin, call.limits, call.buffer)
     }
+
+    /// The delegate's side of a call (its program, environment and ends of
+    /// the pipes) and the plugin's ends of the pipes.
+    fn pipes(&self, delegate: &Delegate, command: Command) -> io::Result<(Theirs, Ours)> {
+        let program = c_string(delegate.path.as_os_str(), None)?;
+        let parent = std::process::id().to_string();
+        let set: Vec<(&OsStr, &OsStr)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_os_str(), v.as_os_str()))
+            .chain([
+                (OsStr::new("CNI_COMMAND"), OsStr::new(command.as_str())),
+                (OsStr::new(PARENT_VARIABLE), OsStr::new(&parent)),
+            ])
+            .collect();
+        let inherited: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(key, _)| !set.iter().any(|(k, _)| k == key))
+            .collect();
+        let env = inherited
+            .iter()
+            .map(|(k, v)| (k.as_os_str(), v.as_os_str()))
+            .chain(set.iter().copied())
+            .map(|(k, v)| c_string(k, Some(v)))
+            .collect::<io::Result<_>>()?;
+        let (stdin, feed) = io::pipe()?;
+        let (read, stdout) = io::pipe()?;
+        // A pipe of the plugin's own, not the runtime's stderr: a child the
+        // delegate leaves behind would hold that open, and a Go runtime
+        // waits for every holder to close it.
+        let (copy, stderr) = io::pipe()?;
+        Ok((
+            Theirs {
+                program,
+                env,
+                stdin,
+                stdout,
+                stderr,
+            },
+            Ours {
+                stdin: feed,
+                stdout: read,
+                stderr: copy,
+            },
+        ))
+    }
+}
+
+/// `key`, or `key=value`, as a C string; a NUL in either is refused, as
+/// std refuses it.
+fn c_string(key: &OsStr, value: Option<&OsStr>) -> io::Result<CString> {
+    let mut bytes = key.as_bytes().to_vec();
+    if let Some(value) = value {
+        bytes.push(b'=');
+        bytes.extend_from_slice(value.as_bytes());
+    }
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a NUL byte in {:?}", key),
+        )
+    })
+}
+
+/// What a delegate process is started with.
+struct Theirs {
+    program: CString,
+    env: Vec<CString>,
+    stdin: PipeReader,
+    stdout: PipeWriter,
+    stderr: PipeWriter,
+}
+
+/// The plugin's ends of a delegate's pipes.
+struct Ours {
+    stdin: PipeWriter,
+    stdout: PipeReader,
+    stderr: PipeReader,
 }
 
 /// A delegate process that has ended.
@@ -188,21 +273,22 @@ const REQUESTS: usize = 4;
 /// keeps its pid, and so its process group id, from being reused, so a
 /// kill cannot reach a stranger.
 fn supervise(
-    mut child: Child,
+    pid: u32,
+    ours: Ours,
     input: &[u8],
     limits: Limits,
     output: Vec<u8>,
 ) -> Result<Finished, Failure> {
-    let group = Group(child.id());
-    let mut pipes = match Pipes::new(&mut child, input, output) {
+    let group = Group(pid);
+    let mut pipes = match Pipes::new(ours, input, output) {
         Ok(pipes) => pipes,
         Err(e) => {
             group.signal(libc::SIGKILL);
-            let _ = child.wait();
+            let _ = sys::wait(pid);
             return Err(Failure::Io(e));
         }
     };
-    let exit = ExitWatch::new(child.id());
+    let exit = ExitWatch::new(pid);
     let mut exited: Option<Instant> = None;
     let mut abandoned = false;
     let deadline = limits.timeout.and_then(|t| Instant::now().checked_add(t));
@@ -269,7 +355,7 @@ fn supervise(
         if let Err(e) = poll(&mut fds, wait) {
             // Not left running unsupervised, where a rollback could overtake it.
             group.signal(libc::SIGKILL);
-            let _ = child.wait();
+            let _ = sys::wait(pid);
             return Err(Failure::Io(e));
         }
         if fds[STDIN].revents != 0 {
@@ -310,9 +396,9 @@ fn supervise(
     pipes.copy_stderr(&mut io::stderr());
     pipes.finish_stderr(&mut io::stderr());
     let status = if exited.is_some() {
-        Some(child.wait())
+        Some(sys::wait(pid))
     } else {
-        child.try_wait().transpose()
+        sys::try_wait(pid).transpose()
     };
     match stopped {
         Some(Stop::Timeout(limit)) => return Err(Failure::TimedOut(limit)),
@@ -383,38 +469,33 @@ fn kill(why: Stop, group: Group) -> Stopping {
 /// yet copied.
 struct Pipes<'a> {
     input: &'a [u8],
-    stdin: Option<ChildStdin>,
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
+    stdin: Option<PipeWriter>,
+    stdout: Option<PipeReader>,
+    stderr: Option<PipeReader>,
     output: Vec<u8>,
     line: Vec<u8>,
     read_error: Option<io::Error>,
 }
 
 impl<'a> Pipes<'a> {
-    fn new(child: &mut Child, input: &'a [u8], mut output: Vec<u8>) -> io::Result<Self> {
-        // All Some: the caller asked for three pipes.
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return Err(io::Error::other("delegate pipes missing"));
-        };
-        sys::set_nonblocking(&stdin)?;
-        sys::set_nonblocking(&stdout)?;
-        sys::set_nonblocking(&stderr)?;
-        Ok(Pipes {
+    fn new(ours: Ours, input: &'a [u8], mut output: Vec<u8>) -> io::Result<Self> {
+        sys::set_nonblocking(&ours.stdin)?;
+        sys::set_nonblocking(&ours.stdout)?;
+        sys::set_nonblocking(&ours.stderr)?;
+        output.clear();
+        let mut pipes = Pipes {
             input,
-            // Nothing to write: close it now, the delegate sees EOF at once.
-            stdin: (!input.is_empty()).then_some(stdin),
-            stdout: Some(stdout),
-            stderr: Some(stderr),
-            output: {
-                output.clear();
-                output
-            },
+            stdin: Some(ours.stdin),
+            stdout: Some(ours.stdout),
+            stderr: Some(ours.stderr),
+            output,
             line: Vec::new(),
             read_error: None,
-        })
+        };
+        // A pipe takes 64 KiB at once: most inputs are written before the
+        // first wait, and nothing at all closes stdin at once (EOF).
+        pipes.feed();
+        Ok(pipes)
     }
 
     /// Writes what the pipe takes; closes stdin when all is written. A
@@ -441,25 +522,20 @@ impl<'a> Pipes<'a> {
         let Some(stdout) = self.stdout.as_mut() else {
             return;
         };
-        let mut chunk = [0; 16 * 1024];
         loop {
-            match stdout.read(&mut chunk) {
+            // Room for one more byte than the cap, to know it was passed.
+            let room = STDOUT_CAP + 1 - self.output.len();
+            if self.output.len() == self.output.capacity() {
+                // Doubling as Vec does, but never past the cap: a 4 MiB
+                // result costs 4 MiB, not 8.
+                let grown = (self.output.capacity() * 2).clamp(READ_SIZE, STDOUT_CAP + 1);
+                self.output.reserve_exact(grown - self.output.len());
+            }
+            let spare = self.output.capacity() - self.output.len();
+            match sys::read_into(stdout.as_fd(), &mut self.output, spare.min(room)) {
                 Ok(0) => break self.stdout = None,
-                Ok(n) => {
-                    let room = STDOUT_CAP + 1 - self.output.len().min(STDOUT_CAP + 1);
-                    let taken = &chunk[..n.min(room)];
-                    // Doubling as Vec does, but never past the cap: a 4 MiB
-                    // result costs 4 MiB, not 8.
-                    let needed = self.output.len() + taken.len();
-                    if needed > self.output.capacity() {
-                        let grown = (self.output.capacity() * 2).clamp(needed, STDOUT_CAP + 1);
-                        self.output.reserve_exact(grown - self.output.len());
-                    }
-                    self.output.extend_from_slice(taken);
-                    if self.output.len() > STDOUT_CAP {
-                        break;
-                    }
-                }
+                Ok(_) if self.output.len() > STDOUT_CAP => break,
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
@@ -479,12 +555,10 @@ impl<'a> Pipes<'a> {
         let Some(stderr) = self.stderr.as_mut() else {
             return;
         };
-        let mut chunk = [0; 16 * 1024];
         for _ in 0..STDERR_READS {
-            match stderr.read(&mut chunk) {
+            match sys::read_into(stderr.as_fd(), &mut self.line, READ_SIZE) {
                 Ok(0) => return self.finish_stderr(sink),
-                Ok(n) => {
-                    self.line.extend_from_slice(&chunk[..n]);
+                Ok(_) => {
                     let whole = match self.line.iter().rposition(|b| *b == b'\n') {
                         Some(end) => end + 1,
                         None if self.line.len() > STDERR_LINE_CAP => self.line.len(),
@@ -613,14 +687,14 @@ mod tests {
             input: b"",
             stdin: None,
             stdout: None,
-            stderr: Some(ChildStderr::from(OwnedFd::from(reader))),
+            stderr: Some(PipeReader::from(OwnedFd::from(reader))),
             output: Vec::new(),
             line: Vec::new(),
             read_error: None,
         };
         let mut sink = Vec::new();
         pipes.copy_stderr(&mut sink);
-        let bound = STDERR_READS * 16 * 1024;
+        let bound = STDERR_READS * READ_SIZE;
         assert!(written > bound, "only {written} bytes buffered");
         assert!(!sink.is_empty() && sink.len() <= bound, "{}", sink.len());
         assert!(sink.ends_with(b"\n") && sink.len() % 1000 == 0);
