@@ -1,13 +1,17 @@
 //! The plugin's own cost, measured side by side in one run: N sequential
 //! ADDs of a static no-op delegate called directly, and of ipam-delegated
-//! running 1 and 16 of them, as ratios to the first (medians of several
-//! rounds, the variants interleaved within each round so that machine
-//! noise falls on all of them alike), for the binary cargo built for the
-//! bench (dynamically linked) and for a statically linked one the bench
-//! builds (`-C target-feature=+crt-static`); the peak RSS of one ADD, and
-//! of chains of delegates printing results near the 4 MiB cap; the
-//! stripped binaries' sizes; and, for information, host-local with and
-//! without the plugin in front. Run with `cargo bench --bench overhead`.
+//! running 1 and 16 of them, as ratios to the first (each ratio taken
+//! within a round, the variants interleaved so that machine noise falls on
+//! all of them alike, and the median of the rounds' ratios reported), for
+//! the binary cargo built for the bench (dynamically linked) and for a
+//! statically linked one the bench builds (`-C target-feature=+crt-static`);
+//! what each delegate after the first costs; the plugin with one delegate
+//! against the floor, a program that only forwards to one; the start-up
+//! of each plugin of the package (VERSION) against the no-op; the peak RSS
+//! of one ADD, and of chains of delegates printing results near the 4 MiB
+//! cap; the stripped binaries' sizes; and, for information, host-local
+//! with and without the plugin in front. Each figure with a target prints
+//! it. Run with `cargo bench --bench overhead`.
 
 #[path = "support/static_build.rs"]
 mod static_build;
@@ -17,10 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// ADDs per measurement.
-const CALLS: usize = 200;
-/// Measurements per variant; the median is reported.
-const ROUNDS: usize = 7;
+/// Calls per measurement.
+const CALLS: usize = 100;
+/// Measurements per variant, one per round; medians are reported.
+const ROUNDS: usize = 15;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_ipam-delegated");
 

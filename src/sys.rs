@@ -159,21 +159,14 @@ pub fn spawn(program: &CStr, env: &[CString], start: &Start) -> io::Result<u32> 
         .map(|var| var.as_ptr())
         .chain([std::ptr::null()])
         .collect();
-    // SAFETY: sigset_t is plain data; the calls below initialise it.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `all` is valid for writing.
-    unsafe { libc::sigfillset(&mut all) };
-    // Every signal blocked in this thread until the child has reset the
-    // handlers it shares with us: none may run in it before that.
-    // SAFETY: both sets are valid; this changes only this thread's mask.
-    check_errno(unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before) })?;
-    let mut mask = before;
-    for signal in start.unblock {
-        // SAFETY: `mask` is an initialised set; `signal` is a valid number.
-        unsafe { libc::sigdelset(&mut mask, *signal) };
-    }
+    // Every signal blocked in this thread, glibc's internal ones included
+    // (which pthread_sigmask would leave out), until the child has reset
+    // the handlers it shares with us: none may run in it before that.
+    let before = set_mask(!0)?;
+    let mask = start
+        .unblock
+        .iter()
+        .fold(before, |mask, signal| mask & !signal_bit(*signal));
     let child = Child {
         program: program.as_ptr(),
         argv: argv.as_ptr(),
@@ -202,8 +195,7 @@ pub fn spawn(program: &CStr, env: &[CString], start: &Start) -> io::Result<u32> 
         )
     };
     let cloned = io::Error::last_os_error();
-    // SAFETY: `before` is the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+    let _ = set_mask(before);
     drop(stack);
     if pid < 0 {
         return Err(cloned);
@@ -227,7 +219,8 @@ struct Child {
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     stdio: [RawFd; 3],
-    mask: libc::sigset_t,
+    /// The signal mask the program starts with.
+    mask: KernelSigset,
     reset: &'static [libc::c_int],
     /// The errno of the step that failed, for the parent to report.
     error: AtomicI32,
@@ -240,19 +233,22 @@ extern "C" fn start_child(arg: *mut libc::c_void) -> libc::c_int {
     let child = unsafe { &*arg.cast::<Child>() };
     // The kernel's struct sigaction, all zero: SIG_DFL, no flags, an empty
     // mask. Through the raw call, as glibc refuses its own internal signals.
-    let default = [0 as libc::c_ulong; 4];
+    let default = KernelSigaction::default();
     for signal in child.reset {
-        // SAFETY: `default` is at least as large as the kernel's struct
-        // sigaction; 8 is the size of its signal set.
-        unsafe {
+        // SAFETY: `default` is a valid kernel struct sigaction; a null old
+        // action is allowed.
+        let reset = unsafe {
             libc::syscall(
                 libc::SYS_rt_sigaction,
-                *signal,
-                default.as_ptr(),
-                std::ptr::null::<libc::c_void>(),
-                8,
+                libc::c_long::from(*signal),
+                &default,
+                std::ptr::null_mut::<KernelSigaction>(),
+                SIGSET_SIZE,
             )
         };
+        if reset != 0 {
+            child_failed(child);
+        }
     }
     // SAFETY: setpgid and dup2 have no memory effects; the descriptors are
     // open, and above 2, so no dup2 overwrites another's source.
@@ -266,8 +262,9 @@ extern "C" fn start_child(arg: *mut libc::c_void) -> libc::c_int {
             }
         }
     }
-    // SAFETY: `mask` is an initialised set that the parent keeps alive.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &child.mask, std::ptr::null_mut()) };
+    if set_mask(child.mask).is_err() {
+        child_failed(child);
+    }
     // SAFETY: the program, argv and envp are NUL-terminated, and the arrays
     // end with a null pointer; the parent keeps them alive.
     unsafe { libc::execve(child.program, child.argv, child.envp) };
@@ -277,9 +274,8 @@ extern "C" fn start_child(arg: *mut libc::c_void) -> libc::c_int {
 /// Leaves errno for the parent of [`start_child`], and exits.
 fn child_failed(child: &Child) -> ! {
     let errno = io::Error::last_os_error().raw_os_error();
-    child
-        .error
-        .store(errno.unwrap_or(libc::EINVAL), Ordering::SeqCst);
+    let errno = errno.filter(|e| *e != 0).unwrap_or(libc::EINVAL);
+    child.error.store(errno, Ordering::SeqCst);
     // SAFETY: _exit ends this process at once, running nothing of the parent's.
     unsafe { libc::_exit(127) }
 }
@@ -294,25 +290,75 @@ fn handled_signals() -> &'static [libc::c_int] {
     HANDLED.get_or_init(|| {
         let mut handled = vec![libc::SIGPIPE];
         for signal in 1..=64 {
-            let mut current = [0 as libc::c_ulong; 4];
+            let mut current = KernelSigaction::default();
             // SAFETY: a null new action only reads the disposition into
-            // `current`, which is as large as the kernel's struct sigaction.
+            // `current`, a valid kernel struct sigaction.
             let read = unsafe {
                 libc::syscall(
                     libc::SYS_rt_sigaction,
-                    signal,
-                    std::ptr::null::<libc::c_void>(),
-                    current.as_mut_ptr(),
-                    8,
+                    libc::c_long::from(signal),
+                    std::ptr::null::<KernelSigaction>(),
+                    &mut current,
+                    SIGSET_SIZE,
                 )
             };
-            let handler = current[0] as libc::sighandler_t;
-            if read == 0 && handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+            if read == 0 && current.handler != libc::SIG_DFL && current.handler != libc::SIG_IGN {
                 handled.push(signal);
             }
         }
         handled
     })
+}
+
+// The kernel's own signal structures, for the raw calls above; their
+// layout is the one of the 64-bit architectures below.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "powerpc64",
+    target_arch = "s390x"
+)))]
+compile_error!("sys::spawn knows the kernel's struct sigaction of 64-bit x86, ARM, RISC-V, POWER and s390x only");
+
+/// The kernel's signal set: one bit per signal, 1 to 64.
+type KernelSigset = u64;
+
+/// Its size, as rt_sigaction(2) and rt_sigprocmask(2) take it.
+const SIGSET_SIZE: libc::size_t = std::mem::size_of::<KernelSigset>();
+
+/// The kernel's struct sigaction (not glibc's): all zero is SIG_DFL.
+#[repr(C)]
+#[derive(Default)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: KernelSigset,
+}
+
+fn signal_bit(signal: libc::c_int) -> KernelSigset {
+    1 << (signal - 1)
+}
+
+/// Sets this thread's signal mask to `mask` with the raw call (which,
+/// unlike glibc's, also blocks glibc's internal signals); returns the old one.
+fn set_mask(mask: KernelSigset) -> io::Result<KernelSigset> {
+    let mut old: KernelSigset = 0;
+    // SAFETY: both sets are valid for SIGSET_SIZE bytes.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::c_long::from(libc::SIG_SETMASK),
+            &mask,
+            &mut old,
+            SIGSET_SIZE,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(old)
 }
 
 /// Waits for child `pid` to end, and reaps it.
@@ -346,6 +392,8 @@ fn wait_pid(pid: u32, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
 /// Reads at most `max` bytes from `fd` onto the end of `buffer`, straight
 /// into its spare capacity (reserved as needed): no chunk to zero and copy.
 pub fn read_into(fd: BorrowedFd, buffer: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    // Room for nothing would read as the end of the file.
+    debug_assert!(max > 0);
     buffer.reserve(max);
     let spare = buffer.spare_capacity_mut();
     let room = spare.len().min(max);
@@ -502,14 +550,6 @@ pub fn try_flock(file: &File, lock: Lock) -> io::Result<bool> {
 fn c_name(name: &str) -> io::Result<CString> {
     CString::new(name)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a file name"))
-}
-
-/// For the calls that return an errno instead of setting it.
-fn check_errno(result: libc::c_int) -> io::Result<()> {
-    match result {
-        0 => Ok(()),
-        errno => Err(io::Error::from_raw_os_error(errno)),
-    }
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {

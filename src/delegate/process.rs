@@ -162,14 +162,19 @@ impl Processes {
                 (OsStr::new(PARENT_VARIABLE), OsStr::new(&parent)),
             ])
             .collect();
-        let inherited: Vec<(OsString, OsString)> = std::env::vars_os()
-            .filter(|(key, _)| !set.iter().any(|(k, _)| k == key))
-            .collect();
-        let env = inherited
+        // Each key once, the last value winning, as with std's Command:
+        // programs disagree on which of two copies they read.
+        let inherited: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        let all: Vec<(&OsStr, &OsStr)> = inherited
             .iter()
             .map(|(k, v)| (k.as_os_str(), v.as_os_str()))
-            .chain(set.iter().copied())
-            .map(|(k, v)| c_string(k, Some(v)))
+            .chain(set)
+            .collect();
+        let env = all
+            .iter()
+            .enumerate()
+            .filter(|(i, (key, _))| !all[i + 1..].iter().any(|(k, _)| k == key))
+            .map(|(_, (k, v))| c_string(k, Some(v)))
             .collect::<io::Result<_>>()?;
         let (stdin, feed) = io::pipe()?;
         let (read, stdout) = io::pipe()?;
@@ -669,6 +674,28 @@ mod tests {
             // Not reaped by the watch: the status is still there to collect.
             assert_eq!(child.wait().unwrap().code(), Some(3), "asking: {asking}");
         }
+    }
+
+    #[test]
+    fn each_variable_is_given_once_the_last_value_winning() {
+        // PATH is in every test's environment; CNI_COMMAND is the call's.
+        let runner = Processes::with_env([("PATH", "/first"), ("PATH", "/given")]);
+        let delegate = Delegate {
+            name: "d".into(),
+            path: "/bin/true".into(),
+        };
+        let (theirs, _) = runner.pipes(&delegate, Command::Del).unwrap();
+        let vars: Vec<&str> = theirs.env.iter().map(|v| v.to_str().unwrap()).collect();
+        let with = |key: &str| -> Vec<&str> {
+            let prefix = format!("{key}=");
+            vars.iter()
+                .filter(|v| v.starts_with(&prefix))
+                .copied()
+                .collect()
+        };
+        assert_eq!(with("PATH"), ["PATH=/given"]);
+        assert_eq!(with("CNI_COMMAND"), ["CNI_COMMAND=DEL"]);
+        assert_eq!(with(PARENT_VARIABLE).len(), 1);
     }
 
     #[test]
