@@ -28,7 +28,7 @@ const ROUNDS: usize = 15;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_ipam-delegated");
 
-/// One way of running an ADD: a program, its stdin, and the environment.
+/// One way of running a call: a program, its stdin, and the environment.
 struct Variant {
     label: &'static str,
     program: PathBuf,
@@ -36,7 +36,6 @@ struct Variant {
     env: Vec<(&'static str, String)>,
     /// Set CNI_CONTAINERID per call (host-local keeps one address per ID).
     per_call_id: bool,
-    target: Option<f64>,
 }
 
 fn main() {
@@ -47,83 +46,68 @@ fn main() {
     for i in 1..=16 {
         std::os::unix::fs::symlink(&noop, work.join(format!("bin/noop-{i}"))).expect("link");
     }
-    let host_local = Path::new("/usr/lib/cni/host-local");
-
     let large = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/large-result-delegate");
     for i in 1..=32 {
         std::os::unix::fs::symlink(&large, work.join(format!("bin/large-{i}"))).expect("link");
     }
+    let host_local = Path::new("/usr/lib/cni/host-local");
+    let built = static_build::build_static();
+    let static_plugin = built.join("ipam-delegated");
+    let forwarder = build_forwarder(&work);
+
     let stack_of = |name: &str, n: usize| {
         let names: Vec<String> = (1..=n).map(|i| format!("{name}-{i}")).collect();
         serde_json::json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {"type": "ipam-delegated", "delegates": names}})
             .to_string()
     };
-    let stack = |n: usize| {
-        let names: Vec<String> = (1..=n).map(|i| format!("noop-{i}")).collect();
-        serde_json::json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {"type": "ipam-delegated", "delegates": names}})
-            .to_string()
-    };
-    let env = |cni_path: &Path| {
+    let env = |command: &str, cni_path: &Path| {
         vec![
-            ("CNI_COMMAND", "ADD".to_string()),
+            ("CNI_COMMAND", command.to_string()),
             ("CNI_CONTAINERID", "bench".to_string()),
             ("CNI_NETNS", "/var/run/netns/bench".to_string()),
             ("CNI_IFNAME", "eth0".to_string()),
             ("CNI_PATH", cni_path.display().to_string()),
         ]
     };
-    let mut variants = vec![
-        Variant {
-            label: "no-op delegate alone",
-            program: noop.clone(),
-            stdin: stack(1),
-            env: env(&work.join("bin")),
-            per_call_id: false,
-            target: None,
-        },
-        Variant {
-            label: "ipam-delegated, 1 no-op delegate",
-            program: PLUGIN.into(),
-            stdin: stack(1),
-            env: env(&work.join("bin")),
-            per_call_id: false,
-            target: Some(2.6),
-        },
-        Variant {
-            label: "ipam-delegated, 16 no-op delegates",
-            program: PLUGIN.into(),
-            stdin: stack(16),
-            env: env(&work.join("bin")),
-            per_call_id: false,
-            target: Some(18.5),
-        },
-    ];
-    let static_plugin = static_build::build_static().join("ipam-delegated");
-    for (label, n, target) in [
-        ("ipam-delegated static, 1 no-op delegate", 1, 2.6),
-        ("ipam-delegated static, 16 no-op delegates", 16, 18.5),
-    ] {
-        variants.push(Variant {
-            label,
-            program: static_plugin.clone(),
-            stdin: stack(n),
-            env: env(&work.join("bin")),
-            per_call_id: false,
-            target: Some(target),
-        });
-    }
-    // The floor: a program that only hands its stdin to one child.
-    let forwarder = build_forwarder(&work);
-    let mut forward_env = env(&work.join("bin"));
-    forward_env.push(("FORWARD_TO", noop.display().to_string()));
-    variants.push(Variant {
-        label: "minimal static Rust forwarder, 1 no-op (floor)",
-        program: forwarder,
-        stdin: stack(1),
-        env: forward_env,
+    let bin = work.join("bin");
+    let add = |label, program: &Path, delegates: usize| Variant {
+        label,
+        program: program.to_owned(),
+        stdin: stack_of("noop", delegates),
+        env: env("ADD", &bin),
         per_call_id: false,
-        target: None,
-    });
+    };
+    let version = |label, program: PathBuf| Variant {
+        label,
+        program,
+        stdin: r#"{"cniVersion": "1.0.0"}"#.into(),
+        env: vec![("CNI_COMMAND", "VERSION".into())],
+        per_call_id: false,
+    };
+    let mut forward = add(
+        "minimal static Rust forwarder, 1 no-op (the floor)",
+        &forwarder,
+        1,
+    );
+    forward.env.push(("FORWARD_TO", noop.display().to_string()));
+    let mut variants = vec![
+        add("no-op delegate alone", &noop, 1),
+        add("ipam-delegated, 1 no-op delegate", Path::new(PLUGIN), 1),
+        add("ipam-delegated, 16 no-op delegates", Path::new(PLUGIN), 16),
+        add("ipam-delegated static, 1 no-op delegate", &static_plugin, 1),
+        add(
+            "ipam-delegated static, 16 no-op delegates",
+            &static_plugin,
+            16,
+        ),
+        forward,
+        version("ipam-delegated static, VERSION", static_plugin.clone()),
+        version(
+            "ipam-ds-static static, VERSION",
+            built.join("ipam-ds-static"),
+        ),
+        version("ipam-da-pool static, VERSION", built.join("ipam-da-pool")),
+    ];
     let host_local_config = |delegated: bool, round_dir: &str| {
         let data = work.join(round_dir).display().to_string();
         let ipam = if delegated {
@@ -134,78 +118,94 @@ fn main() {
         serde_json::json!({"cniVersion": "1.0.0", "name": "bench", "ipam": ipam}).to_string()
     };
     if host_local.exists() {
-        variants.push(Variant {
-            label: "host-local alone (for information)",
-            program: host_local.into(),
-            stdin: host_local_config(false, "data-alone"),
-            env: env(Path::new("/usr/lib/cni")),
-            per_call_id: true,
-            target: None,
-        });
-        variants.push(Variant {
-            label: "ipam-delegated, host-local (for information)",
-            program: PLUGIN.into(),
-            stdin: host_local_config(true, "data-delegated"),
-            env: env(Path::new("/usr/lib/cni")),
-            per_call_id: true,
-            target: None,
-        });
+        for (label, program, delegated, data) in [
+            ("host-local alone", host_local, false, "data-alone"),
+            (
+                "ipam-delegated, host-local",
+                Path::new(PLUGIN),
+                true,
+                "data-delegated",
+            ),
+        ] {
+            variants.push(Variant {
+                label,
+                program: program.to_owned(),
+                stdin: host_local_config(delegated, data),
+                env: env("ADD", Path::new("/usr/lib/cni")),
+                per_call_id: true,
+            });
+        }
     }
 
-    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
+    // times[v][round]: one measurement of every variant per round.
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for round in 0..ROUNDS {
         for (i, variant) in variants.iter().enumerate() {
-            times[i].push(measure(variant, round));
+            times[i].push(measure(variant, round).as_secs_f64() / CALLS as f64);
         }
         // host-local's stores fill up: start each round empty.
         let _ = std::fs::remove_dir_all(work.join("data-alone"));
         let _ = std::fs::remove_dir_all(work.join("data-delegated"));
     }
-
-    println!("{CALLS} sequential ADDs per measurement, median of {ROUNDS} rounds:");
-    let medians: Vec<Duration> = times.iter_mut().map(|t| median(t)).collect();
-    let by_label = |label: &str| {
-        let i = variants
-            .iter()
-            .position(|v| v.label.starts_with(label))
-            .expect("a variant");
-        (&variants[i], medians[i])
+    let of = |label: &str| {
+        let i = variants.iter().position(|v| v.label == label);
+        &times[i.expect("a variant")]
     };
-    let base = medians[0];
-    for (variant, m) in variants.iter().zip(&medians) {
-        let ratio = m.as_secs_f64() / base.as_secs_f64();
-        let target = variant
-            .target
-            .map_or(String::new(), |t| format!("  (target <= {t})"));
-        println!(
-            "  {:<50} {:>8.1} ms  {:>6.3} ms/ADD  ratio {:>5.2}{target}",
-            variant.label,
-            m.as_secs_f64() * 1000.0,
-            m.as_secs_f64() * 1000.0 / CALLS as f64,
-            ratio
-        );
-    }
-    if host_local.exists() {
-        let (_, alone) = by_label("host-local alone");
-        let (_, delegated) = by_label("ipam-delegated, host-local");
-        println!(
-            "  ipam-delegated + host-local / host-local alone: {:.2}",
-            delegated.as_secs_f64() / alone.as_secs_f64()
-        );
-    }
-    let (_, floor) = by_label("minimal static Rust forwarder");
-    let (_, ours) = by_label("ipam-delegated static, 1 ");
+    // The median over the rounds of f(round).
+    let per_round = |f: &dyn Fn(usize) -> f64| median((0..ROUNDS).map(f).collect());
+    let noop_time = of("no-op delegate alone");
+    let ratio = |label: &str| per_round(&|r| of(label)[r] / noop_time[r]);
+
     println!(
-        "  ipam-delegated static, 1 no-op / the floor: {:.3}",
-        ours.as_secs_f64() / floor.as_secs_f64()
+        "{CALLS} sequential calls per measurement, {ROUNDS} rounds; ratios to the no-op delegate called directly in the same round, median of the rounds:"
     );
-    for (label, prefix) in [
-        ("dynamic", "ipam-delegated, 1 "),
-        ("static", "ipam-delegated static, 1 "),
-    ] {
+    let targets = [
+        ("ipam-delegated static, 1 no-op delegate", "<= 2.6"),
+        ("ipam-delegated static, 16 no-op delegates", "<= 18.0"),
+    ];
+    for (variant, times) in variants.iter().zip(&times) {
+        let target = targets
+            .iter()
+            .find(|(label, _)| *label == variant.label)
+            .map_or(String::new(), |(_, t)| format!("  (target {t})"));
         println!(
-            "peak RSS of one ADD, {label}, 1 no-op delegate: {}  (target <= 3072 KiB)",
-            peak_rss(by_label(prefix).0)
+            "  {:<52} {:>6.3} ms/call  ratio {:>5.2}{target}",
+            variant.label,
+            median(times.clone()) * 1000.0,
+            ratio(variant.label)
+        );
+    }
+    println!("each delegate after the first, in no-op delegates called directly (16 delegates against 1, over 15):");
+    for (flavour, prefix, target) in [
+        ("static", "ipam-delegated static", "  (target <= 1.05)"),
+        ("dynamic", "ipam-delegated", ""),
+    ] {
+        let (one, sixteen) = (
+            of(&format!("{prefix}, 1 no-op delegate")),
+            of(&format!("{prefix}, 16 no-op delegates")),
+        );
+        let extra = per_round(&|r| (sixteen[r] - one[r]) / 15.0 / noop_time[r]);
+        println!("  {flavour:<8} {extra:.3}{target}");
+    }
+    let (ours, floor) = (
+        of("ipam-delegated static, 1 no-op delegate"),
+        of("minimal static Rust forwarder, 1 no-op (the floor)"),
+    );
+    println!(
+        "ipam-delegated static, 1 no-op / the floor: {:.3}  (target <= 1.05)",
+        per_round(&|r| ours[r] / floor[r])
+    );
+    if host_local.exists() {
+        let (alone, delegated) = (of("host-local alone"), of("ipam-delegated, host-local"));
+        println!(
+            "ipam-delegated + host-local / host-local alone (for information): {:.2}",
+            per_round(&|r| delegated[r] / alone[r])
+        );
+    }
+    for (flavour, program) in [("dynamic", Path::new(PLUGIN)), ("static", &static_plugin)] {
+        println!(
+            "peak RSS of one ADD, {flavour}, 1 no-op delegate: {}  (target <= 3072 KiB)",
+            peak_rss(&add("one ADD", program, 1))
         );
     }
     // What bounds memory is the 4 MiB cap on what a delegate prints: the
@@ -217,7 +217,7 @@ fn main() {
         (32, 4_000_000),
         (1, 6_000_000),
     ] {
-        let mut env = env(&work.join("bin"));
+        let mut env = env("ADD", &bin);
         env.push(("RESULT_BYTES", bytes.to_string()));
         let variant = Variant {
             label: "large results",
@@ -225,7 +225,6 @@ fn main() {
             stdin: stack_of("large", n),
             env,
             per_call_id: false,
-            target: None,
         };
         let what = if bytes > 4 << 20 {
             "printing 6,000,000 bytes (stopped at the cap)".to_string()
@@ -238,14 +237,20 @@ fn main() {
         );
     }
     for (label, binary) in [
-        ("dynamic", Path::new(PLUGIN)),
-        ("static", static_plugin.as_path()),
+        ("ipam-delegated, dynamic", Path::new(PLUGIN)),
+        ("ipam-delegated, static", static_plugin.as_path()),
     ] {
         let size = std::fs::metadata(binary).map(|m| m.len()).unwrap_or(0);
         println!(
             "stripped binary, {label}: {size} bytes = {:.2} MiB  (target <= 1.5 MiB)",
             size as f64 / (1024.0 * 1024.0)
         );
+    }
+    for name in ["ipam-ds-static", "ipam-da-pool", "ipam-delegated-docker"] {
+        let size = std::fs::metadata(built.join(name))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        println!("stripped binary, {name}, static: {size} bytes");
     }
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -288,7 +293,7 @@ fn build_noop(work: &Path) -> PathBuf {
     out
 }
 
-/// Wall time of CALLS sequential ADDs of `variant`.
+/// Wall time of CALLS sequential calls of `variant`.
 fn measure(variant: &Variant, round: usize) -> Duration {
     let started = Instant::now();
     for call in 0..CALLS {
@@ -321,9 +326,9 @@ fn measure(variant: &Variant, round: usize) -> Duration {
     started.elapsed()
 }
 
-fn median(times: &mut [Duration]) -> Duration {
-    times.sort();
-    times[times.len() / 2]
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// Peak RSS of one ADD, as /usr/bin/time reports it.

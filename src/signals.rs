@@ -60,17 +60,16 @@ pub fn wait(pause: std::time::Duration) {
 /// Reads `input` to its end, unless a termination request comes first: a
 /// runtime that never closes the plugin's stdin must still be able to
 /// stop it, and the requests are blocked, so they cannot end the read.
-pub fn read_to_end(input: &mut (impl Read + AsRawFd)) -> Result<Vec<u8>, Error> {
+pub fn read_to_end(input: &mut (impl Read + AsFd)) -> Result<Vec<u8>, Error> {
     let mut bytes = Vec::new();
     let Some(requests) = raw_fd() else {
         // Not watched: a request ends the process as it always would.
         input.read_to_end(&mut bytes).map_err(read_failed)?;
         return Ok(bytes);
     };
-    let mut chunk = [0; 64 * 1024];
     loop {
         let mut fds = [
-            pollfd(Some(input.as_raw_fd()), libc::POLLIN),
+            pollfd(Some(input.as_fd().as_raw_fd()), libc::POLLIN),
             pollfd(Some(requests), libc::POLLIN),
         ];
         poll(&mut fds, None).map_err(read_failed)?;
@@ -84,9 +83,9 @@ pub fn read_to_end(input: &mut (impl Read + AsRawFd)) -> Result<Vec<u8>, Error> 
         }
         // Ready (data, end of file or an error to report): a read cannot block.
         if fds[0].revents != 0 {
-            match input.read(&mut chunk) {
+            match sys::read_into(input.as_fd(), &mut bytes, 64 * 1024) {
                 Ok(0) => return Ok(bytes),
-                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(read_failed(e)),
             }

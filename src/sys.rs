@@ -143,7 +143,7 @@ pub struct Start<'a> {
 /// the caller's signal mask, SIGTERM and SIGINT blocked included, so a
 /// delegate that does not unblock them never saw the plugin's SIGTERM;
 /// here the program starts with `start.unblock` unblocked.
-pub fn spawn(program: &CStr, env: &[CString], start: &Start) -> io::Result<u32> {
+pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
     let stdio = start.stdio.map(|fd| fd.as_raw_fd());
     if stdio.iter().any(|fd| *fd <= 2) {
         // One could be overwritten by another's dup2 in the child. std

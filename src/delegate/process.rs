@@ -4,7 +4,7 @@
 //! cap and its stderr copied to the plugin's line by line, bounded in time
 //! and wound down on a termination request, all in one poll(2) loop.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io::{self, PipeReader, PipeWriter, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -49,11 +49,18 @@ const READ_SIZE: usize = 16 * 1024;
 const STDERR_READS: usize = 4;
 
 /// Runs delegates as processes of their own.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Processes {
-    /// Variables every delegate gets on top of the plugin's environment
-    /// (agent mode's CNI_* ones), besides CNI_COMMAND and the parent's pid.
-    env: Vec<(OsString, OsString)>,
+    /// Every delegate's environment but CNI_COMMAND, made once for all the
+    /// calls: the plugin's own, the runner's variables on top (agent mode's
+    /// CNI_* ones), and the parent's pid; or why it cannot be given.
+    env: Result<Vec<CString>, String>,
+}
+
+impl Default for Processes {
+    fn default() -> Self {
+        Processes::with_env(Vec::<(OsString, OsString)>::new())
+    }
 }
 
 impl Processes {
@@ -62,14 +69,32 @@ impl Processes {
     pub fn with_env(
         vars: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>,
     ) -> Self {
-        Processes {
-            env: vars
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
+        let inherited = std::env::vars_os();
+        let given = vars.into_iter().map(|(k, v)| (k.into(), v.into()));
+        let parent = (
+            PARENT_VARIABLE.into(),
+            std::process::id().to_string().into(),
+        );
+        let all: Vec<(OsString, OsString)> = inherited
+            .chain(given)
+            .chain([parent])
+            .filter(|(key, _)| key != COMMAND_VARIABLE)
+            .collect();
+        // Each key once, the last value winning, as with std's Command:
+        // programs disagree on which of two copies they read.
+        let env = all
+            .iter()
+            .enumerate()
+            .filter(|(i, (key, _))| !all[i + 1..].iter().any(|(k, _)| k == key))
+            .map(|(_, (k, v))| c_string(k, Some(v)))
+            .collect::<io::Result<_>>()
+            .map_err(|e| e.to_string());
+        Processes { env }
     }
 }
+
+/// The variable that tells a delegate the command, set per call.
+const COMMAND_VARIABLE: &str = "CNI_COMMAND";
 
 impl Runner for Processes {
     fn run(&self, delegate: &Delegate, call: Call) -> Result<Option<Vec<u8>>, Failure> {
@@ -130,9 +155,15 @@ impl Processes {
         let (theirs, ours) = self
             .pipes(delegate, call.command)
             .map_err(Failure::NotStarted)?;
+        let env: Vec<&CStr> = theirs
+            .env
+            .iter()
+            .map(CString::as_c_str)
+            .chain([theirs.command.as_c_str()])
+            .collect();
         let pid = sys::spawn(
             &theirs.program,
-            &theirs.env,
+            &env,
             &sys::Start {
                 stdio: [
                     theirs.stdin.as_fd(),
@@ -150,32 +181,16 @@ impl Processes {
 
     /// The delegate's side of a call (its program, environment and ends of
     /// the pipes) and the plugin's ends of the pipes.
-    fn pipes(&self, delegate: &Delegate, command: Command) -> io::Result<(Theirs, Ours)> {
-        let program = c_string(delegate.path.as_os_str(), None)?;
-        let parent = std::process::id().to_string();
-        let set: Vec<(&OsStr, &OsStr)> = self
+    fn pipes(&self, delegate: &Delegate, command: Command) -> io::Result<(Theirs<'_>, Ours)> {
+        let env = self
             .env
-            .iter()
-            .map(|(k, v)| (k.as_os_str(), v.as_os_str()))
-            .chain([
-                (OsStr::new("CNI_COMMAND"), OsStr::new(command.as_str())),
-                (OsStr::new(PARENT_VARIABLE), OsStr::new(&parent)),
-            ])
-            .collect();
-        // Each key once, the last value winning, as with std's Command:
-        // programs disagree on which of two copies they read.
-        let inherited: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        let all: Vec<(&OsStr, &OsStr)> = inherited
-            .iter()
-            .map(|(k, v)| (k.as_os_str(), v.as_os_str()))
-            .chain(set)
-            .collect();
-        let env = all
-            .iter()
-            .enumerate()
-            .filter(|(i, (key, _))| !all[i + 1..].iter().any(|(k, _)| k == key))
-            .map(|(_, (k, v))| c_string(k, Some(v)))
-            .collect::<io::Result<_>>()?;
+            .as_ref()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.clone()))?;
+        let program = c_string(delegate.path.as_os_str(), None)?;
+        let command = c_string(
+            OsStr::new(COMMAND_VARIABLE),
+            Some(OsStr::new(command.as_str())),
+        )?;
         let (stdin, feed) = io::pipe()?;
         let (read, stdout) = io::pipe()?;
         // A pipe of the plugin's own, not the runtime's stderr: a child the
@@ -186,6 +201,7 @@ impl Processes {
             Theirs {
                 program,
                 env,
+                command,
                 stdin,
                 stdout,
                 stderr,
@@ -216,9 +232,11 @@ fn c_string(key: &OsStr, value: Option<&OsStr>) -> io::Result<CString> {
 }
 
 /// What a delegate process is started with.
-struct Theirs {
+struct Theirs<'a> {
     program: CString,
-    env: Vec<CString>,
+    /// All but CNI_COMMAND, which is `command`.
+    env: &'a [CString],
+    command: CString,
     stdin: PipeReader,
     stdout: PipeWriter,
     stderr: PipeWriter,
@@ -679,13 +697,22 @@ mod tests {
     #[test]
     fn each_variable_is_given_once_the_last_value_winning() {
         // PATH is in every test's environment; CNI_COMMAND is the call's.
-        let runner = Processes::with_env([("PATH", "/first"), ("PATH", "/given")]);
+        let runner = Processes::with_env([
+            ("PATH", "/first"),
+            ("PATH", "/given"),
+            ("CNI_COMMAND", "ADD"),
+        ]);
         let delegate = Delegate {
             name: "d".into(),
             path: "/bin/true".into(),
         };
         let (theirs, _) = runner.pipes(&delegate, Command::Del).unwrap();
-        let vars: Vec<&str> = theirs.env.iter().map(|v| v.to_str().unwrap()).collect();
+        let vars: Vec<&str> = theirs
+            .env
+            .iter()
+            .chain([&theirs.command])
+            .map(|v| v.to_str().unwrap())
+            .collect();
         let with = |key: &str| -> Vec<&str> {
             let prefix = format!("{key}=");
             vars.iter()
