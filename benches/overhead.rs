@@ -4,7 +4,7 @@
 //! within a round, the variants interleaved so that machine noise falls on
 //! all of them alike, and the median of the rounds' ratios reported), for
 //! the binary cargo built for the bench (dynamically linked) and for a
-//! statically linked one the bench builds (`-C target-feature=+crt-static`);
+//! statically linked one the bench builds (as the README's Install does);
 //! what each delegate after the first costs; the plugin with one delegate
 //! against the floor, a program that only forwards to one; the start-up
 //! of each plugin of the package (VERSION) against the no-op; the peak RSS
@@ -255,22 +255,16 @@ fn main() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// Builds fixtures/minimal-forwarder.rs, statically linked, with rustc as
-/// cargo would call it for a release build.
+/// Builds fixtures/minimal-forwarder.rs, statically linked with the flags
+/// of the plugin's static build, with rustc as cargo would call it for a
+/// release build.
 fn build_forwarder(work: &Path) -> PathBuf {
     let out = work.join("minimal-forwarder");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/minimal-forwarder.rs");
     let built = Command::new("rustc")
-        .args([
-            "--edition",
-            "2021",
-            "-O",
-            "-C",
-            "target-feature=+crt-static",
-            "-C",
-            "panic=abort",
-            "-o",
-        ])
+        .args(["--edition", "2021", "-O", "-C", "panic=abort"])
+        .args(static_build::STATIC_RUSTFLAGS)
+        .arg("-o")
         .arg(&out)
         .arg(source)
         .status()
