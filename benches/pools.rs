@@ -311,17 +311,18 @@ fn fill_local(network: &Path, layout: Layout) {
     }
     for n in held {
         let id = format!("fill-{n}");
+        // Records are links whose target is the record, as the store makes them.
         let owner = json!({"containerID": id, "ifname": "eth0", "node": "bench", "pool": "big", "since": 0});
-        std::fs::write(
-            network.join(format!("addresses/{}", address(n))),
+        std::os::unix::fs::symlink(
             owner.to_string(),
+            network.join(format!("addresses/{}", address(n))),
         )
         .unwrap();
         let mut record = owner;
         record["addresses"] = json!([{"pool": "big", "address": address(n).to_string()}]);
-        std::fs::write(
-            network.join(format!("attachments/{id}:eth0")),
+        std::os::unix::fs::symlink(
             record.to_string(),
+            network.join(format!("attachments/{id}:eth0")),
         )
         .unwrap();
     }

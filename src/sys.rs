@@ -494,6 +494,39 @@ pub fn linkat(dir: &File, from: &str, to: &str) -> io::Result<()> {
     check(unsafe { libc::linkat(fd, from.as_ptr(), fd, to.as_ptr(), 0) })
 }
 
+/// Makes `name` in `dir` a symbolic link whose target is `target`: fails
+/// with EEXIST, and changes nothing, if `name` is there already.
+pub fn symlinkat(target: &[u8], dir: &File, name: &str) -> io::Result<()> {
+    let target = CString::new(target)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a link's target"))?;
+    let name = c_name(name)?;
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) })
+}
+
+/// The target of symbolic link `name` in `dir`, not followed: EINVAL if
+/// `name` is not a link.
+pub fn readlinkat(dir: &File, name: &str) -> io::Result<Vec<u8>> {
+    let name = c_name(name)?;
+    // A target is shorter than PATH_MAX; one that fills the buffer was cut.
+    let mut buffer = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: `name` is NUL-terminated; `buffer` is valid for writing its length.
+    let read = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+        )
+    };
+    let read = usize::try_from(read).map_err(|_| io::Error::last_os_error())?;
+    if read == buffer.len() {
+        return Err(io::Error::other("a link's target longer than PATH_MAX"));
+    }
+    buffer.truncate(read);
+    Ok(buffer)
+}
+
 /// Whether anything is named `name` in `dir` (a link counts, unfollowed).
 pub fn exists_at(dir: &File, name: &str) -> io::Result<bool> {
     let name = c_name(name)?;

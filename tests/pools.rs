@@ -45,8 +45,11 @@ fn records(data: &Path, network: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     (attachments, addresses)
 }
 
+/// A record of the local store: a symbolic link whose target is the record.
 fn json_of(path: &Path) -> Value {
-    let text = fs::read(path).unwrap();
+    let target = fs::read_link(path)
+        .unwrap_or_else(|e| panic!("{} is not a record, a link ({e})", path.display()));
+    let text = target.into_os_string().into_encoded_bytes();
     serde_json::from_slice(&text)
         .unwrap_or_else(|e| panic!("{} is not a whole record ({e}): {text:?}", path.display()))
 }

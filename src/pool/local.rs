@@ -9,17 +9,18 @@
 //! DATADIR/NETWORK/moved                    the network's reservations are in etcd now
 //! ```
 //!
-//! An address is one file of the network, whatever pool names it, so two
-//! pools that overlap can never give it twice. Every record is written
-//! whole or not at all (a temporary file, synced, then a link), so a
-//! SIGKILL at any instant leaves no empty or unowned record. An
-//! attachment's record is written before its addresses and removed after
+//! An address is one name in the network's directory, whatever pool names
+//! it, so two pools that overlap can never give it twice. Every record is
+//! a symbolic link whose target is the record (JSON), made in one step,
+//! whole or not at all, so a SIGKILL or a crash at any instant leaves no
+//! empty or unowned record, and there is no file content to sync. An
+//! attachment's record is made before its addresses and removed after
 //! them: an address is never held by an attachment that no DEL or GC can
 //! find. Changes reach the disk in that order, through the filesystem's
-//! journal, but are not each synced into their directory: a power loss may
-//! undo the last ones, for containers that are gone with it (a record that
-//! comes back is stale, and GC frees it); not syncing saves two thirds of
-//! an ADD's disk waits. The hint is not synced at all.
+//! journal, but are not each synced: a power loss may undo the last ones,
+//! for containers that are gone with it (a record that comes back is
+//! stale, and GC frees it). Once the network's directories exist, an ADD
+//! waits for no disk write. The hint is a plain file.
 
 use std::path::Path;
 
