@@ -326,7 +326,13 @@ fn fill_local(network: &Path, layout: Layout) {
         )
         .unwrap();
     }
-    std::fs::write(network.join("hints/big"), address(next).to_string()).unwrap();
+    // The hint in the store's fixed-width form.
+    let [a, b, c, d] = address(next).octets();
+    std::fs::write(
+        network.join("hints/big"),
+        format!("{a:03}.{b:03}.{c:03}.{d:03}"),
+    )
+    .unwrap();
 }
 
 /// The etcd store's address keys (src/pool/etcd.rs), which are all a

@@ -6,7 +6,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,10 @@ impl Dir {
     /// The directory `name` in this one, made (and synced into this one)
     /// if it is missing.
     pub fn child_made(&self, name: &str) -> io::Result<Dir> {
+        // Opened first: it is there on every call but the first.
+        if let Some(child) = self.child(name)? {
+            return Ok(child);
+        }
         match sys::mkdirat(&self.file, name, 0o755) {
             Ok(()) => self.sync()?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -150,25 +154,23 @@ impl Dir {
     /// if durable), so that a crash leaves the old content or the new,
     /// never half of one.
     pub fn replace(&self, name: &str, content: &[u8]) -> io::Result<()> {
-        self.rename_into(name, content, true)
+        self.rename_into(name, content)
     }
 
-    /// Writes file `name`, replacing what was there, syncing nothing: for
-    /// what a crash may lose or garble at no cost but a longer look (a
-    /// hint).
+    /// Writes `content` over the start of file `name` (made if missing), in
+    /// place and syncing nothing, with no new name to journal: for what a
+    /// crash may garble at no cost but a longer look (a hint). What lies
+    /// past `content` stays, so a caller writes one width per name.
     pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
-        self.rename_into(name, content, false)
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW;
+        let file =
+            sys::openat(&self.file, name, flags, 0o644).map_err(|e| self.refused_or(name, e))?;
+        file.write_all_at(content, 0)
     }
 
-    fn rename_into(&self, name: &str, content: &[u8], synced: bool) -> io::Result<()> {
-        let temporary = self.write_temporary(name, content, synced)?;
-        let renamed = sys::renameat(&self.file, &temporary, name).and_then(|()| {
-            if synced {
-                self.sync_change()
-            } else {
-                Ok(())
-            }
-        });
+    fn rename_into(&self, name: &str, content: &[u8]) -> io::Result<()> {
+        let temporary = self.write_temporary(name, content)?;
+        let renamed = sys::renameat(&self.file, &temporary, name).and_then(|()| self.sync_change());
         if renamed.is_err() {
             let _ = sys::unlinkat(&self.file, &temporary);
         }
@@ -183,7 +185,7 @@ impl Dir {
     /// than PATH_MAX).
     pub fn create(&self, name: &str, content: &[u8]) -> io::Result<bool> {
         let made = if self.durable {
-            let temporary = self.write_temporary(name, content, true)?;
+            let temporary = self.write_temporary(name, content)?;
             let linked = sys::linkat(&self.file, &temporary, name);
             let _ = sys::unlinkat(&self.file, &temporary);
             linked
@@ -281,10 +283,10 @@ impl Dir {
         }
     }
 
-    /// A new dot-file holding `content` (synced, if asked). One left by a crash, or
+    /// A new dot-file holding `content`, synced. One left by a crash, or
     /// put there by someone else (a link included), is removed first, not
     /// written through.
-    fn write_temporary(&self, name: &str, content: &[u8], synced: bool) -> io::Result<String> {
+    fn write_temporary(&self, name: &str, content: &[u8]) -> io::Result<String> {
         let temporary = format!(".{name}.tmp");
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
         let mut file = match sys::openat(&self.file, &temporary, flags, 0o644) {
@@ -294,9 +296,7 @@ impl Dir {
             }
             opened => opened?,
         };
-        let written =
-            file.write_all(content)
-                .and_then(|()| if synced { file.sync_all() } else { Ok(()) });
+        let written = file.write_all(content).and_then(|()| file.sync_all());
         if let Err(e) = written {
             let _ = sys::unlinkat(&self.file, &temporary);
             return Err(e);
@@ -354,9 +354,11 @@ mod tests {
         assert_eq!(target.as_os_str().as_encoded_bytes(), record);
         assert_eq!(dir.read("r").unwrap().as_deref(), Some(&record[..]));
         assert_eq!(dir.names().unwrap(), ["r"], "no temporary file made");
-        // Files (a hint) are still read as files; what cannot be a link is refused.
-        dir.overwrite("h", b"10.1.0.5").unwrap();
-        assert_eq!(dir.read("h").unwrap().as_deref(), Some(&b"10.1.0.5"[..]));
+        // Files (a hint, written in place) are still read as files; what
+        // cannot be a link is refused.
+        dir.overwrite("h", b"010.001.000.005").unwrap();
+        dir.overwrite("h", b"010.001.000.006").unwrap();
+        assert_eq!(dir.read("h").unwrap().as_deref(), Some(&b"010.001.000.006"[..]));
         assert_eq!(dir.read("none").unwrap(), None);
         for bad in [&b""[..], b"a\0b", &[b'x'; 4096]] {
             assert!(dir.create("bad", bad).is_err(), "{} bytes", bad.len());
@@ -387,6 +389,8 @@ mod tests {
         let e = dir.read("l").unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         assert!(!dir.create("l", b"{}").unwrap());
+        let e = dir.overwrite("l", b"garbage").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
         assert!(dir.contains("l").unwrap());
         symlink(root.path(), root.path().join("d/sub")).unwrap();
         let e = dir.child("sub").unwrap_err();

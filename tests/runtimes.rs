@@ -300,7 +300,14 @@ impl Lab {
     fn last_reserved(&self, network: &Network) -> Option<String> {
         if network.case == Case::Pools {
             let hint = self.path("pools").join(&network.name).join("hints/e2e");
-            let next: std::net::Ipv4Addr = fs::read_to_string(hint).ok()?.trim().parse().ok()?;
+            // Written as 010.060.000.003, one width for every address.
+            let octets: Vec<u8> = fs::read_to_string(hint)
+                .ok()?
+                .trim()
+                .split('.')
+                .map(|octet| octet.parse().ok())
+                .collect::<Option<_>>()?;
+            let next = std::net::Ipv4Addr::from(<[u8; 4]>::try_from(octets).ok()?);
             return Some(std::net::Ipv4Addr::from(u32::from(next) - 1).to_string());
         }
         fs::read_to_string(

@@ -20,7 +20,7 @@
 //! journal, but are not each synced: a power loss may undo the last ones,
 //! for containers that are gone with it (a record that comes back is
 //! stale, and GC frees it). Once the network's directories exist, an ADD
-//! waits for no disk write. The hint is a plain file.
+//! waits for no disk write. The hint is a plain file written in place.
 
 use std::path::Path;
 
@@ -160,11 +160,10 @@ impl Store for Local {
             return Ok(None);
         };
         let text = read(&hints, pool)?.unwrap_or_default();
-        Ok(String::from_utf8_lossy(&text)
-            .trim()
-            .parse()
+        // A hint garbled by a crash is no hint.
+        Ok(std::str::from_utf8(&text)
             .ok()
-            .map(Addr::new))
+            .and_then(|text| Addr::from_sortable(text.trim())))
     }
 
     fn claim(&self, owner: &Owner, held: &[Held]) -> Result<bool, Error> {
@@ -208,7 +207,8 @@ impl Store for Local {
         for h in held {
             if let Some(next) = h.address.plus(1) {
                 // A hint only: losing it to a crash costs a longer look.
-                let _ = hints.overwrite(&h.pool, next.to_string().as_bytes());
+                // In the sortable form: one width for the pool's family.
+                let _ = hints.overwrite(&h.pool, next.sortable().as_bytes());
             }
         }
         Ok(true)
