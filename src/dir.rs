@@ -358,7 +358,10 @@ mod tests {
         // cannot be a link is refused.
         dir.overwrite("h", b"010.001.000.005").unwrap();
         dir.overwrite("h", b"010.001.000.006").unwrap();
-        assert_eq!(dir.read("h").unwrap().as_deref(), Some(&b"010.001.000.006"[..]));
+        assert_eq!(
+            dir.read("h").unwrap().as_deref(),
+            Some(&b"010.001.000.006"[..])
+        );
         assert_eq!(dir.read("none").unwrap(), None);
         for bad in [&b""[..], b"a\0b", &[b'x'; 4096]] {
             assert!(dir.create("bad", bad).is_err(), "{} bytes", bad.len());

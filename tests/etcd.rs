@@ -230,11 +230,13 @@ fn gc_on_one_node_releases_only_that_nodes_stale_reservations() {
 
 #[test]
 #[ignore = "needs etcd-server"]
-fn pools_defined_in_etcd_are_used_and_reservations_say_who_holds_them() {
+fn pools_defined_in_etcd_with_their_reserved_addresses_are_used_and_reservations_say_who_holds_them(
+) {
     let cluster = Cluster::start(1, None);
     cluster.put(
         &format!("{PREFIX}/pools/central"),
-        r#"[{"subnet": "10.253.0.0/24", "gateway": "10.253.0.254"}]"#,
+        // .1 reserved, .2 and .3 excluded: the first address given is .4.
+        r#"{"ranges": [{"subnet": "10.253.0.0/24", "gateway": "10.253.0.254", "exclude": ["10.253.0.2/31"]}], "reserved": ["10.253.0.1"]}"#,
     );
     let stack = Stack::new().with_pool_plugins();
     let mut input: Value =
@@ -244,7 +246,7 @@ fn pools_defined_in_etcd_are_used_and_reservations_say_who_holds_them() {
     let out = run_plugin(&stack.env("ADD"), input.as_bytes()).json();
     assert_eq!(
         out["ips"],
-        json!([{"address": "10.253.0.1/24", "gateway": "10.253.0.254"}])
+        json!([{"address": "10.253.0.4/24", "gateway": "10.253.0.254"}])
     );
     let values = cluster.values(&format!("{PREFIX}/networks/central/addresses/"));
     let record: Value = serde_json::from_str(&values[0].1).unwrap();

@@ -305,6 +305,60 @@ fn the_allocator_alone_allocates_from_its_default_and_says_what_is_missing() {
     );
 }
 
+#[test]
+fn excluded_and_reserved_addresses_are_never_given_and_bad_pools_claim_nothing() {
+    let data = temp_dir("pool-exclude");
+    let input = |pools: Value, requested: Option<&str>| {
+        let mut config = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "ipam-da-pool",
+            "pool": {"dataDir": data.path(), "node": "a", "default": "blue", "pools": pools}}});
+        if let Some(address) = requested {
+            config["prevResult"] = json!({"pools": [{"name": "blue", "requested-ip": address}]});
+        }
+        config.to_string()
+    };
+    // .1 the gateway, .7 broadcast, .2 and .3 excluded, .4 reserved: .5 and .6 are left.
+    let pools = json!({"blue": {"ranges": [{"subnet": "10.7.0.0/29", "exclude": ["10.7.0.2/31"]}], "reserved": ["10.7.0.4"]}});
+    let given: Vec<Value> = ["c1", "c2"]
+        .iter()
+        .map(|id| {
+            run_alone(ALLOCATOR, "ADD", id, &input(pools.clone(), None)).json()["ips"][0]["address"]
+                .clone()
+        })
+        .collect();
+    assert_eq!(given, [json!("10.7.0.5/29"), json!("10.7.0.6/29")]);
+    run_alone(ALLOCATOR, "ADD", "c3", &input(pools.clone(), None)).assert_error(110);
+    for (asked, why) in [
+        ("10.7.0.3", "it is excluded (10.7.0.2/31) from 10.7.0.0/29"),
+        ("10.7.0.4", "it is reserved in the pool"),
+    ] {
+        let e =
+            run_alone(ALLOCATOR, "ADD", "c3", &input(pools.clone(), Some(asked))).assert_error(111);
+        assert!(e["msg"].as_str().unwrap().contains(why), "{asked}: {e}");
+    }
+    // A pool broken anywhere is refused whole, naming the pool, range and field.
+    for (broken, said) in [
+        (
+            json!({"blue": [{"subnet": "10.7.0.0/29", "exclude": ["10.8.0.0/31"]}]}),
+            "pool \"blue\": range 0: \"exclude\" 10.8.0.0/31 is outside the subnet 10.7.0.0/29",
+        ),
+        (
+            json!({"blue": {"ranges": [{"subnet": "10.7.0.0/29"}], "reserved": ["10.9.0.1"]}}),
+            "pool \"blue\": \"reserved\" 10.9.0.1 is in none of the pool's ranges",
+        ),
+    ] {
+        let e = run_alone(ALLOCATOR, "ADD", "c4", &input(broken, None)).assert_error(7);
+        assert!(e["msg"].as_str().unwrap().contains(said), "{e}");
+    }
+    assert_eq!(
+        records(data.path(), "n"),
+        (
+            ["c1:eth0", "c2:eth0"].map(String::from).into(),
+            ["blue/10.7.0.5", "blue/10.7.0.6"].map(String::from).into()
+        ),
+        "nothing claimed by the refusals"
+    );
+}
+
 /// A small pseudo-random sequence (xorshift), seeded from the clock and
 /// printed, so that a failure can be replayed with STRESS_SEED.
 struct Random(u64);

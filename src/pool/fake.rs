@@ -10,6 +10,9 @@ use super::range::Addr;
 use super::store::{Held, Holding, Owner, Store};
 use crate::error::Error;
 
+/// More addresses than any test's search may look at.
+const LOOK_LIMIT: u128 = 1 << 20;
+
 /// A store in memory.
 #[derive(Default)]
 pub struct Fake {
@@ -60,6 +63,12 @@ impl Store for Fake {
         let mut candidate = from;
         loop {
             self.looked_at.set(self.looked_at.get() + 1);
+            // A search that goes address by address through a wide range
+            // would never end: fail the test instead.
+            assert!(
+                self.looked_at.get() < LOOK_LIMIT,
+                "the search enumerates the range"
+            );
             if gives(candidate) && !addresses.contains_key(&candidate) {
                 return Ok(Some(candidate));
             }

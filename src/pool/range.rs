@@ -131,13 +131,82 @@ pub struct Range {
     pub end: Addr,
     /// The gateway (by default the subnet's first address).
     pub gateway: Addr,
+    /// `exclude`: the addresses and blocks never given, in address order.
+    pub exclude: Vec<Block>,
+}
+
+/// A block of addresses: one address, or a CIDR's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// Its first address.
+    pub first: Addr,
+    /// Its last address.
+    pub last: Addr,
+    prefix: u8,
+}
+
+impl Block {
+    /// Reads `ADDRESS` or `ADDRESS/PREFIX` (a network address: the block
+    /// is what the operator wrote, not a guess at what was meant).
+    fn parse(text: &str) -> Result<Block, String> {
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (text, None),
+        };
+        let bad = || format!("{text:?} is not an address or ADDRESS/PREFIX");
+        let first = Addr::new(address.parse::<IpAddr>().map_err(|_| bad())?);
+        let bits = first.family.bits();
+        let prefix = match prefix {
+            Some(prefix) => prefix.parse::<u8>().map_err(|_| bad())?,
+            // As many bits as the family has: one address.
+            None => u8::try_from(bits).map_err(|_| bad())?,
+        };
+        if u32::from(prefix) > bits {
+            return Err(bad());
+        }
+        let mask = host_mask(first.family, prefix);
+        if first.value & mask != 0 {
+            return Err(format!(
+                "{text} is not a network address: with /{prefix} it is {}/{prefix}",
+                Addr {
+                    value: first.value & !mask,
+                    ..first
+                }
+            ));
+        }
+        let last = Addr {
+            value: first.value | mask,
+            ..first
+        };
+        Ok(Block {
+            first,
+            last,
+            prefix,
+        })
+    }
+
+    /// Whether `addr` is one of the block's.
+    pub fn contains(&self, addr: Addr) -> bool {
+        self.first <= addr && addr <= self.last
+    }
+}
+
+impl fmt::Display for Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            self.first.fmt(f)
+        } else {
+            write!(f, "{}/{}", self.first, self.prefix)
+        }
+    }
 }
 
 impl Range {
     /// Reads and checks a range, `{"subnet", "rangeStart"?, "rangeEnd"?,
-    /// "gateway"?}`, whole: the subnet a network address of a size that
-    /// has addresses to give, every other address inside it and of its
-    /// family, the start not after the end. Defaults as host-local's: the
+    /// "gateway"?, "exclude"?}`, whole: the subnet a network address of a
+    /// size that has addresses to give, every other address (and every
+    /// excluded block) inside it and of its family, the start not after the
+    /// end. Defaults as host-local's: the
     /// range from the subnet's second address to its last (its broadcast
     /// address excluded in IPv4), the gateway its first. The error names
     /// the field.
@@ -177,6 +246,28 @@ impl Range {
         let start = inside("rangeStart")?;
         let end = inside("rangeEnd")?;
         let gateway = inside("gateway")?;
+        let mut exclude = Vec::new();
+        if let Some(list) = object.get("exclude") {
+            let list = list
+                .as_array()
+                .ok_or_else(|| "\"exclude\" must be an array of addresses and CIDRs".to_owned())?;
+            for entry in list {
+                let text = entry
+                    .as_str()
+                    .ok_or_else(|| format!("\"exclude\" {entry} is not a string"))?;
+                let block = Block::parse(text).map_err(|e| format!("\"exclude\" {e}"))?;
+                if block.first.family != network.family {
+                    return Err(format!(
+                        "\"exclude\" {text} is not of the subnet's IP version ({subnet})"
+                    ));
+                }
+                if block.first < network || block.last > last {
+                    return Err(format!("\"exclude\" {text} is outside the subnet {subnet}"));
+                }
+                exclude.push(block);
+            }
+        }
+        exclude.sort_by_key(|block| block.first);
         // A subnet has at least four addresses (checked above), so these
         // neighbours exist.
         let first = Addr {
@@ -197,6 +288,7 @@ impl Range {
             start: start.unwrap_or(first),
             end: end.unwrap_or(default_end),
             gateway: gateway.unwrap_or(first),
+            exclude,
         };
         if range.start > range.end {
             return Err(format!(
@@ -227,15 +319,64 @@ impl Range {
     }
 
     /// Whether `addr` may be given from this range: in it, and neither the
-    /// gateway nor, in IPv4, the subnet's network or broadcast address.
+    /// gateway, nor excluded, nor, in IPv4, the subnet's network or
+    /// broadcast address.
     pub fn gives(&self, addr: Addr) -> bool {
+        self.refusal(addr).is_none()
+    }
+
+    /// Why `addr` may not be given from this range, if it may not.
+    pub fn refusal(&self, addr: Addr) -> Option<String> {
         let broadcast = self
             .network
             .plus(host_mask(self.network.family, self.prefix));
-        self.contains(addr)
-            && addr != self.gateway
-            && !(self.network.family == Family::V4
-                && (addr == self.network || Some(addr) == broadcast))
+        let v4 = self.network.family == Family::V4;
+        if !self.contains(addr) {
+            Some(format!("it is outside the range of {}", self.subnet()))
+        } else if addr == self.gateway {
+            Some(format!("it is the gateway of {}", self.subnet()))
+        } else if v4 && addr == self.network {
+            Some(format!("it is the network address of {}", self.subnet()))
+        } else if v4 && Some(addr) == broadcast {
+            Some(format!("it is the broadcast address of {}", self.subnet()))
+        } else {
+            self.exclude
+                .iter()
+                .find(|block| block.contains(addr))
+                .map(|block| format!("it is excluded ({block}) from {}", self.subnet()))
+        }
+    }
+
+    /// The parts of `[from, to]` that no `exclude` block covers, in order.
+    pub fn spans(&self, from: Addr, to: Addr) -> Vec<(Addr, Addr)> {
+        let mut spans = Vec::new();
+        let mut next = from;
+        for block in &self.exclude {
+            if block.last < next {
+                continue;
+            }
+            if block.first > to {
+                break;
+            }
+            if block.first > next {
+                spans.push((
+                    next,
+                    Addr {
+                        value: block.first.value - 1,
+                        ..next
+                    },
+                ));
+            }
+            match block.last.plus(1) {
+                Some(after) => next = after,
+                // The block ends the address space: nothing after it.
+                None => return spans,
+            }
+        }
+        if next <= to {
+            spans.push((next, to));
+        }
+        spans
     }
 
     /// Whether the two ranges share an address that either may give.
@@ -418,10 +559,74 @@ mod tests {
                 "\"gateway\" must be an address",
             ),
             (json!("10.1.0.0/24"), "must be an object"),
+            (
+                json!({"subnet": "10.1.0.0/24", "exclude": ["10.1.1.0/28"]}),
+                "\"exclude\" 10.1.1.0/28 is outside the subnet 10.1.0.0/24",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "exclude": ["10.1.0.0/23"]}),
+                "\"exclude\" 10.1.0.0/23 is outside the subnet 10.1.0.0/24",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "exclude": ["10.1.0.8/28"]}),
+                "\"exclude\" 10.1.0.8/28 is not a network address: with /28 it is 10.1.0.0/28",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "exclude": ["fd00::1"]}),
+                "\"exclude\" fd00::1 is not of the subnet's IP version",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "exclude": ["10.1.0.x"]}),
+                "\"exclude\" \"10.1.0.x\" is not an address or ADDRESS/PREFIX",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "exclude": "10.1.0.5"}),
+                "\"exclude\" must be an array",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "exclude": [5]}),
+                "\"exclude\" 5 is not a string",
+            ),
         ] {
             let error = refused(value.clone());
             assert!(error.contains(said), "{value}: {error}");
         }
+    }
+
+    #[test]
+    fn excluded_addresses_and_blocks_are_not_given_and_are_stepped_over() {
+        let r = range(
+            json!({"subnet": "10.1.0.0/24", "exclude": ["10.1.0.64/26", "10.1.0.9", "10.1.0.8/32"]}),
+        );
+        assert!(!r.gives(addr("10.1.0.9")) && !r.gives(addr("10.1.0.8")));
+        assert!(!r.gives(addr("10.1.0.64")) && !r.gives(addr("10.1.0.127")));
+        assert!(r.gives(addr("10.1.0.10")) && r.gives(addr("10.1.0.128")));
+        assert_eq!(
+            r.refusal(addr("10.1.0.70")).unwrap(),
+            "it is excluded (10.1.0.64/26) from 10.1.0.0/24"
+        );
+        let spans: Vec<(String, String)> = r
+            .spans(addr("10.1.0.2"), addr("10.1.0.200"))
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let expected = [
+            ("10.1.0.2", "10.1.0.7"),
+            ("10.1.0.10", "10.1.0.63"),
+            ("10.1.0.128", "10.1.0.200"),
+        ];
+        assert_eq!(spans, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+        // Wholly inside one block: nothing to look at.
+        assert!(r.spans(addr("10.1.0.65"), addr("10.1.0.80")).is_empty());
+        // A block at the very end of the address space ends the spans.
+        let r = range(json!({"subnet": "ffff::/16", "exclude": ["ffff:ffff::/32"]}));
+        assert_eq!(
+            r.spans(addr("ffff::1"), r.end),
+            [(
+                addr("ffff::1"),
+                addr("ffff:fffe:ffff:ffff:ffff:ffff:ffff:ffff")
+            )]
+        );
     }
 
     #[test]

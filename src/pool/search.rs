@@ -53,9 +53,18 @@ pub fn choose_free(
     start: Addr,
     taken: &[Held],
 ) -> Result<Addr, Error> {
+    // Excluded blocks are stepped over whole, never looked at address by
+    // address: one can be a /64.
     let free_in = |range: &super::range::Range, from: Addr, to: Addr| {
-        let gives = |a: Addr| range.gives(a) && !taken.iter().any(|h| h.address == a);
-        store.first_free(from, to, &gives)
+        let gives = |a: Addr| {
+            range.gives(a) && !pool.reserved.contains(&a) && !taken.iter().any(|h| h.address == a)
+        };
+        for (first, last) in range.spans(from, to) {
+            if let Some(free) = store.first_free(first, last, &gives)? {
+                return Ok(Some(free));
+            }
+        }
+        Ok(None)
     };
     let look = |at: Addr| -> Result<Option<Addr>, Error> {
         let Some(range) = pool.range_of(at) else {

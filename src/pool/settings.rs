@@ -23,20 +23,43 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-pool";
 /// still stale a minute later.
 pub const DEFAULT_GC_GRACE_SECONDS: u64 = 60;
 
-/// A pool: a name, and the ranges it gives addresses from, all of one IP
-/// version and none overlapping another.
+/// A pool: a name, the ranges it gives addresses from, all of one IP
+/// version and none overlapping another, and the addresses of them it
+/// keeps back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool {
     pub name: String,
     pub ranges: Vec<Range>,
+    /// `reserved`: addresses of the ranges never given (set aside by the
+    /// operator for what is configured by hand).
+    pub reserved: Vec<Addr>,
 }
 
 impl Pool {
-    /// Reads pool `name`'s ranges (a JSON array of ranges) and checks them
+    /// Reads pool `name`'s definition, a JSON array of ranges or
+    /// `{"ranges": [...], "reserved"?: [ADDRESS, ...]}`, and checks it
     /// whole; the error names the pool, the range and the field.
-    pub fn parse(name: &str, ranges: &Value) -> Result<Pool, Error> {
+    pub fn parse(name: &str, definition: &Value) -> Result<Pool, Error> {
         check_pool_name(name)?;
         let fail = |reason: String| invalid(format!("pool {name:?}: {reason}"));
+        let (ranges, reserved) = match definition {
+            Value::Object(fields) => {
+                // A misspelt key would leave addresses unreserved unnoticed.
+                if let Some(key) = fields
+                    .keys()
+                    .find(|k| !matches!(k.as_str(), "ranges" | "reserved"))
+                {
+                    return Err(fail(format!(
+                        "unknown key {key:?}: a pool is an array of ranges, or {{\"ranges\", \"reserved\"}}"
+                    )));
+                }
+                (
+                    fields.get("ranges").unwrap_or(&Value::Null),
+                    fields.get("reserved"),
+                )
+            }
+            ranges => (ranges, None),
+        };
         let list = ranges
             .as_array()
             .filter(|list| !list.is_empty())
@@ -64,9 +87,44 @@ impl Pool {
                 }
             }
         }
+        let reserved = match reserved {
+            None => Vec::new(),
+            Some(list) => list
+                .as_array()
+                .ok_or_else(|| fail("\"reserved\" must be an array of addresses".into()))?
+                .iter()
+                .map(|entry| {
+                    let address = entry
+                        .as_str()
+                        .and_then(|text| text.parse::<IpAddr>().ok())
+                        .map(Addr::new)
+                        .ok_or_else(|| fail(format!("\"reserved\" {entry} is not an address")))?;
+                    // One outside every range would reserve nothing: a typo.
+                    if !ranges.iter().any(|r| r.contains(address)) {
+                        return Err(fail(format!(
+                            "\"reserved\" {address} is in none of the pool's ranges"
+                        )));
+                    }
+                    Ok(address)
+                })
+                .collect::<Result<_, _>>()?,
+        };
         Ok(Pool {
             name: name.to_owned(),
             ranges,
+            reserved,
+        })
+    }
+
+    /// Why the pool may not give `addr`, if it may not.
+    pub fn refusal(&self, addr: Addr) -> Option<String> {
+        let Some(range) = self.range_of(addr) else {
+            return Some("it is outside the pool's ranges".into());
+        };
+        range.refusal(addr).or_else(|| {
+            self.reserved
+                .contains(&addr)
+                .then(|| "it is reserved in the pool".into())
         })
     }
 
@@ -298,7 +356,8 @@ pub fn wanted(net: &NetConf, settings: &Settings) -> Result<Vec<Wanted>, Error> 
 
 impl Wanted {
     /// One Pool object: `{"name", "requested-ip"?, "subnet"?, "gateway"?,
-    /// "rangeStart"?, "rangeEnd"?}`, from the list `list` names.
+    /// "rangeStart"?, "rangeEnd"?, "exclude"?, "reserved"?}`, from the list
+    /// `list` names.
     pub fn parse(object: &Value, list: &str) -> Result<Wanted, Error> {
         let name = object
             .get("name")
@@ -320,11 +379,16 @@ impl Wanted {
                     fields.retain(|key, _| {
                         matches!(
                             key.as_str(),
-                            "subnet" | "gateway" | "rangeStart" | "rangeEnd"
+                            "subnet" | "gateway" | "rangeStart" | "rangeEnd" | "exclude"
                         )
                     });
                 }
-                Some(Pool::parse(name, &Value::Array(vec![range]))?)
+                let mut definition = Map::new();
+                definition.insert("ranges".into(), Value::Array(vec![range]));
+                if let Some(reserved) = object.get("reserved") {
+                    definition.insert("reserved".into(), reserved.clone());
+                }
+                Some(Pool::parse(name, &Value::Object(definition))?)
             }
             None => None,
         };
@@ -436,6 +500,13 @@ mod tests {
         ]}}))
         .unwrap();
         assert_eq!(ok.pools[0].ranges.len(), 2);
+        let ok = settings(json!({"node": "a", "pools": {"blue": {
+            "ranges": [{"subnet": "10.1.0.0/24", "exclude": ["10.1.0.128/25"]}],
+            "reserved": ["10.1.0.9", "10.1.0.10"],
+        }}}))
+        .unwrap();
+        assert_eq!(ok.pools[0].reserved.len(), 2);
+        assert_eq!(ok.pools[0].ranges[0].exclude.len(), 1);
         for (pools, said) in [
             (
                 json!({"blue": [{"subnet": "10.1.0.0/24"}, {"subnet": "10.1.0.0/16"}]}),
@@ -457,6 +528,26 @@ mod tests {
             (
                 json!({"../x": [{"subnet": "10.1.0.0/24"}]}),
                 "pool name \"../x\"",
+            ),
+            (
+                json!({"blue": {"ranges": [{"subnet": "10.1.0.0/24"}], "reserved": ["10.2.0.1"]}}),
+                "pool \"blue\": \"reserved\" 10.2.0.1 is in none of the pool's ranges",
+            ),
+            (
+                json!({"blue": {"ranges": [{"subnet": "10.1.0.0/24"}], "reserved": ["10.1.0.x"]}}),
+                "pool \"blue\": \"reserved\" \"10.1.0.x\" is not an address",
+            ),
+            (
+                json!({"blue": {"ranges": [{"subnet": "10.1.0.0/24"}], "reserve": ["10.1.0.9"]}}),
+                "pool \"blue\": unknown key \"reserve\"",
+            ),
+            (
+                json!({"blue": {"reserved": ["10.1.0.9"]}}),
+                "pool \"blue\": must be a non-empty array of ranges",
+            ),
+            (
+                json!({"blue": [{"subnet": "10.1.0.0/24", "exclude": ["10.1.0.0/16"]}]}),
+                "pool \"blue\": range 0: \"exclude\" 10.1.0.0/16 is outside the subnet 10.1.0.0/24",
             ),
         ] {
             let e = settings(json!({"node": "a", "pools": pools})).unwrap_err();
@@ -506,7 +597,8 @@ mod tests {
         assert_eq!(names, ["blue", "blue6"]);
 
         let prev = json!({"cniVersion": "1.0.0", "pools": [
-            {"name": "local-pool", "subnet": "192.168.0.0/24", "gateway": "192.168.0.1", "requested-ip": "192.168.0.23/24"},
+            {"name": "local-pool", "subnet": "192.168.0.0/24", "gateway": "192.168.0.1", "requested-ip": "192.168.0.23/24",
+                "exclude": ["192.168.0.128/25"], "reserved": ["192.168.0.99"]},
             {"name": "red"},
         ]});
         let raw = net(pool, Some(prev));
@@ -517,9 +609,12 @@ mod tests {
             asked[0].requested,
             Some(Addr::new("192.168.0.23".parse().unwrap()))
         );
+        let inline = asked[0].inline.as_ref().unwrap();
+        assert_eq!(inline.ranges[0].subnet(), "192.168.0.0/24");
+        assert_eq!(inline.ranges[0].exclude.len(), 1);
         assert_eq!(
-            asked[0].inline.as_ref().unwrap().ranges[0].subnet(),
-            "192.168.0.0/24"
+            inline.reserved,
+            [Addr::new("192.168.0.99".parse().unwrap())]
         );
         assert_eq!(
             (asked[1].name.as_str(), asked[1].inline.is_none()),
