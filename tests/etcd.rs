@@ -191,6 +191,67 @@ fn a_cluster_without_quorum_or_down_is_try_again_later_and_nothing_is_written() 
 
 #[test]
 #[ignore = "needs etcd-server"]
+fn show_reports_every_nodes_addresses_and_the_pools_defined_in_etcd() {
+    let mut cluster = Cluster::start(1, None);
+    cluster.put(
+        &format!("{PREFIX}/pools/central"),
+        r#"[{"subnet": "10.251.0.0/24"}]"#,
+    );
+    let stack = Stack::new().with_pool_plugins();
+    for (id, node) in [("a1", "node-a"), ("a2", "node-a"), ("b1", "node-b")] {
+        run_plugin(
+            &stack.env("ADD").set("CNI_CONTAINERID", id),
+            config("shownet", "1.0.0", &cluster, node, json!({})).as_bytes(),
+        )
+        .json();
+    }
+    // One address of a pool that only etcd defines, as another network's
+    // selector could pick it.
+    let mut central: Value =
+        serde_json::from_str(&config("shownet", "1.0.0", &cluster, "node-b", json!({}))).unwrap();
+    central["ipam"]["static"] = json!({"default": [{"name": "central"}]});
+    run_plugin(
+        &stack.env("ADD").set("CNI_CONTAINERID", "b2"),
+        central.to_string().as_bytes(),
+    )
+    .json();
+    let dir = temp_dir("etcd-show");
+    let file = dir.path().join("shownet.conflist");
+    std::fs::write(
+        &file,
+        config("shownet", "1.0.0", &cluster, "node-c", json!({})),
+    )
+    .unwrap();
+    let out = run_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["show", "--config", file.to_str().unwrap(), "--json"],
+        &Env(Vec::new()),
+        b"",
+    );
+    let report = out.json();
+    assert_eq!(
+        report["pools"],
+        json!([
+            {"name": "shared", "size": 61, "used": 3, "free": 58, "reserved": 0, "nodes": {"node-a": 2, "node-b": 1}},
+            {"name": "central", "size": 253, "used": 1, "free": 252, "reserved": 0, "nodes": {"node-b": 1}},
+        ])
+    );
+    // An unreachable cluster is an error, and says so.
+    cluster.kill(0);
+    let out = run_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["show", "--config", file.to_str().unwrap()],
+        &Env(Vec::new()),
+        b"",
+    );
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("(code 11)"), "{}", out.stderr);
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
 fn gc_on_one_node_releases_only_that_nodes_stale_reservations() {
     let cluster = Cluster::start(1, None);
     let stack = Stack::new().with_pool_plugins();

@@ -359,6 +359,161 @@ fn excluded_and_reserved_addresses_are_never_given_and_bad_pools_claim_nothing()
     );
 }
 
+#[test]
+fn show_reports_a_networks_pools_as_text_json_and_prometheus_without_the_lock() {
+    let data = temp_dir("pool-show");
+    let configs = data.path().join("net.d");
+    fs::create_dir(&configs).unwrap();
+    let network = |name: &str, ipam: Value| json!({"cniVersion": "1.0.0", "name": name, "plugins": [{"type": "bridge", "ipam": ipam}]});
+    let pool = |default: &str| {
+        json!({"type": "ipam-da-pool", "pool": {"dataDir": data.path(), "node": "node-a", "default": default, "pools": {
+            "blue": {"ranges": [{"subnet": "10.6.0.0/28", "exclude": ["10.6.0.8/30"]}], "reserved": ["10.6.0.2"]},
+            "green": [{"subnet": "fd00:6::/48"}],
+        }}})
+    };
+    for (file, config) in [
+        ("10-pods.conflist", network("pods", pool("blue"))),
+        (
+            "20-other.conflist",
+            network("other", json!({"type": "host-local"})),
+        ),
+        ("30-more.conflist", network("more", pool("green"))),
+    ] {
+        fs::write(configs.join(file), config.to_string()).unwrap();
+    }
+    // What the runtime hands the allocator: the plugin's configuration.
+    let plugin = |name: &str, default: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "ipam": pool(default)}).to_string()
+    };
+    for id in ["c1", "c2"] {
+        run_alone(ALLOCATOR, "ADD", id, &plugin("pods", "blue")).json();
+    }
+    run_alone(ALLOCATOR, "ADD", "c3", &plugin("more", "green")).json();
+
+    let show = |args: &[&str]| {
+        let mut all = vec!["show", "--config"];
+        let dir = configs.to_str().unwrap();
+        all.push(dir);
+        all.extend_from_slice(args);
+        run_program(ALLOCATOR, Path::new("/"), &all, &Env(Vec::new()), b"")
+    };
+    let out = show(&[]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains(
+            "several networks that run ipam-da-pool (pods, more): pick one with --network"
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = show(&["--network", "nope"]);
+    assert!(
+        out.stderr
+            .contains("has no network \"nope\" that runs ipam-da-pool"),
+        "{}",
+        out.stderr
+    );
+
+    // The network's lock held (util-linux's flock), as by an ADD in
+    // progress: show does not wait for it.
+    let network_dir = data.path().join("pods");
+    let mut holder = std::process::Command::new("flock")
+        .arg(&network_dir)
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("flock (util-linux) runs");
+    let is_held = || {
+        let tried = std::process::Command::new("flock")
+            .args(["--nonblock", "--conflict-exit-code", "9"])
+            .arg(&network_dir)
+            .arg("true")
+            .status()
+            .unwrap();
+        tried.code() == Some(9)
+    };
+    while !is_held() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = Instant::now();
+    let report = show(&["--network", "pods", "--json", "--addresses"]).json();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited for the lock"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // .1 to .14, less the gateway, the excluded block of 4 and the reserved .2.
+    assert_eq!(report["network"], "pods");
+    let blue = &report["pools"][0];
+    assert_eq!(
+        (
+            &blue["name"],
+            &blue["size"],
+            &blue["used"],
+            &blue["free"],
+            &blue["reserved"]
+        ),
+        (&json!("blue"), &json!(8), &json!(2), &json!(6), &json!(1))
+    );
+    assert_eq!(blue["nodes"], json!({"node-a": 2}));
+    let held: Vec<(&Value, &Value)> = blue["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (&a["address"], &a["containerID"]))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            (&json!("10.6.0.3"), &json!("c1")),
+            (&json!("10.6.0.4"), &json!("c2"))
+        ]
+    );
+    assert_eq!(
+        report["pools"][1]["size"].as_f64(),
+        Some(2f64.powi(80) - 2.0),
+        "a /48, counted"
+    );
+
+    let text = show(&["--network=pods"]);
+    assert!(String::from_utf8_lossy(&text.stdout)
+        .contains("pool blue: size 8, used 2, free 6, reserved 1"));
+    let gauges =
+        String::from_utf8(show(&["--network", "more", "--format", "prometheus"]).stdout).unwrap();
+    for line in gauges.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        assert!(
+            series.starts_with("ipam_da_pool_") && series.contains("{network=\"more\",pool=\""),
+            "{line}"
+        );
+        value.parse::<f64>().unwrap();
+    }
+    // Both pools of its configuration, one of them unused there.
+    assert!(
+        gauges.contains("ipam_da_pool_used{network=\"more\",pool=\"green\"} 1\n"),
+        "{gauges}"
+    );
+    assert!(
+        gauges.contains("ipam_da_pool_free{network=\"more\",pool=\"blue\"} 8\n"),
+        "{gauges}"
+    );
+    // A single file works too, and reading changed nothing.
+    let single = run_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &[
+            "show",
+            "--config",
+            configs.join("10-pods.conflist").to_str().unwrap(),
+            "--json",
+        ],
+        &Env(Vec::new()),
+        b"",
+    );
+    assert_eq!(single.json()["pools"][0]["used"], 2);
+    assert_eq!(records(data.path(), "pods").0.len(), 2);
+}
+
 /// A small pseudo-random sequence (xorshift), seeded from the clock and
 /// printed, so that a failure can be replayed with STRESS_SEED.
 struct Random(u64);

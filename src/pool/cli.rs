@@ -1,19 +1,24 @@
 //! ipam-da-pool's command line, for when it is not run as a CNI plugin (no
-//! CNI_COMMAND): `import`, the upgrade from the local store to etcd;
-//! `--help` and `--version`; or, with no arguments, the about text.
+//! CNI_COMMAND): `show`, an operator's report of a network's pools;
+//! `import`, the upgrade from the local store to etcd; `--help` and
+//! `--version`; or, with no arguments, the about text.
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use serde_json::Value;
+
 use super::settings::{Settings, StoreSettings};
-use super::{etcd, import, local};
+use super::store::Store;
+use super::{etcd, import, local, report};
 use crate::cni::{self, NetConf};
 use crate::error::Error;
 use crate::{config, skel};
 
 const USAGE: &str = "usage:
+  ipam-da-pool show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]
   ipam-da-pool import --config FILE --from DATADIR [--dry-run]
   ipam-da-pool --help | --version
 ";
@@ -24,6 +29,16 @@ As a plugin, a runtime (or ipam-delegated) runs it with CNI_COMMAND set; it
 reads its settings from ipam.pool, and then reads no arguments.
 
 Commands:
+  show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]
+          Per pool of the network: how many addresses it may give (size),
+          how many are held (used) and on which node, how many are free,
+          and how many it keeps back (reserved). With --addresses, each
+          held address with its container ID, interface, node and since
+          when. --json prints one JSON object; --format prometheus prints
+          gauges (ipam_da_pool_size, _used, _free) for node_exporter's
+          textfile collector. It takes no lock: allocation goes on.
+          PATH is a conflist, one plugin's configuration, or a directory
+          of them (.conflist, .conf, .json), of which --network picks one.
   import --config FILE --from DATADIR [--dry-run]
           Copy this node's reservations of FILE's network from the local
           store under DATADIR into the etcd cluster FILE names, each held
@@ -50,6 +65,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             "ipam-da-pool",
             "a CNI IPAM plugin that allocates addresses from pools, on local files or etcd",
         ),
+        Some("show") => match parse_show(&args[1..]) {
+            Ok(options) => finish(run_show(&options)),
+            Err(problem) => usage(&problem),
+        },
         Some("import") => match parse_import(&args[1..]) {
             Ok(options) => finish(run_import(&options)),
             Err(problem) => usage(&problem),
@@ -78,39 +97,201 @@ fn parse_import(options: &[String]) -> Result<Import, String> {
         from: PathBuf::new(),
         dry_run: false,
     };
-    let mut options = options.iter();
-    while let Some(option) = options.next() {
-        let (name, inline) = match option.split_once('=') {
-            Some((name, value)) => (name, Some(value.to_owned())),
-            None => (option.as_str(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| options.next().cloned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
+    each_option(options, |name, value| {
         match name {
             "--config" => import.config = value()?.into(),
             "--from" => import.from = value()?.into(),
-            "--dry-run" if inline.is_none() => import.dry_run = true,
-            _ => return Err(format!("unknown option {option:?}")),
+            "--dry-run" => import.dry_run = true,
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     if import.config.as_os_str().is_empty() || import.from.as_os_str().is_empty() {
         return Err("import needs --config and --from".into());
     }
     Ok(import)
 }
 
+/// How `show` prints.
+#[derive(Debug, PartialEq, Clone, Copy)]
+enum Format {
+    Text,
+    Json,
+    Prometheus,
+}
+
+/// `show`'s options.
+#[derive(Debug, PartialEq)]
+struct Show {
+    config: PathBuf,
+    network: Option<String>,
+    addresses: bool,
+    format: Format,
+}
+
+fn parse_show(options: &[String]) -> Result<Show, String> {
+    let mut show = Show {
+        config: PathBuf::new(),
+        network: None,
+        addresses: false,
+        format: Format::Text,
+    };
+    each_option(options, |name, value| {
+        match name {
+            "--config" => show.config = value()?.into(),
+            "--network" => show.network = Some(value()?),
+            "--addresses" => show.addresses = true,
+            "--json" => show.format = Format::Json,
+            "--format" => {
+                show.format = match value()?.as_str() {
+                    "text" => Format::Text,
+                    "json" => Format::Json,
+                    "prometheus" => Format::Prometheus,
+                    other => {
+                        return Err(format!(
+                            "--format is text, json or prometheus, not {other:?}"
+                        ))
+                    }
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if show.config.as_os_str().is_empty() {
+        return Err("show needs --config".into());
+    }
+    Ok(show)
+}
+
+/// Goes through `--name value`, `--name=value` and `--flag` options:
+/// `take(name, value)` says whether it knows the option, and calls `value`
+/// for one that takes a value. A flag given a value is unknown.
+fn each_option(
+    options: &[String],
+    mut take: impl FnMut(&str, &mut dyn FnMut() -> Result<String, String>) -> Result<bool, String>,
+) -> Result<(), String> {
+    let mut options = options.iter();
+    while let Some(option) = options.next() {
+        let (name, inline) = match option.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (option.as_str(), None),
+        };
+        let mut asked = false;
+        let mut value = || {
+            asked = true;
+            inline
+                .clone()
+                .or_else(|| options.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        let known = take(name, &mut value)?;
+        if !known || (inline.is_some() && !asked) {
+            return Err(format!("unknown option {option:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a plugin's `ipam` runs ipam-da-pool, directly or as a delegate.
+fn runs_allocator(ipam: &Value) -> bool {
+    ipam["type"] == "ipam-da-pool"
+        || ipam["delegates"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|name| name == "ipam-da-pool"))
+}
+
+/// The configuration of the network at `path` (a file, or a directory of
+/// them, of which `network` picks one; a file of the directory that runs
+/// no ipam-da-pool is another network's, and skipped).
+fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, Error> {
+    let described = "that runs ipam-da-pool";
+    if !path.is_dir() {
+        let raw = config::load_plugin(path, described, runs_allocator)?;
+        let name = NetConf::parse(&raw)?.name.to_owned();
+        return match network {
+            Some(wanted) if wanted != name => Err(Error::ConfigFile {
+                path: path.to_owned(),
+                reason: format!("is network {name:?}, not {wanted:?}"),
+            }),
+            _ => Ok(raw),
+        };
+    }
+    let entries = std::fs::read_dir(path).map_err(|e| Error::Files {
+        path: path.to_owned(),
+        error: e,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|file| {
+            let extension = file.extension().and_then(|e| e.to_str());
+            matches!(extension, Some("conflist" | "conf" | "json"))
+        })
+        .collect();
+    files.sort();
+    let mut found: Vec<(String, Vec<u8>)> = Vec::new();
+    for file in files {
+        let Ok(raw) = config::load_plugin(&file, described, runs_allocator) else {
+            continue;
+        };
+        let name = NetConf::parse(&raw)?.name.to_owned();
+        if network.is_none_or(|wanted| wanted == name) {
+            found.push((name, raw));
+        }
+    }
+    let names: Vec<&str> = found.iter().map(|(name, _)| name.as_str()).collect();
+    match (found.len(), network) {
+        (1, _) => Ok(found.remove(0).1),
+        (0, Some(wanted)) => Err(Error::ConfigFile {
+            path: path.to_owned(),
+            reason: format!("has no network {wanted:?} that runs ipam-da-pool"),
+        }),
+        (0, None) => Err(Error::ConfigFile {
+            path: path.to_owned(),
+            reason: "has no network that runs ipam-da-pool".into(),
+        }),
+        _ => Err(Error::ConfigFile {
+            path: path.to_owned(),
+            reason: format!(
+                "has several networks that run ipam-da-pool ({}): pick one with --network",
+                names.join(", ")
+            ),
+        }),
+    }
+}
+
+/// Shows the network's pools, as asked.
+fn run_show(options: &Show) -> Result<bool, Error> {
+    let raw = load_network(&options.config, options.network.as_deref())?;
+    let net = NetConf::parse(&raw)?;
+    let settings = Settings::from_net(&net)?;
+    let store: Option<Box<dyn Store>> = match &settings.store {
+        StoreSettings::Local { data_dir } => local::Local::open_unlocked(data_dir, &net.name)?
+            .map(|store| Box::new(store) as Box<dyn Store>),
+        StoreSettings::Etcd(cluster) => Some(Box::new(etcd::Etcd::new(
+            crate::etcd::Client::new(cluster.clone())?,
+            &net.name,
+        ))),
+    };
+    let holdings = match &store {
+        Some(store) => store.holdings()?,
+        // A local store that never held anything: every pool is free.
+        None => Vec::new(),
+    };
+    let reports = report::report(store.as_deref(), &settings, &holdings)?;
+    let printed = match options.format {
+        Format::Text => report::text(&net.name, &reports, options.addresses),
+        Format::Json => format!("{}\n", report::json(&net.name, &reports, options.addresses)),
+        Format::Prometheus => report::prometheus(&net.name, &reports),
+    };
+    // A reader that went away (`| head`) has what it wanted.
+    let _ = std::io::stdout().write_all(printed.as_bytes());
+    Ok(true)
+}
+
 /// Imports, printing what it did: whether every attachment is in etcd now.
 fn run_import(options: &Import) -> Result<bool, Error> {
-    let raw = config::load_plugin(&options.config, "that runs ipam-da-pool", |ipam| {
-        ipam["type"] == "ipam-da-pool"
-            || ipam["delegates"]
-                .as_array()
-                .is_some_and(|d| d.iter().any(|name| name == "ipam-da-pool"))
-    })?;
+    let raw = config::load_plugin(&options.config, "that runs ipam-da-pool", runs_allocator)?;
     let net = NetConf::parse(&raw)?;
     let settings = Settings::from_net(&net)?;
     let StoreSettings::Etcd(cluster) = &settings.store else {
@@ -185,6 +366,45 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn show_takes_a_config_a_network_and_one_format() {
+        assert_eq!(
+            parse_show(&args(&[
+                "--config",
+                "/etc/cni/net.d",
+                "--network=pods",
+                "--addresses",
+                "--json"
+            ])),
+            Ok(Show {
+                config: "/etc/cni/net.d".into(),
+                network: Some("pods".into()),
+                addresses: true,
+                format: Format::Json,
+            })
+        );
+        assert_eq!(
+            parse_show(&args(&["--config=f", "--format", "prometheus"])).map(|s| s.format),
+            Ok(Format::Prometheus)
+        );
+        for (bad, said) in [
+            (&["--network", "pods"][..], "show needs --config"),
+            (
+                &["--config", "f", "--format", "xml"][..],
+                "--format is text, json or prometheus, not \"xml\"",
+            ),
+            (
+                &["--config", "f", "--addresses=yes"][..],
+                "unknown option \"--addresses=yes\"",
+            ),
+            (&["--config", "f", "--all"][..], "unknown option \"--all\""),
+            (&["--config"][..], "--config needs a value"),
+        ] {
+            let e = parse_show(&args(bad)).unwrap_err();
+            assert!(e.contains(said), "{bad:?}: {e}");
+        }
     }
 
     #[test]

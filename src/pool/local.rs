@@ -55,15 +55,29 @@ impl Local {
     /// As [`Local::open`], but `None`, and nothing made, when the network
     /// has no directory: it holds nothing.
     pub fn open_existing(data_dir: &Path, name: &str) -> Result<Option<Local>, Error> {
+        match Local::open_unlocked(data_dir, name)? {
+            Some(local) => {
+                local.network.lock(Lock::Exclusive, None)?;
+                Ok(Some(local))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Network `name`'s records for reading only, without the lock, so
+    /// that no allocation waits for the reader (an operator's report):
+    /// each record is read whole, as it was made. `None` when the network
+    /// has no directory.
+    pub fn open_unlocked(data_dir: &Path, name: &str) -> Result<Option<Local>, Error> {
         let root = match Dir::open(data_dir) {
             Ok(root) => root,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(files(data_dir, e)),
         };
-        match root.child(name).map_err(|e| root.error_at(name, e))? {
-            Some(network) => Local::locked(network).map(Some),
-            None => Ok(None),
-        }
+        let network = root.child(name).map_err(|e| root.error_at(name, e))?;
+        Ok(network.map(|network| Local {
+            network: network.with_durability(Durability::Ordered),
+        }))
     }
 
     fn locked(network: Dir) -> Result<Local, Error> {

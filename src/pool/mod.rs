@@ -14,6 +14,7 @@ mod import;
 mod local;
 mod range;
 mod reply;
+mod report;
 mod search;
 mod settings;
 mod store;

@@ -347,6 +347,31 @@ impl Range {
         }
     }
 
+    /// How many addresses the range may give: from its start to its end,
+    /// but what it never gives (excluded, the gateway, IPv4's network and
+    /// broadcast addresses). Counted by blocks, never by address.
+    pub fn given_count(&self) -> u128 {
+        let spans = self.spans(self.start, self.end);
+        let total = spans.iter().fold(0u128, |sum, (first, last)| {
+            sum.saturating_add(last.value - first.value + 1)
+        });
+        let broadcast = self
+            .network
+            .plus(host_mask(self.network.family, self.prefix));
+        let mut special = vec![self.gateway];
+        if self.network.family == Family::V4 {
+            special.push(self.network);
+            special.extend(broadcast);
+        }
+        special.sort();
+        special.dedup();
+        let in_spans = special
+            .iter()
+            .filter(|a| spans.iter().any(|(first, last)| first <= *a && *a <= last))
+            .count();
+        total - in_spans as u128
+    }
+
     /// The parts of `[from, to]` that no `exclude` block covers, in order.
     pub fn spans(&self, from: Addr, to: Addr) -> Vec<(Addr, Addr)> {
         let mut spans = Vec::new();
@@ -591,6 +616,28 @@ mod tests {
             let error = refused(value.clone());
             assert!(error.contains(said), "{value}: {error}");
         }
+    }
+
+    #[test]
+    fn a_range_counts_what_it_may_give_by_blocks() {
+        // .1 the gateway, .7 broadcast (and .0 outside the range).
+        assert_eq!(range(json!({"subnet": "10.1.0.0/29"})).given_count(), 5);
+        // Overlapping blocks counted once; the gateway inside one not twice.
+        let r = range(
+            json!({"subnet": "10.1.0.0/29", "exclude": ["10.1.0.0/30", "10.1.0.2", "10.1.0.3"]}),
+        );
+        assert_eq!(r.given_count(), 3);
+        let r = range(
+            json!({"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.100", "rangeEnd": "10.1.0.199", "gateway": "10.1.0.1"}),
+        );
+        assert_eq!(r.given_count(), 100);
+        // IPv6: all of a /48 but its gateway, never enumerated.
+        assert_eq!(
+            range(json!({"subnet": "fd00::/48"})).given_count(),
+            (1u128 << 80) - 2
+        );
+        let r = range(json!({"subnet": "fd00::/64", "exclude": ["fd00::/65"]}));
+        assert_eq!(r.given_count(), 1u128 << 63);
     }
 
     #[test]

@@ -116,6 +116,23 @@ impl Pool {
         })
     }
 
+    /// How many addresses the pool may give: its ranges', but the reserved.
+    pub fn size(&self) -> u128 {
+        let given: u128 = self
+            .ranges
+            .iter()
+            .fold(0, |sum, range| sum.saturating_add(range.given_count()));
+        let mut kept: Vec<Addr> = self
+            .reserved
+            .iter()
+            .copied()
+            .filter(|a| self.range_of(*a).is_some_and(|r| r.gives(*a)))
+            .collect();
+        kept.sort();
+        kept.dedup();
+        given - kept.len() as u128
+    }
+
     /// Why the pool may not give `addr`, if it may not.
     pub fn refusal(&self, addr: Addr) -> Option<String> {
         let Some(range) = self.range_of(addr) else {

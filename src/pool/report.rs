@@ -1,0 +1,390 @@
+//! What `ipam-da-pool show` prints: per pool of a network, how many
+//! addresses it may give, how many are held and by which node, and, if
+//! asked, each held address with its attachment; as text, JSON or
+//! Prometheus gauges. Read from the store without a lock, each record whole
+//! as it was written, so that allocation never waits for a report.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use super::range::Addr;
+use super::settings::{Pool, Settings};
+use super::store::{Holding, Store};
+use crate::error::Error;
+
+/// One pool's figures.
+#[derive(Debug, PartialEq)]
+pub struct PoolReport {
+    /// The pool's name, as the records name it.
+    pub name: String,
+    /// How many addresses it may give; `None` for a pool defined neither
+    /// in the configuration nor in the store (one inline in a selector's
+    /// result), whose addresses are known only from the records.
+    pub size: Option<u128>,
+    /// How many of the pool's addresses `reserved` keeps back.
+    pub reserved: usize,
+    /// The addresses held, in address order.
+    pub held: Vec<HeldAddress>,
+}
+
+/// One held address and its attachment.
+#[derive(Debug, PartialEq)]
+pub struct HeldAddress {
+    pub address: Addr,
+    pub container_id: String,
+    pub ifname: String,
+    pub node: String,
+    /// When the attachment's record was made, seconds since the epoch.
+    pub since: u64,
+}
+
+impl PoolReport {
+    /// How many are held on each node, by node name.
+    pub fn per_node(&self) -> BTreeMap<&str, usize> {
+        let mut nodes = BTreeMap::new();
+        for h in &self.held {
+            *nodes.entry(h.node.as_str()).or_insert(0) += 1;
+        }
+        nodes
+    }
+
+    /// How many may still be given; `None` when the size is not known.
+    pub fn free(&self) -> Option<u128> {
+        self.size
+            .map(|size| size.saturating_sub(self.held.len() as u128))
+    }
+}
+
+/// The pools of a network, from what its attachments hold: those the
+/// configuration defines, then any other that a record names (defined by
+/// the store, if there is one, or unknown), in name order.
+pub fn report(
+    store: Option<&dyn Store>,
+    settings: &Settings,
+    holdings: &[Holding],
+) -> Result<Vec<PoolReport>, Error> {
+    let mut by_pool: BTreeMap<&str, Vec<HeldAddress>> = BTreeMap::new();
+    for holding in holdings {
+        for h in &holding.held {
+            by_pool.entry(&h.pool).or_default().push(HeldAddress {
+                address: h.address,
+                container_id: holding.owner.id.clone(),
+                ifname: holding.owner.ifname.clone(),
+                node: holding.owner.node.clone(),
+                since: holding.since,
+            });
+        }
+    }
+    let mut reports = Vec::new();
+    let mut add = |name: &str, pool: Option<&Pool>, held: Vec<HeldAddress>| {
+        let mut held = held;
+        held.sort_by_key(|h| h.address);
+        reports.push(PoolReport {
+            name: name.to_owned(),
+            size: pool.map(Pool::size),
+            reserved: pool.map_or(0, |p| p.reserved.len()),
+            held,
+        });
+    };
+    for pool in &settings.pools {
+        add(
+            &pool.name,
+            Some(pool),
+            by_pool.remove(pool.name.as_str()).unwrap_or_default(),
+        );
+    }
+    for (name, held) in by_pool {
+        let definition = match store {
+            Some(store) => store.pool_definition(name)?,
+            None => None,
+        };
+        let defined = match definition {
+            Some(definition) => Pool::parse(name, &definition).ok(),
+            None => None,
+        };
+        add(name, defined.as_ref(), held);
+    }
+    Ok(reports)
+}
+
+/// The report as lines of text; with `addresses`, each held address too.
+pub fn text(network: &str, reports: &[PoolReport], addresses: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "network {network}");
+    for pool in reports {
+        let size = pool
+            .size
+            .map_or_else(|| "not defined here".to_owned(), |s| s.to_string());
+        let free = pool
+            .free()
+            .map_or_else(|| "?".to_owned(), |f| f.to_string());
+        let _ = writeln!(
+            out,
+            "  pool {}: size {size}, used {}, free {free}, reserved {}",
+            pool.name,
+            pool.held.len(),
+            pool.reserved
+        );
+        for (node, used) in pool.per_node() {
+            let _ = writeln!(out, "    node {node}: {used} used");
+        }
+        if addresses {
+            for h in &pool.held {
+                let _ = writeln!(
+                    out,
+                    "    {} {}/{} node {} since {}",
+                    h.address,
+                    h.container_id,
+                    h.ifname,
+                    h.node,
+                    utc(h.since)
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The report as one JSON object; with `addresses`, each held address too.
+pub fn json(network: &str, reports: &[PoolReport], addresses: bool) -> Value {
+    let pools: Vec<Value> = reports
+        .iter()
+        .map(|pool| {
+            let mut object = json!({
+                "name": pool.name,
+                "size": pool.size.map(number),
+                "used": pool.held.len(),
+                "free": pool.free().map(number),
+                "reserved": pool.reserved,
+                "nodes": pool.per_node(),
+            });
+            if addresses {
+                object["addresses"] = pool
+                    .held
+                    .iter()
+                    .map(|h| {
+                        json!({
+                            "address": h.address.to_string(),
+                            "containerID": h.container_id,
+                            "ifname": h.ifname,
+                            "node": h.node,
+                            "since": utc(h.since),
+                        })
+                    })
+                    .collect();
+            }
+            object
+        })
+        .collect();
+    json!({"network": network, "pools": pools})
+}
+
+/// One figure of a pool, if it has it.
+type Figure = fn(&PoolReport) -> Option<u128>;
+
+/// The report as Prometheus gauges, in the text exposition format that
+/// node_exporter's textfile collector reads.
+pub fn prometheus(network: &str, reports: &[PoolReport]) -> String {
+    let mut out = String::new();
+    let gauges: [(&str, &str, Figure); 3] = [
+        ("size", "Addresses the pool may give.", |p| p.size),
+        ("used", "Addresses of the pool held.", |p| {
+            Some(p.held.len() as u128)
+        }),
+        (
+            "free",
+            "Addresses the pool may still give.",
+            PoolReport::free,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP ipam_da_pool_{name} {help}");
+        let _ = writeln!(out, "# TYPE ipam_da_pool_{name} gauge");
+        for pool in reports {
+            // A pool of unknown size has no size or free figure.
+            if let Some(value) = value(pool) {
+                let _ = writeln!(
+                    out,
+                    "ipam_da_pool_{name}{{network=\"{}\",pool=\"{}\"}} {value}",
+                    label(network),
+                    label(&pool.name)
+                );
+            }
+        }
+    }
+    out
+}
+
+/// A label value as the exposition format escapes it.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A count as a JSON number: exact up to 2^64, beyond (the size of a wide
+/// IPv6 pool) a float, as precise as any consumer of JSON reads it.
+fn number(count: u128) -> Value {
+    match u64::try_from(count) {
+        Ok(n) => json!(n),
+        Err(_) => json!(count as f64),
+    }
+}
+
+/// `seconds` since the epoch as an RFC 3339 time in UTC.
+fn utc(seconds: u64) -> String {
+    let days = seconds / 86_400;
+    let rest = seconds % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::Fake;
+    use super::super::store::{Held, Owner};
+    use super::*;
+    use crate::cni::NetConf;
+
+    /// A store in which nodes a and b hold addresses of pools blue (the
+    /// configuration's, a /28 with a block excluded and one address
+    /// reserved), central (the store's) and inline (defined nowhere).
+    fn reported() -> Vec<PoolReport> {
+        let raw = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "ipam-da-pool", "pool": {
+            "node": "a",
+            "pools": {"blue": {"ranges": [{"subnet": "10.4.0.0/28", "exclude": ["10.4.0.8/30"]}], "reserved": ["10.4.0.2"]}},
+        }}})
+        .to_string();
+        let net = NetConf::parse(raw.as_bytes()).unwrap();
+        let settings = Settings::from_net(&net).unwrap();
+        let mut store = Fake::default();
+        store
+            .pools
+            .insert("central".into(), json!([{"subnet": "10.9.0.0/24"}]));
+        let claim = |id: &str, node: &str, held: &[(&str, &str)]| {
+            let owner = Owner {
+                id: id.into(),
+                ifname: "eth0".into(),
+                node: node.into(),
+            };
+            let held: Vec<Held> = held
+                .iter()
+                .map(|(pool, address)| Held {
+                    pool: (*pool).into(),
+                    address: Addr::new(address.parse().unwrap()),
+                })
+                .collect();
+            assert!(store.claim(&owner, &held).unwrap());
+        };
+        claim("c2", "b", &[("blue", "10.4.0.5")]);
+        claim("c1", "a", &[("blue", "10.4.0.3"), ("central", "10.9.0.7")]);
+        claim("c3", "a", &[("inline", "192.168.0.9")]);
+        let holdings = store.holdings().unwrap();
+        report(Some(&store), &settings, &holdings).unwrap()
+    }
+
+    #[test]
+    fn each_pool_says_its_size_what_is_used_on_which_node_and_what_is_free() {
+        let reports = reported();
+        let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["blue", "central", "inline"]);
+        // .1 to .14, less the gateway, the block of 4 and the reserved one.
+        let blue = &reports[0];
+        assert_eq!(
+            (blue.size, blue.held.len(), blue.free(), blue.reserved),
+            (Some(8), 2, Some(6), 1)
+        );
+        assert_eq!(blue.per_node(), BTreeMap::from([("a", 1), ("b", 1)]));
+        assert_eq!(
+            blue.held[0].address.to_string(),
+            "10.4.0.3",
+            "in address order"
+        );
+        assert_eq!((reports[1].size, reports[1].free()), (Some(253), Some(252)));
+        assert_eq!((reports[2].size, reports[2].free()), (None, None));
+        let text = text("n", &reports, true);
+        assert!(text.contains("  pool blue: size 8, used 2, free 6, reserved 1\n    node a: 1 used\n    node b: 1 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
+        assert!(
+            text.contains("  pool inline: size not defined here, used 1, free ?, reserved 0"),
+            "{text}"
+        );
+        let value = json("n", &reports, true);
+        assert_eq!(value["pools"][0]["nodes"], json!({"a": 1, "b": 1}));
+        assert_eq!(value["pools"][0]["addresses"][1]["containerID"], "c2");
+        assert_eq!(value["pools"][2]["size"], Value::Null);
+        assert!(json("n", &reports, false)["pools"][0]
+            .get("addresses")
+            .is_none());
+    }
+
+    #[test]
+    fn prometheus_gauges_are_in_the_exposition_format() {
+        let out = prometheus("n", &reported());
+        let mut samples = Vec::new();
+        let mut typed = Vec::new();
+        for line in out.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                typed.push(rest.to_owned());
+            } else if !line.starts_with("# HELP ") {
+                // name{labels} value, the value a number.
+                let (series, value) = line.rsplit_once(' ').unwrap();
+                value.parse::<f64>().unwrap();
+                samples.push(series.to_owned());
+            }
+        }
+        assert_eq!(
+            typed,
+            [
+                "ipam_da_pool_size gauge",
+                "ipam_da_pool_used gauge",
+                "ipam_da_pool_free gauge"
+            ]
+        );
+        assert!(
+            samples.contains(&"ipam_da_pool_free{network=\"n\",pool=\"blue\"}".to_owned()),
+            "{out}"
+        );
+        assert!(
+            out.contains("ipam_da_pool_used{network=\"n\",pool=\"inline\"} 1\n"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("ipam_da_pool_size{network=\"n\",pool=\"inline\"}"),
+            "no size for an unknown pool"
+        );
+    }
+
+    #[test]
+    fn times_are_rfc_3339_in_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_438_282), "2026-11-23T12:51:22Z");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
