@@ -157,15 +157,25 @@ impl Dir {
         self.rename_into(name, content)
     }
 
-    /// Writes `content` over the start of file `name` (made if missing), in
-    /// place and syncing nothing, with no new name to journal: for what a
-    /// crash may garble at no cost but a longer look (a hint). What lies
-    /// past `content` stays, so a caller writes one width per name.
+    /// Writes `content` as file `name` (made if missing), in place and
+    /// syncing nothing, with no new name to journal: for what a crash may
+    /// garble at no cost but a longer look (a hint). Anything but a regular
+    /// file there is refused (a FIFO cannot hang the open).
     pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW;
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         let file =
             sys::openat(&self.file, name, flags, 0o644).map_err(|e| self.refused_or(name, e))?;
-        file.write_all_at(content, 0)
+        let before = file.metadata()?;
+        if !before.is_file() {
+            return Err(io::Error::other("not a regular file: refused"));
+        }
+        file.write_all_at(content, 0)?;
+        // Usually one width per name; a longer old content loses its tail.
+        let written = content.len() as u64;
+        if before.len() > written {
+            file.set_len(written)?;
+        }
+        Ok(())
     }
 
     fn rename_into(&self, name: &str, content: &[u8]) -> io::Result<()> {
@@ -179,26 +189,46 @@ impl Dir {
 
     /// Writes record `name` whole if there is none yet: `Ok(false)`, and
     /// nothing changed, if there is. A crash leaves the record whole or
-    /// absent, never empty or half written: in a durable directory a file,
-    /// synced before it is linked into place; in an ordered one a symbolic
-    /// link whose target is `content` (not empty, no NUL byte, shorter
-    /// than PATH_MAX).
+    /// absent, never empty or half written: in an ordered directory a
+    /// symbolic link whose target is `content`; in a durable one, or for
+    /// content that cannot be a link's target, a file, synced before it is
+    /// linked into place.
     pub fn create(&self, name: &str, content: &[u8]) -> io::Result<bool> {
-        let made = if self.durable {
-            let temporary = self.write_temporary(name, content)?;
-            let linked = sys::linkat(&self.file, &temporary, name);
-            let _ = sys::unlinkat(&self.file, &temporary);
-            linked
-        } else if content.is_empty() || content.len() >= libc::PATH_MAX as usize {
+        if !self.durable {
+            match self.create_link(name, content) {
+                // Empty, with a NUL byte, or longer than this filesystem
+                // takes for a link's target (XFS: 1,023 bytes), or a
+                // filesystem without links: a file, as `read` reads both.
+                Err(e)
+                    if e.kind() == io::ErrorKind::InvalidInput
+                        || matches!(
+                            e.raw_os_error(),
+                            Some(libc::ENAMETOOLONG | libc::EPERM | libc::EOPNOTSUPP)
+                        ) => {}
+                made => return made,
+            }
+        }
+        let temporary = self.write_temporary(name, content)?;
+        let linked = sys::linkat(&self.file, &temporary, name);
+        let _ = sys::unlinkat(&self.file, &temporary);
+        match linked {
+            Ok(()) => self.sync_change().map(|()| true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Record `name` as a symbolic link whose target is `content`, made in
+    /// one step with it: nothing to sync.
+    fn create_link(&self, name: &str, content: &[u8]) -> io::Result<bool> {
+        if content.is_empty() || content.len() >= libc::PATH_MAX as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("a record of {} bytes cannot be a link", content.len()),
             ));
-        } else {
-            sys::symlinkat(content, &self.file, name)
-        };
-        match made {
-            Ok(()) => self.sync_change().map(|()| true),
+        }
+        match sys::symlinkat(content, &self.file, name) {
+            Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(e),
         }
@@ -363,9 +393,31 @@ mod tests {
             Some(&b"010.001.000.006"[..])
         );
         assert_eq!(dir.read("none").unwrap(), None);
-        for bad in [&b""[..], b"a\0b", &[b'x'; 4096]] {
-            assert!(dir.create("bad", bad).is_err(), "{} bytes", bad.len());
+        // What cannot be a link's target is a synced file, read the same.
+        for (i, content) in [&b""[..], b"a\0b", &[b'x'; 4096]].into_iter().enumerate() {
+            let name = format!("file-{i}");
+            assert!(dir.create(&name, content).unwrap());
+            assert!(!dir.create(&name, b"other").unwrap(), "never overwritten");
+            let path = root.path().join("d").join(&name);
+            assert!(fs::symlink_metadata(path).unwrap().is_file());
+            assert_eq!(dir.read(&name).unwrap().as_deref(), Some(content));
+            dir.remove(&name).unwrap();
         }
+        // A longer old hint loses its tail; a FIFO is refused, not waited on.
+        dir.overwrite("h", b"fd00:0000:0000:0000:0000:0000:0000:0001")
+            .unwrap();
+        dir.overwrite("h", b"010.001.000.007").unwrap();
+        assert_eq!(
+            dir.read("h").unwrap().as_deref(),
+            Some(&b"010.001.000.007"[..])
+        );
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(root.path().join("d/fifo"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+        // Without a reader, the open fails at once (ENXIO); never a wait.
+        assert!(dir.overwrite("fifo", b"x").is_err());
         assert!(dir.remove("r").unwrap() && dir.read("r").unwrap().is_none());
         // A durable directory keeps files, and refuses a link as before.
         let durable = Dir::open_made(&root.path().join("e")).unwrap();

@@ -353,7 +353,8 @@ impl Range {
     pub fn given_count(&self) -> u128 {
         let spans = self.spans(self.start, self.end);
         let total = spans.iter().fold(0u128, |sum, (first, last)| {
-            sum.saturating_add(last.value - first.value + 1)
+            // Saturated: a span of the whole IPv6 space is one short.
+            sum.saturating_add((last.value - first.value).saturating_add(1))
         });
         let broadcast = self
             .network
@@ -369,7 +370,7 @@ impl Range {
             .iter()
             .filter(|a| spans.iter().any(|(first, last)| first <= *a && *a <= last))
             .count();
-        total - in_spans as u128
+        total.saturating_sub(in_spans as u128)
     }
 
     /// The parts of `[from, to]` that no `exclude` block covers, in order.
@@ -638,6 +639,11 @@ mod tests {
         );
         let r = range(json!({"subnet": "fd00::/64", "exclude": ["fd00::/65"]}));
         assert_eq!(r.given_count(), 1u128 << 63);
+        // The whole space, saturated rather than wrapped.
+        let r = range(
+            json!({"subnet": "::/0", "rangeStart": "::", "rangeEnd": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}),
+        );
+        assert_eq!(r.given_count(), u128::MAX - 1);
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub struct PoolReport {
     pub size: Option<u128>,
     /// How many of the pool's addresses `reserved` keeps back.
     pub reserved: usize,
+    /// How many may still be given: the size less the held addresses the
+    /// pool may give (one held from before an `exclude` is not counted
+    /// twice); `None` when the size is not known.
+    free: Option<u128>,
     /// The addresses held, in address order.
     pub held: Vec<HeldAddress>,
 }
@@ -52,8 +56,7 @@ impl PoolReport {
 
     /// How many may still be given; `None` when the size is not known.
     pub fn free(&self) -> Option<u128> {
-        self.size
-            .map(|size| size.saturating_sub(self.held.len() as u128))
+        self.free
     }
 }
 
@@ -81,10 +84,18 @@ pub fn report(
     let mut add = |name: &str, pool: Option<&Pool>, held: Vec<HeldAddress>| {
         let mut held = held;
         held.sort_by_key(|h| h.address);
+        let free = pool.map(|p| {
+            let counted = held
+                .iter()
+                .filter(|h| p.refusal(h.address).is_none())
+                .count();
+            p.size().saturating_sub(counted as u128)
+        });
         reports.push(PoolReport {
             name: name.to_owned(),
             size: pool.map(Pool::size),
-            reserved: pool.map_or(0, |p| p.reserved.len()),
+            reserved: pool.map_or(0, |p| p.kept_back().len()),
+            free,
             held,
         });
     };
@@ -301,6 +312,8 @@ mod tests {
         claim("c2", "b", &[("blue", "10.4.0.5")]);
         claim("c1", "a", &[("blue", "10.4.0.3"), ("central", "10.9.0.7")]);
         claim("c3", "a", &[("inline", "192.168.0.9")]);
+        // Held from before its block was excluded: used, but not from the size.
+        claim("c4", "b", &[("blue", "10.4.0.9")]);
         let holdings = store.holdings().unwrap();
         report(Some(&store), &settings, &holdings).unwrap()
     }
@@ -314,9 +327,9 @@ mod tests {
         let blue = &reports[0];
         assert_eq!(
             (blue.size, blue.held.len(), blue.free(), blue.reserved),
-            (Some(8), 2, Some(6), 1)
+            (Some(8), 3, Some(6), 1)
         );
-        assert_eq!(blue.per_node(), BTreeMap::from([("a", 1), ("b", 1)]));
+        assert_eq!(blue.per_node(), BTreeMap::from([("a", 1), ("b", 2)]));
         assert_eq!(
             blue.held[0].address.to_string(),
             "10.4.0.3",
@@ -325,13 +338,13 @@ mod tests {
         assert_eq!((reports[1].size, reports[1].free()), (Some(253), Some(252)));
         assert_eq!((reports[2].size, reports[2].free()), (None, None));
         let text = text("n", &reports, true);
-        assert!(text.contains("  pool blue: size 8, used 2, free 6, reserved 1\n    node a: 1 used\n    node b: 1 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
+        assert!(text.contains("  pool blue: size 8, used 3, free 6, reserved 1\n    node a: 1 used\n    node b: 2 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
         assert!(
             text.contains("  pool inline: size not defined here, used 1, free ?, reserved 0"),
             "{text}"
         );
         let value = json("n", &reports, true);
-        assert_eq!(value["pools"][0]["nodes"], json!({"a": 1, "b": 1}));
+        assert_eq!(value["pools"][0]["nodes"], json!({"a": 1, "b": 2}));
         assert_eq!(value["pools"][0]["addresses"][1]["containerID"], "c2");
         assert_eq!(value["pools"][2]["size"], Value::Null);
         assert!(json("n", &reports, false)["pools"][0]

@@ -122,6 +122,11 @@ impl Pool {
             .ranges
             .iter()
             .fold(0, |sum, range| sum.saturating_add(range.given_count()));
+        given.saturating_sub(self.kept_back().len() as u128)
+    }
+
+    /// The reserved addresses that a range would otherwise give, each once.
+    pub fn kept_back(&self) -> Vec<Addr> {
         let mut kept: Vec<Addr> = self
             .reserved
             .iter()
@@ -130,7 +135,7 @@ impl Pool {
             .collect();
         kept.sort();
         kept.dedup();
-        given - kept.len() as u128
+        kept
     }
 
     /// Why the pool may not give `addr`, if it may not.
@@ -407,6 +412,12 @@ impl Wanted {
                 }
                 Some(Pool::parse(name, &Value::Object(definition))?)
             }
+            // A pool defined elsewhere lists its own: these would be lost.
+            None if object.get("exclude").is_some() || object.get("reserved").is_some() => {
+                return Err(invalid(format!(
+                    "pool {name:?}: \"exclude\" and \"reserved\" need an inline range (\"subnet\"); a pool defined elsewhere lists its own"
+                )))
+            }
             None => None,
         };
         Ok(Wanted {
@@ -643,6 +654,13 @@ mod tests {
         let e = wanted(&conf, &Settings::from_net(&conf).unwrap()).unwrap_err();
         assert_eq!(e.code(), 7);
         assert!(e.to_string().contains("no pool to allocate from"), "{e}");
+
+        let lost =
+            json!({"cniVersion": "1.0.0", "pools": [{"name": "red", "reserved": ["10.1.0.9"]}]});
+        let raw = net(json!({"node": "a"}), Some(lost));
+        let conf = NetConf::parse(&raw).unwrap();
+        let e = wanted(&conf, &Settings::from_net(&conf).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("need an inline range"), "{e}");
 
         let twice = json!({"cniVersion": "1.0.0", "pools": [{"name": "red"}, {"name": "red"}]});
         let raw = net(json!({"node": "a"}), Some(twice));
