@@ -191,7 +191,7 @@ fn a_cluster_without_quorum_or_down_is_try_again_later_and_nothing_is_written() 
 
 #[test]
 #[ignore = "needs etcd-server"]
-fn show_reports_every_nodes_addresses_and_the_pools_defined_in_etcd() {
+fn show_reports_every_nodes_addresses_and_release_frees_a_decommissioned_nodes() {
     let mut cluster = Cluster::start(1, None);
     cluster.put(
         &format!("{PREFIX}/pools/central"),
@@ -237,6 +237,35 @@ fn show_reports_every_nodes_addresses_and_the_pools_defined_in_etcd() {
             {"name": "central", "size": 253, "used": 1, "free": 252, "reserved": 0, "nodes": {"node-b": 1}},
         ])
     );
+    // A node decommissioned: what it held is released, nothing else.
+    let out = run_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &[
+            "release",
+            "--config",
+            file.to_str().unwrap(),
+            "--node",
+            "node-b",
+            "--json",
+        ],
+        &Env(Vec::new()),
+        b"",
+    );
+    let mut released: Vec<String> = out.json()["released"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["containerID"].as_str().unwrap().to_owned())
+        .collect();
+    released.sort();
+    assert_eq!(released, ["b1", "b2"]);
+    let left: Vec<String> = records(&cluster, "shownet")
+        .into_iter()
+        .filter(|k| k.starts_with("attachments/"))
+        .collect();
+    assert_eq!(left, ["attachments/a1:eth0", "attachments/a2:eth0"]);
+    assert_eq!(records(&cluster, "shownet").len(), 4, "and their addresses");
     // An unreachable cluster is an error, and says so.
     cluster.kill(0);
     let out = run_program(

@@ -514,6 +514,74 @@ fn show_reports_a_networks_pools_as_text_json_and_prometheus_without_the_lock() 
     assert_eq!(records(data.path(), "pods").0.len(), 2);
 }
 
+#[test]
+fn release_gives_back_what_an_address_a_container_or_a_node_holds_and_nothing_else() {
+    let data = temp_dir("pool-release");
+    let file = data.path().join("pods.conflist");
+    let on = |node: &str| {
+        json!({"cniVersion": "1.0.0", "name": "pods", "ipam": {"type": "ipam-da-pool", "pool": {
+            "dataDir": data.path(), "node": node, "default": "blue",
+            "pools": {"blue": [{"subnet": "10.5.0.0/24"}]},
+        }}})
+        .to_string()
+    };
+    fs::write(&file, on("node-a")).unwrap();
+    for (id, node) in [
+        ("a1", "node-a"),
+        ("a2", "node-a"),
+        ("b1", "node-b"),
+        ("b2", "node-b"),
+    ] {
+        run_alone(ALLOCATOR, "ADD", id, &on(node)).json();
+    }
+    let release = |args: &[&str]| {
+        let mut all = vec!["release", "--config", file.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run_program(ALLOCATOR, Path::new("/"), &all, &Env(Vec::new()), b"")
+    };
+    let held = || records(data.path(), "pods").1;
+    let before = held();
+    // Unknown address, container or node: exit 1, nothing changed.
+    for unknown in [
+        &["10.5.0.200"][..],
+        &["--container", "zz"],
+        &["--node", "node-z"],
+    ] {
+        let out = release(unknown);
+        assert!(!out.status.success(), "{unknown:?}");
+        assert!(out.stderr.contains("nothing released"), "{}", out.stderr);
+    }
+    let out = release(&["--node", "node-b", "--dry-run", "--json"]);
+    assert_eq!(out.json()["wouldRelease"].as_array().unwrap().len(), 2);
+    assert_eq!(held(), before, "a dry run changes nothing");
+
+    let out = release(&["10.5.0.2"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "released 10.5.0.2 held by a1/eth0 on node node-a\n"
+    );
+    let out = release(&["--container", "a2", "--ifname", "eth0"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("released 10.5.0.3 held by a2/eth0"));
+    let out = release(&["--node", "node-b", "--json"]);
+    let report = out.json();
+    let mut released: Vec<&str> = report["released"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["containerID"].as_str().unwrap())
+        .collect();
+    released.sort();
+    assert_eq!(released, ["b1", "b2"]);
+    assert_eq!(
+        records(data.path(), "pods"),
+        Default::default(),
+        "records and attachments gone"
+    );
+    // A released attachment's DEL is a no-op, as for any DEL.
+    run_alone(ALLOCATOR, "DEL", "a1", &on("node-a")).assert_silent_success();
+}
+
 /// A small pseudo-random sequence (xorshift), seeded from the clock and
 /// printed, so that a failure can be replayed with STRESS_SEED.
 struct Random(u64);

@@ -10,8 +10,9 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use super::range::Addr;
 use super::settings::{Settings, StoreSettings};
-use super::store::Store;
+use super::store::{Holding, Store};
 use super::{etcd, import, local, report};
 use crate::cni::{self, NetConf};
 use crate::error::Error;
@@ -19,6 +20,7 @@ use crate::{config, skel};
 
 const USAGE: &str = "usage:
   ipam-da-pool show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]
+  ipam-da-pool release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME) [--dry-run] [--json]
   ipam-da-pool import --config FILE --from DATADIR [--dry-run]
   ipam-da-pool --help | --version
 ";
@@ -39,6 +41,14 @@ Commands:
           textfile collector. It takes no lock: allocation goes on.
           PATH is a conflist, one plugin's configuration, or a directory
           of them (.conflist, .conf, .json), of which --network picks one.
+  release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME) [--dry-run] [--json]
+          Gives back what the attachments holding ADDRESS, of container
+          ID (on interface IF), or of node NAME (one decommissioned) hold,
+          each as a DEL would, and prints what it released (with
+          --dry-run, what it would release). Nothing that matches is
+          exit status 1, and nothing is changed. Each release is one short
+          step: on the local store the network's lock is taken for one
+          attachment at a time.
   import --config FILE --from DATADIR [--dry-run]
           Copy this node's reservations of FILE's network from the local
           store under DATADIR into the etcd cluster FILE names, each held
@@ -67,6 +77,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         ),
         Some("show") => match parse_show(&args[1..]) {
             Ok(options) => finish(run_show(&options)),
+            Err(problem) => usage(&problem),
+        },
+        Some("release") => match parse_release(&args[1..]) {
+            Ok(options) => finish(run_release(&options)),
             Err(problem) => usage(&problem),
         },
         Some("import") => match parse_import(&args[1..]) {
@@ -162,6 +176,114 @@ fn parse_show(options: &[String]) -> Result<Show, String> {
         return Err("show needs --config".into());
     }
     Ok(show)
+}
+
+/// Which attachments `release` gives back.
+#[derive(Debug, PartialEq)]
+enum Chosen {
+    Address(Addr),
+    Container { id: String, ifname: Option<String> },
+    Node(String),
+}
+
+impl std::fmt::Display for Chosen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Chosen::Address(address) => write!(f, "address {address}"),
+            Chosen::Container { id, ifname: None } => write!(f, "container {id}"),
+            Chosen::Container {
+                id,
+                ifname: Some(ifname),
+            } => write!(f, "container {id} interface {ifname}"),
+            Chosen::Node(node) => write!(f, "node {node}"),
+        }
+    }
+}
+
+impl Chosen {
+    fn matches(&self, holding: &Holding) -> bool {
+        match self {
+            Chosen::Address(address) => holding.held.iter().any(|h| h.address == *address),
+            Chosen::Container { id, ifname } => {
+                holding.owner.id == *id
+                    && ifname.as_ref().is_none_or(|i| holding.owner.ifname == *i)
+            }
+            Chosen::Node(node) => holding.owner.node == *node,
+        }
+    }
+}
+
+/// `release`'s options.
+#[derive(Debug, PartialEq)]
+struct Release {
+    config: PathBuf,
+    network: Option<String>,
+    chosen: Chosen,
+    dry_run: bool,
+    json: bool,
+}
+
+fn parse_release(options: &[String]) -> Result<Release, String> {
+    let (mut config, mut network, mut dry_run, mut json) = (PathBuf::new(), None, false, false);
+    let (mut address, mut container, mut ifname, mut node) = (None, None, None, None);
+    let (addresses, options): (Vec<&String>, Vec<String>) = {
+        // The one argument that is not an option is the address.
+        let mut rest = Vec::new();
+        let mut positional = Vec::new();
+        let mut takes_value = false;
+        for option in options {
+            if !takes_value && !option.starts_with("--") {
+                positional.push(option);
+            } else {
+                rest.push(option.clone());
+            }
+            takes_value = !option.contains('=')
+                && matches!(
+                    option.as_str(),
+                    "--config" | "--network" | "--container" | "--ifname" | "--node"
+                );
+        }
+        (positional, rest)
+    };
+    each_option(&options, |name, value| {
+        match name {
+            "--config" => config = value()?.into(),
+            "--network" => network = Some(value()?),
+            "--container" => container = Some(value()?),
+            "--ifname" => ifname = Some(value()?),
+            "--node" => node = Some(value()?),
+            "--dry-run" => dry_run = true,
+            "--json" => json = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if let Some(text) = addresses.first() {
+        let ip: std::net::IpAddr = text
+            .parse()
+            .map_err(|_| format!("{text:?} is not an address"))?;
+        address = Some(Addr::new(ip));
+    }
+    if config.as_os_str().is_empty() {
+        return Err("release needs --config".into());
+    }
+    let chosen = match (addresses.len(), address, container, node) {
+        (1, Some(address), None, None) if ifname.is_none() => Chosen::Address(address),
+        (0, None, Some(id), None) => Chosen::Container { id, ifname },
+        (0, None, None, Some(node)) if ifname.is_none() => Chosen::Node(node),
+        _ => {
+            return Err(
+                "release needs one of ADDRESS, --container ID [--ifname IF] or --node NAME".into(),
+            )
+        }
+    };
+    Ok(Release {
+        config,
+        network,
+        chosen,
+        dry_run,
+        json,
+    })
 }
 
 /// Goes through `--name value`, `--name=value` and `--flag` options:
@@ -260,9 +382,18 @@ fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, Error> {
     }
 }
 
-/// Shows the network's pools, as asked.
-fn run_show(options: &Show) -> Result<bool, Error> {
-    let raw = load_network(&options.config, options.network.as_deref())?;
+/// A network as an operator's command reads it.
+struct Opened {
+    name: String,
+    settings: Settings,
+    /// Opened without its lock; `None`: a local store that never held anything.
+    store: Option<Box<dyn Store>>,
+}
+
+/// The network the configuration at `config` names, its store opened
+/// without the lock.
+fn open_unlocked(config: &Path, network: Option<&str>) -> Result<Opened, Error> {
+    let raw = load_network(config, network)?;
     let net = NetConf::parse(&raw)?;
     let settings = Settings::from_net(&net)?;
     let store: Option<Box<dyn Store>> = match &settings.store {
@@ -273,6 +404,117 @@ fn run_show(options: &Show) -> Result<bool, Error> {
             &net.name,
         ))),
     };
+    Ok(Opened {
+        name: net.name.clone(),
+        settings,
+        store,
+    })
+}
+
+/// Releases what the chosen attachments hold, one at a time, printing
+/// each: whether anything matched.
+fn run_release(options: &Release) -> Result<bool, Error> {
+    // Chosen from a read without the lock; each one then released as read
+    // again under it (local) or in a transaction that fails if it changed
+    // meanwhile (etcd).
+    let Opened {
+        name,
+        settings,
+        store: shared,
+    } = open_unlocked(&options.config, options.network.as_deref())?;
+    let chosen: Vec<Holding> = match &shared {
+        Some(store) => store.holdings()?,
+        None => Vec::new(),
+    }
+    .into_iter()
+    .filter(|holding| options.chosen.matches(holding))
+    .collect();
+    let mut released = Vec::new();
+    for holding in &chosen {
+        if !options.dry_run {
+            let done = match &settings.store {
+                StoreSettings::Local { data_dir } => {
+                    // The lock for this one attachment only.
+                    match local::Local::open_existing(data_dir, &name)? {
+                        Some(store) => release_as_read(&store, holding)?,
+                        None => false,
+                    }
+                }
+                StoreSettings::Etcd(_) => match &shared {
+                    Some(store) => release_as_read(store.as_ref(), holding)?,
+                    None => false,
+                },
+            };
+            if !done {
+                continue;
+            }
+        }
+        released.push(holding);
+    }
+    let mut out = std::io::stdout().lock();
+    let verb = if options.dry_run {
+        "would release"
+    } else {
+        "released"
+    };
+    if options.json {
+        let list: Vec<Value> = released
+            .iter()
+            .map(|h| {
+                serde_json::json!({
+                    "containerID": h.owner.id,
+                    "ifname": h.owner.ifname,
+                    "node": h.owner.node,
+                    "addresses": h.held.iter().map(|a| a.address.to_string()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let key = if options.dry_run {
+            "wouldRelease"
+        } else {
+            "released"
+        };
+        let _ = writeln!(out, "{}", serde_json::json!({ key: list }));
+    } else {
+        for h in &released {
+            let addresses: Vec<String> = h.held.iter().map(|a| a.address.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "{verb} {} held by {}/{} on node {}",
+                addresses.join(", "),
+                h.owner.id,
+                h.owner.ifname,
+                h.owner.node
+            );
+        }
+    }
+    if chosen.is_empty() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ipam-da-pool: no attachment of network {} matches {}; nothing released",
+            name,
+            options.chosen
+        );
+    }
+    Ok(!chosen.is_empty())
+}
+
+/// Releases `holding` if the store still has it as it was read: whether
+/// it did (a holding that changed meanwhile is someone else's business).
+fn release_as_read(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
+    match store.holding(&holding.owner.id, &holding.owner.ifname)? {
+        Some(now) if now.held == holding.held && now.owner == holding.owner => store.release(&now),
+        _ => Ok(false),
+    }
+}
+
+/// Shows the network's pools, as asked.
+fn run_show(options: &Show) -> Result<bool, Error> {
+    let Opened {
+        name,
+        settings,
+        store,
+    } = open_unlocked(&options.config, options.network.as_deref())?;
     let holdings = match &store {
         Some(store) => store.holdings()?,
         // A local store that never held anything: every pool is free.
@@ -280,9 +522,9 @@ fn run_show(options: &Show) -> Result<bool, Error> {
     };
     let reports = report::report(store.as_deref(), &settings, &holdings)?;
     let printed = match options.format {
-        Format::Text => report::text(&net.name, &reports, options.addresses),
-        Format::Json => format!("{}\n", report::json(&net.name, &reports, options.addresses)),
-        Format::Prometheus => report::prometheus(&net.name, &reports),
+        Format::Text => report::text(&name, &reports, options.addresses),
+        Format::Json => format!("{}\n", report::json(&name, &reports, options.addresses)),
+        Format::Prometheus => report::prometheus(&name, &reports),
     };
     // A reader that went away (`| head`) has what it wanted.
     let _ = std::io::stdout().write_all(printed.as_bytes());
@@ -403,6 +645,46 @@ mod tests {
             (&["--config"][..], "--config needs a value"),
         ] {
             let e = parse_show(&args(bad)).unwrap_err();
+            assert!(e.contains(said), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn release_takes_exactly_one_choice() {
+        let chosen = |list: &[&str]| parse_release(&args(list)).map(|r| r.chosen);
+        assert_eq!(
+            chosen(&["--config", "f", "10.1.0.5"]),
+            Ok(Chosen::Address(Addr::new("10.1.0.5".parse().unwrap())))
+        );
+        assert_eq!(
+            chosen(&["--container=c1", "--config", "f", "--ifname", "net1"]),
+            Ok(Chosen::Container {
+                id: "c1".into(),
+                ifname: Some("net1".into())
+            })
+        );
+        assert_eq!(
+            chosen(&["--config", "f", "--node", "node-b", "--dry-run"]),
+            Ok(Chosen::Node("node-b".into()))
+        );
+        for (bad, said) in [
+            (&["10.1.0.5"][..], "release needs --config"),
+            (&["--config", "f"][..], "release needs one of"),
+            (
+                &["--config", "f", "10.1.0.5", "--node", "b"][..],
+                "release needs one of",
+            ),
+            (
+                &["--config", "f", "--node", "b", "--ifname", "eth0"][..],
+                "release needs one of",
+            ),
+            (
+                &["--config", "f", "10.1.0.5", "10.1.0.6"][..],
+                "release needs one of",
+            ),
+            (&["--config", "f", "ten"][..], "\"ten\" is not an address"),
+        ] {
+            let e = parse_release(&args(bad)).unwrap_err();
             assert!(e.contains(said), "{bad:?}: {e}");
         }
     }
