@@ -191,7 +191,7 @@ fn a_cluster_without_quorum_or_down_is_try_again_later_and_nothing_is_written() 
 
 #[test]
 #[ignore = "needs etcd-server"]
-fn show_reports_every_nodes_addresses_and_release_frees_a_decommissioned_nodes() {
+fn show_check_and_release_on_etcd_every_nodes_records() {
     let mut cluster = Cluster::start(1, None);
     cluster.put(
         &format!("{PREFIX}/pools/central"),
@@ -237,6 +237,35 @@ fn show_reports_every_nodes_addresses_and_release_frees_a_decommissioned_nodes()
             {"name": "central", "size": 253, "used": 1, "free": 252, "reserved": 0, "nodes": {"node-b": 1}},
         ])
     );
+    // Every node's records agree with each other: check finds nothing.
+    let out = run_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["check", "--config", file.to_str().unwrap(), "--json"],
+        &Env(Vec::new()),
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.json()["findings"], json!([]));
+    // A record put there by hand, of no attachment: named.
+    cluster.put(
+        &format!("{PREFIX}/networks/shownet/addresses/010.252.000.060"),
+        "{}",
+    );
+    let out = run_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["check", "--config", file.to_str().unwrap(), "--json"],
+        &Env(Vec::new()),
+        b"",
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        out.json()["findings"],
+        json!([
+            "the record of 10.252.0.60 is torn or not ipam-da-pool's: no DEL or GC can free it"
+        ])
+    );
     // A node decommissioned: what it held is released, nothing else.
     let out = run_program(
         ALLOCATOR,
@@ -265,7 +294,11 @@ fn show_reports_every_nodes_addresses_and_release_frees_a_decommissioned_nodes()
         .filter(|k| k.starts_with("attachments/"))
         .collect();
     assert_eq!(left, ["attachments/a1:eth0", "attachments/a2:eth0"]);
-    assert_eq!(records(&cluster, "shownet").len(), 4, "and their addresses");
+    assert_eq!(
+        records(&cluster, "shownet").len(),
+        5,
+        "their addresses, and the stray record"
+    );
     // An unreachable cluster is an error, and says so.
     cluster.kill(0);
     let out = run_program(

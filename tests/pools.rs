@@ -582,6 +582,73 @@ fn release_gives_back_what_an_address_a_container_or_a_node_holds_and_nothing_el
     run_alone(ALLOCATOR, "DEL", "a1", &on("node-a")).assert_silent_success();
 }
 
+#[test]
+fn check_names_each_inconsistency_and_fails_only_then() {
+    let data = temp_dir("pool-check");
+    let file = data.path().join("pods.conflist");
+    let config = |range_end: &str| {
+        json!({"cniVersion": "1.0.0", "name": "pods", "ipam": {"type": "ipam-da-pool", "pool": {
+            "dataDir": data.path(), "node": "node-a", "default": "blue",
+            "pools": {"blue": [{"subnet": "10.5.0.0/24", "rangeEnd": range_end}]},
+        }}})
+        .to_string()
+    };
+    fs::write(&file, config("10.5.0.200")).unwrap();
+    for id in ["c1", "c2", "c3"] {
+        run_alone(ALLOCATOR, "ADD", id, &config("10.5.0.200")).json();
+    }
+    let check = |args: &[&str]| {
+        let mut all = vec!["check", "--config", file.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run_program(ALLOCATOR, Path::new("/"), &all, &Env(Vec::new()), b"")
+    };
+    let out = check(&[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains("3 attachment(s), 3 address record(s), 0 finding(s)"));
+
+    // The range shrunk in the configuration below c3's address (.4); c2's
+    // address record gone, as if its claim were cut short; a record that
+    // is not ours; and a runtime that knows only c1 and c2.
+    fs::write(&file, config("10.5.0.3")).unwrap();
+    let addresses = data.path().join("pods/addresses");
+    fs::remove_file(addresses.join("10.5.0.3")).unwrap();
+    fs::write(addresses.join("10.5.0.9"), "garbage").unwrap();
+    let valid = data.path().join("valid.json");
+    fs::write(
+        &valid,
+        r#"[{"containerID": "c1", "ifname": "eth0"}, {"containerID": "c2", "ifname": "eth0"}]"#,
+    )
+    .unwrap();
+    let out = check(&["--valid-attachments", valid.to_str().unwrap(), "--json"]);
+    assert!(!out.status.success());
+    let findings: Vec<String> = out.json()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_owned())
+        .collect();
+    // In the order the records are read: attachments by name, then addresses.
+    assert_eq!(
+        findings,
+        [
+            "c2/eth0 (node node-a) lists 10.5.0.3, which has no record: it could be given to another",
+            "10.5.0.4 held by c3/eth0 (node node-a) is outside every range of pool \"blue\"",
+            "the record of 10.5.0.9 is torn or not ipam-da-pool's: no DEL or GC can free it",
+            "c3/eth0 (node node-a) is not among the valid attachments",
+        ]
+    );
+    // A bad list is an error before anything is read.
+    fs::write(&valid, r#"[{"containerID": "c1"}]"#).unwrap();
+    let out = check(&["--valid-attachments", valid.to_str().unwrap()]);
+    assert!(
+        out.stderr
+            .contains("has an entry that is not {\"containerID\", \"ifname\"}"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// A small pseudo-random sequence (xorshift), seeded from the clock and
 /// printed, so that a failure can be replayed with STRESS_SEED.
 struct Random(u64);

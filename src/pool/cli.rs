@@ -1,5 +1,6 @@
 //! ipam-da-pool's command line, for when it is not run as a CNI plugin (no
-//! CNI_COMMAND): `show`, an operator's report of a network's pools;
+//! CNI_COMMAND): `show`, `check` and `release`, an operator's report,
+//! audit and repair of a network's pools;
 //! `import`, the upgrade from the local store to etcd; `--help` and
 //! `--version`; or, with no arguments, the about text.
 
@@ -13,13 +14,14 @@ use serde_json::Value;
 use super::range::Addr;
 use super::settings::{Settings, StoreSettings};
 use super::store::{Holding, Store};
-use super::{etcd, import, local, report};
+use super::{check, etcd, import, local, report};
 use crate::cni::{self, NetConf};
 use crate::error::Error;
 use crate::{config, skel};
 
 const USAGE: &str = "usage:
   ipam-da-pool show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]
+  ipam-da-pool check --config PATH [--network NAME] [--valid-attachments FILE] [--json]
   ipam-da-pool release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME) [--dry-run] [--json]
   ipam-da-pool import --config FILE --from DATADIR [--dry-run]
   ipam-da-pool --help | --version
@@ -41,6 +43,15 @@ Commands:
           textfile collector. It takes no lock: allocation goes on.
           PATH is a conflist, one plugin's configuration, or a directory
           of them (.conflist, .conf, .json), of which --network picks one.
+  check --config PATH [--network NAME] [--valid-attachments FILE] [--json]
+          Finds what is wrong in the network's records and names each:
+          an address held outside every range of its pool (a range shrunk
+          since), an attachment whose address is not recorded as its own,
+          an address record that no DEL or GC can free (torn, or its
+          attachment gone), an address listed by two attachments, and,
+          with FILE (a JSON array of {\"containerID\", \"ifname\"}, as the
+          runtime lists them for GC), attachments not in it. Exit status
+          1 when it finds anything. It takes no lock.
   release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME) [--dry-run] [--json]
           Gives back what the attachments holding ADDRESS, of container
           ID (on interface IF), or of node NAME (one decommissioned) hold,
@@ -77,6 +88,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         ),
         Some("show") => match parse_show(&args[1..]) {
             Ok(options) => finish(run_show(&options)),
+            Err(problem) => usage(&problem),
+        },
+        Some("check") => match parse_check(&args[1..]) {
+            Ok(options) => finish(run_check(&options)),
             Err(problem) => usage(&problem),
         },
         Some("release") => match parse_release(&args[1..]) {
@@ -176,6 +191,108 @@ fn parse_show(options: &[String]) -> Result<Show, String> {
         return Err("show needs --config".into());
     }
     Ok(show)
+}
+
+/// `check`'s options.
+#[derive(Debug, PartialEq)]
+struct Check {
+    config: PathBuf,
+    network: Option<String>,
+    valid: Option<PathBuf>,
+    json: bool,
+}
+
+fn parse_check(options: &[String]) -> Result<Check, String> {
+    let mut check = Check {
+        config: PathBuf::new(),
+        network: None,
+        valid: None,
+        json: false,
+    };
+    each_option(options, |name, value| {
+        match name {
+            "--config" => check.config = value()?.into(),
+            "--network" => check.network = Some(value()?),
+            "--valid-attachments" => check.valid = Some(value()?.into()),
+            "--json" => check.json = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if check.config.as_os_str().is_empty() {
+        return Err("check needs --config".into());
+    }
+    Ok(check)
+}
+
+/// Checks the network's records, printing each finding: whether there
+/// were none.
+fn run_check(options: &Check) -> Result<bool, Error> {
+    // Read before anything else: a bad list changes nothing and reads nothing.
+    let valid = match &options.valid {
+        Some(file) => Some(read_valid_attachments(file)?),
+        None => None,
+    };
+    let Opened {
+        name,
+        settings,
+        store,
+    } = open_unlocked(&options.config, options.network.as_deref())?;
+    let (holdings, records) = match &store {
+        Some(store) => (store.holdings()?, store.address_records()?),
+        None => (Vec::new(), Vec::new()),
+    };
+    let findings = check::check(
+        store.as_deref(),
+        &settings,
+        &holdings,
+        &records,
+        valid.as_deref(),
+    )?;
+    let mut out = std::io::stdout().lock();
+    if options.json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::json!({"network": name, "findings": findings})
+        );
+    } else {
+        for finding in &findings {
+            let _ = writeln!(out, "{finding}");
+        }
+        let _ = writeln!(
+            out,
+            "network {name}: {} attachment(s), {} address record(s), {} finding(s)",
+            holdings.len(),
+            records.len(),
+            findings.len()
+        );
+    }
+    Ok(findings.is_empty())
+}
+
+/// The runtime's list of valid attachments, as GC takes it.
+fn read_valid_attachments(file: &Path) -> Result<Vec<check::Attachment>, Error> {
+    let fail = |reason: String| Error::ConfigFile {
+        path: file.to_owned(),
+        reason,
+    };
+    let text = std::fs::read(file).map_err(|e| fail(format!("cannot be read: {e}")))?;
+    let list: Value =
+        serde_json::from_slice(&text).map_err(|e| fail(format!("is not JSON: {e}")))?;
+    list.as_array()
+        .ok_or_else(|| fail("is not an array of {\"containerID\", \"ifname\"}".into()))?
+        .iter()
+        .map(|entry| {
+            let field = |key: &str| entry.get(key)?.as_str().map(String::from);
+            match (field("containerID"), field("ifname")) {
+                (Some(id), Some(ifname)) => Ok((id, ifname)),
+                _ => Err(fail(format!(
+                    "has an entry that is not {{\"containerID\", \"ifname\"}}: {entry}"
+                ))),
+            }
+        })
+        .collect()
 }
 
 /// Which attachments `release` gives back.

@@ -186,6 +186,18 @@ impl Store for Etcd {
             .collect())
     }
 
+    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {
+        let prefix = self.addresses_prefix();
+        let found = self.client.with_prefix(prefix.as_bytes())?;
+        Ok(found
+            .iter()
+            .filter_map(|kv| {
+                let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_bytes())?).ok()?;
+                Some((Addr::from_sortable(name)?, store::read_owner(&kv.value)))
+            })
+            .collect())
+    }
+
     fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error> {
         let key = format!("{}/pools/{name}", self.client.settings().prefix);
         let Some(kv) = self.client.get(key.as_bytes())? else {

@@ -139,6 +139,15 @@ impl Store for Fake {
         Ok(self.attachments.borrow().values().cloned().collect())
     }
 
+    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {
+        Ok(self
+            .addresses
+            .borrow()
+            .iter()
+            .map(|(address, owner)| (*address, Some(owner.clone())))
+            .collect())
+    }
+
     fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error> {
         Ok(self.pools.get(name).cloned())
     }

@@ -263,6 +263,23 @@ impl Store for Local {
         Ok(found)
     }
 
+    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {
+        let Some(addresses) = self.sub(ADDRESSES)? else {
+            return Ok(Vec::new());
+        };
+        let names = addresses.names().map_err(|e| addresses.error(e))?;
+        let mut found = Vec::new();
+        for name in names {
+            let Ok(ip) = name.parse() else {
+                continue;
+            };
+            if let Some(record) = read(&addresses, &name)? {
+                found.push((Addr::new(ip), store::read_owner(&record)));
+            }
+        }
+        Ok(found)
+    }
+
     fn pool_definition(&self, _name: &str) -> Result<Option<Value>, Error> {
         // Pools of a local store are the configuration's.
         Ok(None)

@@ -6,6 +6,7 @@
 //! this node only. A store never decides what a command means; a command
 //! never knows which store it talks to.
 
+mod check;
 mod cli;
 mod etcd;
 #[cfg(test)]

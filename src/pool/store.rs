@@ -95,6 +95,10 @@ pub trait Store {
     /// What every attachment of the network holds.
     fn holdings(&self) -> Result<Vec<Holding>, Error>;
 
+    /// Every address record of the network, with the owner it names
+    /// (`None` for a record that does not say who: torn, or not ours).
+    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error>;
+
     /// The ranges of pool `name` as the store defines them (etcd's
     /// `PREFIX/pools/NAME`), if it does.
     fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error>;
