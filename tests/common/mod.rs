@@ -144,16 +144,27 @@ pub fn spawn_program(
     env: &Env,
     stderr: Stdio,
 ) -> std::process::Child {
-    Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .current_dir(cwd)
         .env_clear()
         .envs(env.0.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .expect("plugin starts")
+        .stderr(stderr);
+    // A binary a test has just copied may still be open for writing in a
+    // child another test thread forked meanwhile, until that child execs:
+    // ETXTBSY for a moment, not a failure.
+    for _ in 0..100 {
+        match command.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            started => return started.expect("plugin starts"),
+        }
+    }
+    command.spawn().expect("plugin starts")
 }
 
 /// Starts the plugin with `env` and feeds it `stdin` (small enough for a
