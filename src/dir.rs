@@ -196,15 +196,7 @@ impl Dir {
     pub fn create(&self, name: &str, content: &[u8]) -> io::Result<bool> {
         if !self.durable {
             match self.create_link(name, content) {
-                // Empty, with a NUL byte, or longer than this filesystem
-                // takes for a link's target (XFS: 1,023 bytes), or a
-                // filesystem without links: a file, as `read` reads both.
-                Err(e)
-                    if e.kind() == io::ErrorKind::InvalidInput
-                        || matches!(
-                            e.raw_os_error(),
-                            Some(libc::ENAMETOOLONG | libc::EPERM | libc::EOPNOTSUPP)
-                        ) => {}
+                Err(e) if cannot_be_link(&e) => {}
                 made => return made,
             }
         }
@@ -216,6 +208,33 @@ impl Dir {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Writes record `name` whole, replacing what was there, in one step:
+    /// in an ordered directory a symbolic link whose target is `content`,
+    /// made under a temporary name and renamed over the old record (nothing
+    /// to sync); otherwise, or for content that cannot be a link's target,
+    /// a file, as [`Dir::replace`] writes it. Read as [`Dir::create`]'s.
+    pub fn replace_record(&self, name: &str, content: &[u8]) -> io::Result<()> {
+        if !self.durable {
+            let temporary = format!(".{name}.tmp");
+            match sys::unlinkat(&self.file, &temporary) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            match self.create_link(&temporary, content) {
+                Err(e) if cannot_be_link(&e) => {}
+                Err(e) => return Err(e),
+                Ok(_) => {
+                    let renamed = sys::renameat(&self.file, &temporary, name);
+                    if renamed.is_err() {
+                        let _ = sys::unlinkat(&self.file, &temporary);
+                    }
+                    return renamed;
+                }
+            }
+        }
+        self.rename_into(name, content)
     }
 
     /// Record `name` as a symbolic link whose target is `content`, made in
@@ -347,6 +366,17 @@ impl Dir {
     }
 }
 
+/// Whether a record cannot be a symbolic link and must be a file: empty,
+/// with a NUL byte, longer than this filesystem takes for a link's target
+/// (XFS: 1,023 bytes), or a filesystem without links; `read` reads both.
+fn cannot_be_link(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::InvalidInput
+        || matches!(
+            error.raw_os_error(),
+            Some(libc::ENAMETOOLONG | libc::EPERM | libc::EOPNOTSUPP)
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,6 +455,32 @@ mod tests {
         assert!(fs::symlink_metadata(root.path().join("e/f"))
             .unwrap()
             .is_file());
+    }
+
+    #[test]
+    fn a_record_is_replaced_whole_in_one_step() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = Dir::open_made(&root.path().join("d"))
+            .unwrap()
+            .with_durability(Durability::Ordered);
+        dir.replace_record("h", b"{\"until\":null}").unwrap();
+        dir.replace_record("h", b"{\"until\":60}").unwrap();
+        let path = root.path().join("d/h");
+        assert!(fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(
+            dir.read("h").unwrap().as_deref(),
+            Some(&b"{\"until\":60}"[..])
+        );
+        assert_eq!(dir.names().unwrap(), ["h"], "no temporary name left");
+        // A temporary link left by a crash is replaced; what cannot be a
+        // link is a file, read the same.
+        symlink("stale", root.path().join("d/.h.tmp")).unwrap();
+        dir.replace_record("h", &[b'x'; 4096]).unwrap();
+        assert!(fs::symlink_metadata(&path).unwrap().is_file());
+        assert_eq!(dir.read("h").unwrap().unwrap().len(), 4096);
+        dir.replace_record("h", b"short").unwrap();
+        assert_eq!(dir.read("h").unwrap().as_deref(), Some(&b"short"[..]));
+        assert_eq!(dir.names().unwrap(), ["h"]);
     }
 
     #[test]

@@ -605,7 +605,7 @@ fn check_names_each_inconsistency_and_fails_only_then() {
     let out = check(&[]);
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout)
-        .contains("3 attachment(s), 3 address record(s), 0 finding(s)"));
+        .contains("3 attachment(s), 0 hold(s), 3 address record(s), 0 finding(s)"));
 
     // The range shrunk in the configuration below c3's address (.4); c2's
     // address record gone, as if its claim were cut short; a record that

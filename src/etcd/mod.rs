@@ -254,6 +254,8 @@ pub enum Compare {
 #[derive(Debug, Clone)]
 pub enum Op {
     Put(Vec<u8>, Vec<u8>),
+    /// A put whose key goes when the lease (its ID) does.
+    PutLeased(Vec<u8>, Vec<u8>, i64),
     Delete(Vec<u8>),
 }
 
@@ -336,6 +338,9 @@ impl Client {
                 Op::Put(key, value) => {
                     json!({"request_put": {"key": encode(key), "value": encode(value)}})
                 }
+                Op::PutLeased(key, value, lease) => json!({"request_put": {
+                    "key": encode(key), "value": encode(value), "lease": lease.to_string(),
+                }}),
                 Op::Delete(key) => json!({"request_delete_range": {"key": encode(key)}}),
             })
             .collect();
@@ -348,6 +353,33 @@ impl Client {
             .get("succeeded")
             .and_then(Value::as_bool)
             .unwrap_or(false))
+    }
+
+    /// A new lease of `ttl` seconds: its ID.
+    pub fn grant_lease(&self, ttl: u64) -> Result<i64, Error> {
+        let answer = self.call("/v3/lease/grant", &json!({"TTL": ttl.to_string()}))?;
+        int64(&answer["ID"])
+            .filter(|id| *id != 0)
+            .ok_or_else(|| self.unavailable(format!("a lease grant without an ID: {answer}")))
+    }
+
+    /// Renews lease `id` for its TTL: the seconds it has now, or `None`
+    /// if it is gone (expired, or revoked).
+    pub fn keep_lease(&self, id: i64) -> Result<Option<u64>, Error> {
+        // A stream of one request: the gateway answers with one result.
+        let answer = self.call("/v3/lease/keepalive", &json!({"ID": id.to_string()}))?;
+        // Protobuf's JSON leaves a TTL of 0 (the lease is gone) out.
+        let ttl = int64(&answer["result"]["TTL"]).unwrap_or(0);
+        Ok(u64::try_from(ttl).ok().filter(|ttl| *ttl > 0))
+    }
+
+    /// Ends lease `id`, and with it the keys put under it.
+    pub fn revoke_lease(&self, id: i64) -> Result<(), Error> {
+        match self.call("/v3/lease/revoke", &json!({"ID": id.to_string()})) {
+            // Gone already: what revoking it was for.
+            Err(Error::EtcdRefused { message, .. }) if message.contains("not found") => Ok(()),
+            other => other.map(drop),
+        }
     }
 
     /// POSTs `request` to `path` within the timeout: on the connection in
@@ -468,6 +500,15 @@ impl Client {
             endpoints: self.settings.described(),
             reason,
         }
+    }
+}
+
+/// An int64 as protobuf's JSON writes it: a string of digits (or, from
+/// some encoders, a number).
+fn int64(value: &Value) -> Option<i64> {
+    match value {
+        Value::String(text) => text.parse().ok(),
+        other => other.as_i64(),
     }
 }
 

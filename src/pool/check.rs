@@ -1,105 +1,224 @@
 //! What `ipam-da-pool check` finds wrong in a network's records: an
 //! address held outside its pool's ranges (a range shrunk since), an
-//! attachment whose addresses are not recorded as its own, an address
-//! record no attachment can free (torn, or its attachment gone), one
-//! address listed by two attachments, and attachments the runtime no
-//! longer knows. Each finding is a sentence naming what to look at.
+//! attachment or a workload's hold whose addresses are not recorded as
+//! its own, an address record nothing can free (torn, or neither its
+//! attachment nor its workload's hold lists it), one address listed twice,
+//! attachments the runtime no longer knows, and what nodes hold whose
+//! keeper is gone since long. Each finding is a sentence naming what to
+//! look at. The records are read without a lock, while ADDs and DELs go
+//! on: a finding between two records is read again before it is named,
+//! so that a record made or removed between the reads is not one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::range::Addr;
 use super::settings::{Pool, Settings};
-use super::store::{Holding, Owner, Store};
+use super::store::{Hold, Holding, Owner, Store};
 use crate::error::Error;
 
 /// An attachment, as the runtime names it.
 pub type Attachment = (String, String);
 
+/// A network's records, as read.
+pub struct Records {
+    pub holdings: Vec<Holding>,
+    pub holds: Vec<Hold>,
+    pub addresses: Vec<(Addr, Option<Owner>)>,
+}
+
+/// A node whose keeper's registration is gone: its name, and when it was
+/// last seen (seconds since the epoch) and how long ago, as text.
+pub struct DeadNode {
+    pub node: String,
+    pub last_seen: String,
+}
+
 /// Everything wrong with the records, in the order found.
 pub fn check(
     store: Option<&dyn Store>,
     settings: &Settings,
-    holdings: &[Holding],
-    records: &[(Addr, Option<Owner>)],
+    records: &Records,
     valid: Option<&[Attachment]>,
+    dead: &[DeadNode],
 ) -> Result<Vec<String>, Error> {
+    let Records {
+        holdings,
+        holds,
+        addresses,
+    } = records;
     let mut findings = Vec::new();
-    let who = |o: &Owner| format!("{}/{} (node {})", o.id, o.ifname, o.node);
-    let recorded: BTreeMap<Addr, &Option<Owner>> = records.iter().map(|(a, o)| (*a, o)).collect();
-    let mut listed: BTreeMap<Addr, &Owner> = BTreeMap::new();
-    let mut pools: BTreeMap<&str, Option<Pool>> = BTreeMap::new();
-    for holding in holdings {
-        let owner = &holding.owner;
-        for held in &holding.held {
-            if !pools.contains_key(held.pool.as_str()) {
+    let who = |o: &Owner| match &o.workload {
+        Some(workload) if o.id.is_empty() => {
+            format!("workload {workload} ({}, node {})", o.ifname, o.node)
+        }
+        _ => format!("{}/{} (node {})", o.id, o.ifname, o.node),
+    };
+    let recorded: BTreeMap<Addr, &Option<Owner>> = addresses.iter().map(|(a, o)| (*a, o)).collect();
+    // Looked up by name, not searched: a /16 holds 65,000 of them.
+    let by_attachment: HashMap<(&str, &str), &Holding> = holdings
+        .iter()
+        .map(|h| ((h.owner.id.as_str(), h.owner.ifname.as_str()), h))
+        .collect();
+    let by_workload: HashMap<(&str, &str), &Hold> = holds
+        .iter()
+        .map(|h| ((h.workload.as_str(), h.ifname.as_str()), h))
+        .collect();
+    // A hold a live attachment has bound lists what the attachment does:
+    // looked at through the attachment.
+    let unbound: Vec<&Hold> = holds
+        .iter()
+        .filter(|h| {
+            !h.container
+                .as_ref()
+                .is_some_and(|id| by_attachment.contains_key(&(id.as_str(), h.ifname.as_str())))
+        })
+        .collect();
+    let listers = holdings
+        .iter()
+        .map(|h| (h.owner.clone(), &h.held))
+        .chain(unbound.iter().map(|h| (h.owner(), &h.held)));
+    let mut listed: BTreeMap<Addr, Owner> = BTreeMap::new();
+    let mut pools: BTreeMap<String, Option<Pool>> = BTreeMap::new();
+    for (owner, held) in listers {
+        for held in held.iter() {
+            if !pools.contains_key(&held.pool) {
                 let pool = known_pool(store, settings, &held.pool)?;
-                pools.insert(&held.pool, pool);
+                pools.insert(held.pool.clone(), pool);
             }
-            if let Some(Some(pool)) = pools.get(held.pool.as_str()) {
+            if let Some(Some(pool)) = pools.get(&held.pool) {
                 if pool.range_of(held.address).is_none() {
                     findings.push(format!(
                         "{} held by {} is outside every range of pool {:?}",
                         held.address,
-                        who(owner),
+                        who(&owner),
                         held.pool
                     ));
                 }
             }
-            match recorded.get(&held.address) {
-                None => findings.push(format!(
-                    "{} lists {}, which has no record: it could be given to another",
-                    who(owner),
-                    held.address
-                )),
-                Some(Some(holder)) if !holder.same_attachment(owner) => findings.push(format!(
-                    "{} lists {}, whose record says {} holds it",
-                    who(owner),
-                    held.address,
-                    who(holder)
-                )),
-                _ => {}
+            let mismatch = match recorded.get(&held.address) {
+                None => true,
+                Some(Some(holder)) => !owner.owns(holder),
+                Some(None) => false,
+            };
+            if mismatch && lists_now(store, &owner)?.contains(&held.address) {
+                match now_held_by(store, held.address)? {
+                    None => findings.push(format!(
+                        "{} lists {}, which has no record: it could be given to another",
+                        who(&owner),
+                        held.address
+                    )),
+                    Some(holder) if !owner.owns(&holder) => findings.push(format!(
+                        "{} lists {}, whose record says {} holds it",
+                        who(&owner),
+                        held.address,
+                        who(&holder)
+                    )),
+                    Some(_) => {}
+                }
             }
-            if let Some(first) = listed.insert(held.address, owner) {
-                findings.push(format!(
-                    "{} is listed by both {} and {}",
-                    held.address,
-                    who(first),
-                    who(owner)
-                ));
-            }
-        }
-    }
-    for (address, owner) in records {
-        match owner {
-            None => findings.push(format!(
-                "the record of {address} is torn or not ipam-da-pool's: no DEL or GC can free it"
-            )),
-            Some(owner) => {
-                let lists = holdings.iter().any(|h| {
-                    h.owner.same_attachment(owner)
-                        && h.held.iter().any(|held| held.address == *address)
-                });
-                if !lists {
+            if let Some(first) = listed.insert(held.address, owner.clone()) {
+                if lists_now(store, &first)?.contains(&held.address)
+                    && lists_now(store, &owner)?.contains(&held.address)
+                {
                     findings.push(format!(
-                        "{address} is held by {}, whose attachment record does not list it: no DEL will free it",
-                        who(owner)
+                        "{} is listed by both {} and {}",
+                        held.address,
+                        who(&first),
+                        who(&owner)
                     ));
                 }
             }
         }
     }
+    for (address, owner) in addresses {
+        let Some(owner) = owner else {
+            findings.push(format!(
+                "the record of {address} is torn or not ipam-da-pool's: no DEL or GC can free it"
+            ));
+            continue;
+        };
+        let lists = |held: &[super::store::Held]| held.iter().any(|h| h.address == *address);
+        let listed = match &owner.workload {
+            None => by_attachment
+                .get(&(owner.id.as_str(), owner.ifname.as_str()))
+                .is_some_and(|h| h.owner.owns(owner) && lists(&h.held)),
+            Some(workload) => by_workload
+                .get(&(workload.as_str(), owner.ifname.as_str()))
+                .is_some_and(|h| lists(&h.held)),
+        };
+        if listed {
+            continue;
+        }
+        // Read again: the record and what lists it may be newer than the
+        // lists read first.
+        let Some(owner) = now_held_by(store, *address)? else {
+            continue;
+        };
+        if lists_now(store, &owner)?.contains(address) {
+            continue;
+        }
+        findings.push(match owner.workload {
+            None => format!(
+                "{address} is held by {}, whose attachment record does not list it: no DEL will free it",
+                who(&owner)
+            ),
+            Some(_) => format!(
+                "{address} is held for {}, whose hold does not list it: nothing will free it",
+                who(&owner)
+            ),
+        });
+    }
     if let Some(valid) = valid {
+        let valid: HashSet<(&str, &str)> = valid
+            .iter()
+            .map(|(id, ifname)| (id.as_str(), ifname.as_str()))
+            .collect();
         for holding in holdings {
             let owner = &holding.owner;
-            if !valid
-                .iter()
-                .any(|(id, ifname)| *id == owner.id && *ifname == owner.ifname)
-            {
+            if !valid.contains(&(owner.id.as_str(), owner.ifname.as_str())) {
                 findings.push(format!("{} is not among the valid attachments", who(owner)));
             }
         }
     }
+    for node in dead {
+        let attachments = holdings
+            .iter()
+            .filter(|h| h.owner.node == node.node)
+            .count();
+        let kept = unbound.iter().filter(|h| h.node == node.node).count();
+        if attachments + kept > 0 {
+            findings.push(format!(
+                "node {} holds {attachments} attachment(s) and {kept} sticky hold(s), but its keeper's lease is gone and it was last seen {}: `ipam-da-pool reclaim` frees them",
+                node.node, node.last_seen
+            ));
+        }
+    }
     Ok(findings)
+}
+
+/// The addresses `owner` (an attachment, or, named without a container, a
+/// workload's hold) lists now, read again from the store.
+fn lists_now(store: Option<&dyn Store>, owner: &Owner) -> Result<Vec<Addr>, Error> {
+    let Some(store) = store else {
+        return Ok(Vec::new());
+    };
+    let held = match (&owner.workload, owner.id.is_empty()) {
+        (Some(workload), true) => store.hold(workload, &owner.ifname)?.map(|h| h.held),
+        _ => store.holding(&owner.id, &owner.ifname)?.map(|h| h.held),
+    };
+    Ok(held
+        .unwrap_or_default()
+        .into_iter()
+        .map(|h| h.address)
+        .collect())
+}
+
+/// Who the record of `address` names now, read again; `None` if it is gone.
+fn now_held_by(store: Option<&dyn Store>, address: Addr) -> Result<Option<Owner>, Error> {
+    match store {
+        Some(store) => store.holder(address),
+        None => Ok(None),
+    }
 }
 
 /// Pool `name` as the configuration or the store defines it, if either does.
@@ -131,6 +250,7 @@ mod tests {
             id: id.into(),
             ifname: "eth0".into(),
             node: "a".into(),
+            workload: None,
         }
     }
 
@@ -152,43 +272,91 @@ mod tests {
                 pool: "blue".into(),
                 address: addr(address),
             }];
-            assert!(store.claim(&owner(id), &held).unwrap());
+            assert!(store.claim(&owner(id), &held, None).unwrap());
         };
         claim("ok", "10.4.0.2");
         claim("outside", "10.4.0.3");
         claim("unrecorded", "10.4.0.4");
         claim("other", "10.4.0.5");
         claim("torn", "10.4.0.6");
-        let mut holdings = store.holdings().unwrap();
-        // A range shrunk since: .3 as if the pool were defined without it.
-        let mut records = store.address_records().unwrap();
-        records.retain(|(a, _)| *a != addr("10.4.0.4"));
-        for (address, holder) in &mut records {
-            if *address == addr("10.4.0.5") {
-                *holder = Some(owner("thief"));
-            }
+        // The records made inconsistent in the store itself: an address
+        // without its record, one recorded as another's, one torn, one
+        // whose attachment is gone, one outside the pool's ranges, one
+        // listed twice.
+        {
+            let mut addresses = store.addresses.borrow_mut();
+            addresses.remove(&addr("10.4.0.4"));
+            addresses.insert(addr("10.4.0.5"), owner("thief"));
+            addresses.insert(addr("10.4.0.9"), owner("gone"));
+            addresses.insert(addr("10.4.1.3"), owner("outside"));
+            addresses.insert(addr("10.4.0.10"), owner("thief"));
+        }
+        let mut attachments = store.attachments.borrow_mut();
+        let outside = attachments
+            .get_mut(&("outside".to_owned(), "eth0".to_owned()))
+            .unwrap();
+        outside.held[0].address = addr("10.4.1.3");
+        attachments.insert(
+            ("twin".into(), "eth0".into()),
+            Holding {
+                owner: owner("twin"),
+                held: vec![Held {
+                    pool: "blue".into(),
+                    address: addr("10.4.0.2"),
+                }],
+                revision: 0,
+                since: 0,
+            },
+        );
+        drop(attachments);
+        // A workload's hold: one of its addresses recorded as another's,
+        // one not recorded at all, one of its records that it no longer
+        // lists; a node gone since long.
+        let hold = Hold {
+            workload: "ns/web-0".into(),
+            ifname: "eth0".into(),
+            node: "b".into(),
+            held: vec![
+                Held {
+                    pool: "blue".into(),
+                    address: addr("10.4.0.10"),
+                },
+                Held {
+                    pool: "blue".into(),
+                    address: addr("10.4.0.11"),
+                },
+            ],
+            container: None,
+            until: Some(0),
+            sticky_for: 60,
+            since: 0,
+            revision: 0,
+        };
+        store
+            .addresses
+            .borrow_mut()
+            .insert(addr("10.4.0.12"), hold.owner());
+        store
+            .holds
+            .borrow_mut()
+            .insert(("ns/web-0".into(), "eth0".into()), hold);
+        let mut addresses = store.address_records().unwrap();
+        for (address, holder) in &mut addresses {
             if *address == addr("10.4.0.6") {
                 *holder = None;
             }
         }
-        records.push((addr("10.4.0.9"), Some(owner("gone"))));
-        for h in &mut holdings {
-            if h.owner.id == "outside" {
-                h.held[0].address = addr("10.4.1.3");
-                records.push((addr("10.4.1.3"), Some(owner("outside"))));
-            }
-        }
-        holdings.push(Holding {
-            owner: owner("twin"),
-            held: vec![Held {
-                pool: "blue".into(),
-                address: addr("10.4.0.2"),
-            }],
-            revision: 0,
-            since: 0,
-        });
+        let records = Records {
+            holdings: store.holdings().unwrap(),
+            holds: store.holds().unwrap(),
+            addresses,
+        };
         let valid: Vec<Attachment> = vec![("ok".into(), "eth0".into())];
-        let found = check(Some(&store), &settings, &holdings, &records, Some(&valid)).unwrap();
+        let dead = [DeadNode {
+            node: "b".into(),
+            last_seen: "at 2026-11-24T10:00:00Z, 2h ago".into(),
+        }];
+        let found = check(Some(&store), &settings, &records, Some(&valid), &dead).unwrap();
         let expected = [
             "10.4.1.3 held by outside/eth0 (node a) is outside every range of pool \"blue\"",
             "unrecorded/eth0 (node a) lists 10.4.0.4, which has no record: it could be given to another",
@@ -200,6 +368,10 @@ mod tests {
             "outside/eth0 (node a) is not among the valid attachments",
             "10.4.0.2 is listed by both ok/eth0 (node a) and twin/eth0 (node a)",
             "twin/eth0 (node a) lists 10.4.0.2, whose record says ok/eth0 (node a) holds it",
+            "workload ns/web-0 (eth0, node b) lists 10.4.0.10, whose record says thief/eth0 (node a) holds it",
+            "workload ns/web-0 (eth0, node b) lists 10.4.0.11, which has no record: it could be given to another",
+            "10.4.0.12 is held for workload ns/web-0 (eth0, node b), whose hold does not list it: nothing will free it",
+            "node b holds 0 attachment(s) and 1 sticky hold(s), but its keeper's lease is gone and it was last seen at 2026-11-24T10:00:00Z, 2h ago: `ipam-da-pool reclaim` frees them",
         ];
         for sentence in expected {
             assert!(
@@ -207,10 +379,69 @@ mod tests {
                 "missing {sentence:?} in {found:#?}"
             );
         }
+        // A workload's container and its hold, as the stores keep them:
+        // nothing wrong.
         let clean = Fake::default();
-        let (h, r) = (clean.holdings().unwrap(), clean.address_records().unwrap());
-        assert!(check(Some(&clean), &settings, &h, &r, None)
-            .unwrap()
-            .is_empty());
+        let web = Owner {
+            workload: Some("ns/web-0".into()),
+            ..owner("c9")
+        };
+        let held = [Held {
+            pool: "blue".into(),
+            address: addr("10.4.0.2"),
+        }];
+        let sticky = crate::pool::store::Sticky {
+            sticky_for: 60,
+            prior: None,
+        };
+        assert!(clean.claim(&web, &held, Some(&sticky)).unwrap());
+        let records = Records {
+            holdings: clean.holdings().unwrap(),
+            holds: clean.holds().unwrap(),
+            addresses: clean.address_records().unwrap(),
+        };
+        let found = check(Some(&clean), &settings, &records, None, &dead).unwrap();
+        assert!(found.is_empty(), "{found:#?}");
+        // Released, the hold alone keeps it: still nothing wrong.
+        clean.release(&records.holdings[0]).unwrap();
+        let records = Records {
+            holdings: clean.holdings().unwrap(),
+            holds: clean.holds().unwrap(),
+            addresses: clean.address_records().unwrap(),
+        };
+        assert_eq!(records.holds.len(), 1);
+        let found = check(Some(&clean), &settings, &records, None, &[]).unwrap();
+        assert!(found.is_empty(), "{found:#?}");
+    }
+
+    #[test]
+    fn records_made_or_removed_between_the_reads_are_no_finding() {
+        let raw =
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "ipam-da-pool", "pool": {
+                "node": "a", "pools": {"blue": [{"subnet": "10.4.0.0/28"}]},
+            }}})
+            .to_string();
+        let settings = Settings::from_net(&NetConf::parse(raw.as_bytes()).unwrap()).unwrap();
+        let store = Fake::default();
+        let held = |address: &str| {
+            [Held {
+                pool: "blue".into(),
+                address: addr(address),
+            }]
+        };
+        assert!(store
+            .claim(&owner("gone"), &held("10.4.0.2"), None)
+            .unwrap());
+        // The attachments read; then an ADD and a DEL; then the addresses.
+        let holdings = store.holdings().unwrap();
+        assert!(store.claim(&owner("new"), &held("10.4.0.3"), None).unwrap());
+        store.release(&holdings[0]).unwrap();
+        let records = Records {
+            holdings,
+            holds: Vec::new(),
+            addresses: store.address_records().unwrap(),
+        };
+        let found = check(Some(&store), &settings, &records, None, &[]).unwrap();
+        assert!(found.is_empty(), "{found:#?}");
     }
 }

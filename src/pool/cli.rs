@@ -1,6 +1,7 @@
 //! ipam-da-pool's command line, for when it is not run as a CNI plugin (no
 //! CNI_COMMAND): `show`, `check` and `release`, an operator's report,
-//! audit and repair of a network's pools;
+//! audit and repair of a network's pools; `node-keeper` and `reclaim`, a
+//! node's registration in etcd and what a dead node held given back;
 //! `import`, the upgrade from the local store to etcd; `--help` and
 //! `--version`; or, with no arguments, the about text.
 
@@ -12,17 +13,19 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use super::range::Addr;
-use super::settings::{Settings, StoreSettings};
-use super::store::{Holding, Store};
-use super::{check, etcd, import, local, report};
+use super::settings::{parse_duration, Settings, StoreSettings};
+use super::store::{Hold, Holding, Owner, Store};
+use super::{check, etcd, import, local, nodes, report};
 use crate::cni::{self, NetConf};
 use crate::error::Error;
 use crate::{config, skel};
 
 const USAGE: &str = "usage:
   ipam-da-pool show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]
-  ipam-da-pool check --config PATH [--network NAME] [--valid-attachments FILE] [--json]
-  ipam-da-pool release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME) [--dry-run] [--json]
+  ipam-da-pool check --config PATH [--network NAME] [--valid-attachments FILE] [--dead-for DURATION] [--json]
+  ipam-da-pool release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME | --workload NAME) [--dry-run] [--json]
+  ipam-da-pool node-keeper --config PATH [--network NAME]
+  ipam-da-pool reclaim --config PATH [--network NAME] [--dead-for DURATION | --node NAME] [--dry-run] [--json]
   ipam-da-pool import --config FILE --from DATADIR [--dry-run]
   ipam-da-pool --help | --version
 ";
@@ -36,30 +39,51 @@ Commands:
   show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]
           Per pool of the network: how many addresses it may give (size),
           how many are held (used) and on which node, how many are free,
-          and how many it keeps back (reserved). With --addresses, each
-          held address with its container ID, interface, node and since
+          how many it keeps back (reserved), and how many of those held
+          only a workload's hold keeps, its container gone (sticky). With
+          --addresses, each held address with its container ID,
+          interface, node, workload and since (or, for a hold, until)
           when. --json prints one JSON object; --format prometheus prints
-          gauges (ipam_da_pool_size, _used, _free) for node_exporter's
-          textfile collector. It takes no lock: allocation goes on.
+          gauges (ipam_da_pool_size, _used, _free, _sticky) for
+          node_exporter's textfile collector. It takes no lock:
+          allocation goes on.
           PATH is a conflist, one plugin's configuration, or a directory
           of them (.conflist, .conf, .json), of which --network picks one.
-  check --config PATH [--network NAME] [--valid-attachments FILE] [--json]
+  check --config PATH [--network NAME] [--valid-attachments FILE] [--dead-for DURATION] [--json]
           Finds what is wrong in the network's records and names each:
           an address held outside every range of its pool (a range shrunk
-          since), an attachment whose address is not recorded as its own,
-          an address record that no DEL or GC can free (torn, or its
-          attachment gone), an address listed by two attachments, and,
-          with FILE (a JSON array of {\"containerID\", \"ifname\"}, as the
+          since), an attachment or a workload's hold whose address is not
+          recorded as its own, an address record nothing can free (torn,
+          or its attachment or hold gone), an address listed twice, on
+          etcd what nodes hold whose keeper's lease is gone and that were
+          last seen longer than DURATION ago (15m by default), and, with
+          FILE (a JSON array of {\"containerID\", \"ifname\"}, as the
           runtime lists them for GC), attachments not in it. Exit status
           1 when it finds anything. It takes no lock.
-  release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME) [--dry-run] [--json]
+  release --config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME | --workload NAME) [--dry-run] [--json]
           Gives back what the attachments holding ADDRESS, of container
-          ID (on interface IF), or of node NAME (one decommissioned) hold,
-          each as a DEL would, and prints what it released (with
-          --dry-run, what it would release). Nothing that matches is
-          exit status 1, and nothing is changed. Each release is one short
-          step: on the local store the network's lock is taken for one
-          attachment at a time.
+          ID (on interface IF), of node NAME (one decommissioned) or of
+          workload NAME (as sticky names it: NAMESPACE/NAME) hold, with
+          the holds of their workloads, and the holds that keep ADDRESS,
+          or were released on node NAME, or are workload NAME's; prints
+          what it released (with --dry-run, what it would release).
+          Nothing that matches is exit status 1, and nothing is changed.
+          Each release is one short step: on the local store the
+          network's lock is taken for one attachment at a time.
+  node-keeper --config PATH [--network NAME]
+          Keeps this node (ipam.pool.node) registered in the etcd cluster
+          the configuration names: a key under a lease of ipam.pool.nodeTTL
+          seconds (60 by default), renewed every third of it, and when it
+          was last seen. Runs until SIGTERM or SIGINT, then withdraws the
+          registration and exits 0. Logs to stderr.
+  reclaim --config PATH [--network NAME] [--dead-for DURATION | --node NAME] [--dry-run] [--json]
+          On etcd: gives back what every node holds in the network whose
+          keeper's registration is gone and that was last seen longer
+          than DURATION ago (15m by default; a node never registered is
+          left alone), or what node NAME holds (one decommissioned):
+          attachments and sticky holds. A node whose registration is
+          there is never touched, not even named. Prints what it released
+          (with --dry-run, what it would release).
   import --config FILE --from DATADIR [--dry-run]
           Copy this node's reservations of FILE's network from the local
           store under DATADIR into the etcd cluster FILE names, each held
@@ -96,6 +120,14 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         },
         Some("release") => match parse_release(&args[1..]) {
             Ok(options) => finish(run_release(&options)),
+            Err(problem) => usage(&problem),
+        },
+        Some("node-keeper") => match parse_keeper(&args[1..]) {
+            Ok(options) => finish(run_keeper(&options)),
+            Err(problem) => usage(&problem),
+        },
+        Some("reclaim") => match parse_reclaim(&args[1..]) {
+            Ok(options) => finish(run_reclaim(&options)),
             Err(problem) => usage(&problem),
         },
         Some("import") => match parse_import(&args[1..]) {
@@ -193,12 +225,24 @@ fn parse_show(options: &[String]) -> Result<Show, String> {
     Ok(show)
 }
 
+/// How long a node's registration must have been gone, unless
+/// `--dead-for` says, before `check` names what it holds and `reclaim`
+/// gives it back: 15 minutes.
+const DEFAULT_DEAD_FOR: u64 = 15 * 60;
+
+/// A `--dead-for` duration, in seconds.
+fn dead_for(text: &str) -> Result<u64, String> {
+    parse_duration(text)
+        .ok_or_else(|| format!("--dead-for takes a duration such as 15m, 1h or 90s, not {text:?}"))
+}
+
 /// `check`'s options.
 #[derive(Debug, PartialEq)]
 struct Check {
     config: PathBuf,
     network: Option<String>,
     valid: Option<PathBuf>,
+    dead_for: u64,
     json: bool,
 }
 
@@ -207,6 +251,7 @@ fn parse_check(options: &[String]) -> Result<Check, String> {
         config: PathBuf::new(),
         network: None,
         valid: None,
+        dead_for: DEFAULT_DEAD_FOR,
         json: false,
     };
     each_option(options, |name, value| {
@@ -214,6 +259,7 @@ fn parse_check(options: &[String]) -> Result<Check, String> {
             "--config" => check.config = value()?.into(),
             "--network" => check.network = Some(value()?),
             "--valid-attachments" => check.valid = Some(value()?.into()),
+            "--dead-for" => check.dead_for = dead_for(&value()?)?,
             "--json" => check.json = true,
             _ => return Ok(false),
         }
@@ -238,16 +284,42 @@ fn run_check(options: &Check) -> Result<bool, Error> {
         settings,
         store,
     } = open_unlocked(&options.config, options.network.as_deref())?;
-    let (holdings, records) = match &store {
-        Some(store) => (store.holdings()?, store.address_records()?),
-        None => (Vec::new(), Vec::new()),
+    let records = match &store {
+        Some(store) => check::Records {
+            holdings: store.holdings()?,
+            holds: store.holds()?,
+            addresses: store.address_records()?,
+        },
+        None => check::Records {
+            holdings: Vec::new(),
+            holds: Vec::new(),
+            addresses: Vec::new(),
+        },
+    };
+    let dead = match &settings.store {
+        StoreSettings::Etcd(cluster) => {
+            let client = crate::etcd::Client::new(cluster.clone())?;
+            let now = super::store::now();
+            nodes::dead(&nodes::states(&client)?, options.dead_for)
+                .into_iter()
+                .map(|(node, seen)| check::DeadNode {
+                    node,
+                    last_seen: format!(
+                        "at {}, {} ago",
+                        report::utc(seen),
+                        ago(now.saturating_sub(seen))
+                    ),
+                })
+                .collect()
+        }
+        StoreSettings::Local { .. } => Vec::new(),
     };
     let findings = check::check(
         store.as_deref(),
         &settings,
-        &holdings,
         &records,
         valid.as_deref(),
+        &dead,
     )?;
     let mut out = std::io::stdout().lock();
     if options.json {
@@ -262,9 +334,10 @@ fn run_check(options: &Check) -> Result<bool, Error> {
         }
         let _ = writeln!(
             out,
-            "network {name}: {} attachment(s), {} address record(s), {} finding(s)",
-            holdings.len(),
-            records.len(),
+            "network {name}: {} attachment(s), {} hold(s), {} address record(s), {} finding(s)",
+            records.holdings.len(),
+            records.holds.len(),
+            records.addresses.len(),
             findings.len()
         );
     }
@@ -295,12 +368,23 @@ fn read_valid_attachments(file: &Path) -> Result<Vec<check::Attachment>, Error> 
         .collect()
 }
 
-/// Which attachments `release` gives back.
+/// How long ago `seconds` was, roughly, as an operator reads it.
+fn ago(seconds: u64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3_600 => format!("{}m", s / 60),
+        s if s < 2 * 86_400 => format!("{}h", s / 3_600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// Which attachments and holds `release` gives back.
 #[derive(Debug, PartialEq)]
 enum Chosen {
     Address(Addr),
     Container { id: String, ifname: Option<String> },
     Node(String),
+    Workload(String),
 }
 
 impl std::fmt::Display for Chosen {
@@ -313,6 +397,7 @@ impl std::fmt::Display for Chosen {
                 ifname: Some(ifname),
             } => write!(f, "container {id} interface {ifname}"),
             Chosen::Node(node) => write!(f, "node {node}"),
+            Chosen::Workload(workload) => write!(f, "workload {workload}"),
         }
     }
 }
@@ -326,6 +411,18 @@ impl Chosen {
                     && ifname.as_ref().is_none_or(|i| holding.owner.ifname == *i)
             }
             Chosen::Node(node) => holding.owner.node == *node,
+            Chosen::Workload(workload) => holding.owner.workload.as_ref() == Some(workload),
+        }
+    }
+
+    /// Whether it chooses `hold` itself (a hold bound to a chosen
+    /// attachment is ended with it).
+    fn matches_hold(&self, hold: &Hold) -> bool {
+        match self {
+            Chosen::Address(address) => hold.held.iter().any(|h| h.address == *address),
+            Chosen::Container { .. } => false,
+            Chosen::Node(node) => hold.node == *node,
+            Chosen::Workload(workload) => hold.workload == *workload,
         }
     }
 }
@@ -343,6 +440,7 @@ struct Release {
 fn parse_release(options: &[String]) -> Result<Release, String> {
     let (mut config, mut network, mut dry_run, mut json) = (PathBuf::new(), None, false, false);
     let (mut address, mut container, mut ifname, mut node) = (None, None, None, None);
+    let mut workload = None;
     let (addresses, options): (Vec<&String>, Vec<String>) = {
         // The one argument that is not an option is the address.
         let mut rest = Vec::new();
@@ -357,7 +455,7 @@ fn parse_release(options: &[String]) -> Result<Release, String> {
             takes_value = !option.contains('=')
                 && matches!(
                     option.as_str(),
-                    "--config" | "--network" | "--container" | "--ifname" | "--node"
+                    "--config" | "--network" | "--container" | "--ifname" | "--node" | "--workload"
                 );
         }
         (positional, rest)
@@ -369,6 +467,7 @@ fn parse_release(options: &[String]) -> Result<Release, String> {
             "--container" => container = Some(value()?),
             "--ifname" => ifname = Some(value()?),
             "--node" => node = Some(value()?),
+            "--workload" => workload = Some(value()?),
             "--dry-run" => dry_run = true,
             "--json" => json = true,
             _ => return Ok(false),
@@ -384,13 +483,14 @@ fn parse_release(options: &[String]) -> Result<Release, String> {
     if config.as_os_str().is_empty() {
         return Err("release needs --config".into());
     }
-    let chosen = match (addresses.len(), address, container, node) {
-        (1, Some(address), None, None) if ifname.is_none() => Chosen::Address(address),
-        (0, None, Some(id), None) => Chosen::Container { id, ifname },
-        (0, None, None, Some(node)) if ifname.is_none() => Chosen::Node(node),
+    let chosen = match (addresses.len(), address, container, node, workload) {
+        (1, Some(address), None, None, None) if ifname.is_none() => Chosen::Address(address),
+        (0, None, Some(id), None, None) => Chosen::Container { id, ifname },
+        (0, None, None, Some(node), None) if ifname.is_none() => Chosen::Node(node),
+        (0, None, None, None, Some(workload)) if ifname.is_none() => Chosen::Workload(workload),
         _ => {
             return Err(
-                "release needs one of ADDRESS, --container ID [--ifname IF] or --node NAME".into(),
+                "release needs one of ADDRESS, --container ID [--ifname IF], --node NAME or --workload NAME".into(),
             )
         }
     };
@@ -528,8 +628,66 @@ fn open_unlocked(config: &Path, network: Option<&str>) -> Result<Opened, Error> 
     })
 }
 
-/// Releases what the chosen attachments hold, one at a time, printing
-/// each: whether anything matched.
+/// What `release` or `reclaim` gave back: an attachment, or a hold.
+enum Released<'a> {
+    Attachment(&'a Holding),
+    Hold(&'a Hold),
+}
+
+impl Released<'_> {
+    /// Who held it, and what.
+    fn parts(&self) -> (Owner, &[super::store::Held]) {
+        match self {
+            Released::Attachment(holding) => (holding.owner.clone(), &holding.held),
+            Released::Hold(hold) => (hold.owner(), &hold.held),
+        }
+    }
+
+    fn json(&self) -> Value {
+        let (owner, held) = self.parts();
+        let mut object = serde_json::json!({
+            "containerID": owner.id,
+            "ifname": owner.ifname,
+            "node": owner.node,
+            "addresses": held.iter().map(|a| a.address.to_string()).collect::<Vec<_>>(),
+        });
+        if let Some(workload) = owner.workload {
+            object["workload"] = serde_json::json!(workload);
+        }
+        object
+    }
+
+    fn line(&self, verb: &str) -> String {
+        let (owner, held) = self.parts();
+        let addresses: Vec<String> = held.iter().map(|a| a.address.to_string()).collect();
+        format!("{verb} {} held by {owner}", addresses.join(", "))
+    }
+}
+
+/// Prints what was given back (or, dry, would be), as text or JSON.
+fn print_released(released: &[Released], dry_run: bool, json: bool, extra: Option<(&str, Value)>) {
+    let mut out = std::io::stdout().lock();
+    let (verb, key) = if dry_run {
+        ("would release", "wouldRelease")
+    } else {
+        ("released", "released")
+    };
+    if json {
+        let list: Vec<Value> = released.iter().map(Released::json).collect();
+        let mut object = serde_json::json!({ key: list });
+        if let Some((name, value)) = extra {
+            object[name] = value;
+        }
+        let _ = writeln!(out, "{object}");
+    } else {
+        for r in released {
+            let _ = writeln!(out, "{}", r.line(verb));
+        }
+    }
+}
+
+/// Releases what the chosen attachments and holds keep, one at a time,
+/// printing each: whether anything matched.
 fn run_release(options: &Release) -> Result<bool, Error> {
     // Chosen from a read without the lock; each one then released as read
     // again under it (local) or in a transaction that fails if it changed
@@ -539,81 +697,94 @@ fn run_release(options: &Release) -> Result<bool, Error> {
         settings,
         store: shared,
     } = open_unlocked(&options.config, options.network.as_deref())?;
-    let chosen: Vec<Holding> = match &shared {
-        Some(store) => store.holdings()?,
-        None => Vec::new(),
-    }
-    .into_iter()
-    .filter(|holding| options.chosen.matches(holding))
-    .collect();
+    let (holdings, holds) = match &shared {
+        Some(store) => (store.holdings()?, store.holds()?),
+        None => (Vec::new(), Vec::new()),
+    };
+    let chosen: Vec<&Holding> = holdings
+        .iter()
+        .filter(|holding| options.chosen.matches(holding))
+        .collect();
+    // Holds chosen themselves, or whose container's attachment is chosen.
+    let released_with = |hold: &Hold| {
+        chosen.iter().any(|h| {
+            h.owner.workload.as_ref() == Some(&hold.workload)
+                && h.owner.ifname == hold.ifname
+                && hold.container.as_ref() == Some(&h.owner.id)
+        })
+    };
+    let bound_alive = |hold: &Hold| {
+        hold.container.as_ref().is_some_and(|id| {
+            holdings
+                .iter()
+                .any(|h| h.owner.id == *id && h.owner.ifname == hold.ifname)
+        })
+    };
+    let chosen_holds: Vec<&Hold> = holds
+        .iter()
+        .filter(|hold| {
+            released_with(hold) || (options.chosen.matches_hold(hold) && !bound_alive(hold))
+        })
+        .collect();
     let mut released = Vec::new();
     for holding in &chosen {
-        if !options.dry_run {
-            let done = match &settings.store {
-                StoreSettings::Local { data_dir } => {
-                    // The lock for this one attachment only.
-                    match local::Local::open_existing(data_dir, &name)? {
-                        Some(store) => release_as_read(&store, holding)?,
-                        None => false,
+        if options.dry_run
+            || with_store(&settings, &name, &shared, |s| release_as_read(s, holding))?
+        {
+            released.push(Released::Attachment(holding));
+        }
+    }
+    for hold in &chosen_holds {
+        let ended = options.dry_run
+            || with_store(&settings, &name, &shared, |store| {
+                // As it is now: releasing its container's attachment
+                // released it too.
+                match store.hold(&hold.workload, &hold.ifname)? {
+                    Some(now)
+                        if now.held == hold.held
+                            && (now.container.is_none() || now.container == hold.container) =>
+                    {
+                        store.end_hold(&now)
                     }
+                    _ => Ok(false),
                 }
-                StoreSettings::Etcd(_) => match &shared {
-                    Some(store) => release_as_read(store.as_ref(), holding)?,
-                    None => false,
-                },
-            };
-            if !done {
-                continue;
-            }
-        }
-        released.push(holding);
-    }
-    let mut out = std::io::stdout().lock();
-    let verb = if options.dry_run {
-        "would release"
-    } else {
-        "released"
-    };
-    if options.json {
-        let list: Vec<Value> = released
-            .iter()
-            .map(|h| {
-                serde_json::json!({
-                    "containerID": h.owner.id,
-                    "ifname": h.owner.ifname,
-                    "node": h.owner.node,
-                    "addresses": h.held.iter().map(|a| a.address.to_string()).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        let key = if options.dry_run {
-            "wouldRelease"
-        } else {
-            "released"
-        };
-        let _ = writeln!(out, "{}", serde_json::json!({ key: list }));
-    } else {
-        for h in &released {
-            let addresses: Vec<String> = h.held.iter().map(|a| a.address.to_string()).collect();
-            let _ = writeln!(
-                out,
-                "{verb} {} held by {}/{} on node {}",
-                addresses.join(", "),
-                h.owner.id,
-                h.owner.ifname,
-                h.owner.node
-            );
+            })?;
+        if ended {
+            released.push(Released::Hold(hold));
         }
     }
-    if chosen.is_empty() {
+    print_released(&released, options.dry_run, options.json, None);
+    let matched = !chosen.is_empty() || !chosen_holds.is_empty();
+    if !matched {
         let _ = writeln!(
             std::io::stderr(),
-            "ipam-da-pool: no attachment of network {} matches {}; nothing released",
+            "ipam-da-pool: no attachment or hold of network {} matches {}; nothing released",
             name,
             options.chosen
         );
     }
-    Ok(!chosen.is_empty())
+    Ok(matched)
+}
+
+/// Runs `step` on the network's store for one short step: on the local
+/// store under the network's lock, taken for it alone; on etcd, as
+/// opened. `false` for a local store that has no records any more.
+fn with_store(
+    settings: &Settings,
+    name: &str,
+    shared: &Option<Box<dyn Store>>,
+    step: impl FnOnce(&dyn Store) -> Result<bool, Error>,
+) -> Result<bool, Error> {
+    match &settings.store {
+        StoreSettings::Local { data_dir } => match local::Local::open_existing(data_dir, name)? {
+            Some(store) => step(&store),
+            None => Ok(false),
+        },
+        StoreSettings::Etcd(_) => match shared {
+            Some(store) => step(store.as_ref()),
+            None => Ok(false),
+        },
+    }
 }
 
 /// Releases `holding` if the store still has it as it was read: whether
@@ -625,6 +796,191 @@ fn release_as_read(store: &dyn Store, holding: &Holding) -> Result<bool, Error> 
     }
 }
 
+/// `node-keeper`'s options.
+#[derive(Debug, PartialEq)]
+struct Keeper {
+    config: PathBuf,
+    network: Option<String>,
+}
+
+fn parse_keeper(options: &[String]) -> Result<Keeper, String> {
+    let mut keeper = Keeper {
+        config: PathBuf::new(),
+        network: None,
+    };
+    each_option(options, |name, value| {
+        match name {
+            "--config" => keeper.config = value()?.into(),
+            "--network" => keeper.network = Some(value()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if keeper.config.as_os_str().is_empty() {
+        return Err("node-keeper needs --config".into());
+    }
+    Ok(keeper)
+}
+
+/// The etcd cluster a network's configuration names; code 7 for a local
+/// store, which has no nodes but this one.
+fn cluster_of(
+    settings: &Settings,
+    config: &Path,
+    verb: &str,
+) -> Result<crate::etcd::Client, Error> {
+    match &settings.store {
+        StoreSettings::Etcd(cluster) => crate::etcd::Client::new(cluster.clone()),
+        StoreSettings::Local { .. } => Err(cni::Error::InvalidConfig(format!(
+            "{} keeps pools in local files, which only this node uses: {verb} needs \"ipam.pool.etcd\"",
+            config.display()
+        ))
+        .into()),
+    }
+}
+
+/// Keeps the node registered until asked to stop.
+fn run_keeper(options: &Keeper) -> Result<bool, Error> {
+    let raw = load_network(&options.config, options.network.as_deref())?;
+    let settings = Settings::from_net(&NetConf::parse(&raw)?)?;
+    let client = cluster_of(&settings, &options.config, "node-keeper")?;
+    nodes::keep(
+        &client,
+        &settings.node,
+        settings.node_ttl,
+        &mut std::io::stderr(),
+    )?;
+    Ok(true)
+}
+
+/// `reclaim`'s options.
+#[derive(Debug, PartialEq)]
+struct Reclaim {
+    config: PathBuf,
+    network: Option<String>,
+    dead_for: u64,
+    node: Option<String>,
+    dry_run: bool,
+    json: bool,
+}
+
+fn parse_reclaim(options: &[String]) -> Result<Reclaim, String> {
+    let mut reclaim = Reclaim {
+        config: PathBuf::new(),
+        network: None,
+        dead_for: DEFAULT_DEAD_FOR,
+        node: None,
+        dry_run: false,
+        json: false,
+    };
+    let mut dead_for_given = false;
+    each_option(options, |name, value| {
+        match name {
+            "--config" => reclaim.config = value()?.into(),
+            "--network" => reclaim.network = Some(value()?),
+            "--dead-for" => {
+                reclaim.dead_for = dead_for(&value()?)?;
+                dead_for_given = true;
+            }
+            "--node" => reclaim.node = Some(value()?),
+            "--dry-run" => reclaim.dry_run = true,
+            "--json" => reclaim.json = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if reclaim.config.as_os_str().is_empty() {
+        return Err("reclaim needs --config".into());
+    }
+    if dead_for_given && reclaim.node.is_some() {
+        return Err("reclaim takes --dead-for or --node, not both".into());
+    }
+    Ok(reclaim)
+}
+
+/// Gives back what dead nodes (or the one named) hold, printing it:
+/// whether a node named had anything.
+fn run_reclaim(options: &Reclaim) -> Result<bool, Error> {
+    let raw = load_network(&options.config, options.network.as_deref())?;
+    let net = NetConf::parse(&raw)?;
+    let settings = Settings::from_net(&net)?;
+    let client = cluster_of(&settings, &options.config, "reclaim")?;
+    let states = nodes::states(&client)?;
+    let mut store = etcd::Etcd::new(client, &net.name);
+    let (holdings, holds) = (store.holdings()?, store.holds()?);
+    let targets: Vec<String> = match &options.node {
+        Some(node) => {
+            if states.get(node).is_some_and(|s| s.alive) {
+                return Err(Error::Busy(format!(
+                    "node {node} is registered: its keeper renews its lease, so it is alive; stop its keeper (or let its lease end) first"
+                )));
+            }
+            vec![node.clone()]
+        }
+        None => nodes::dead(&states, options.dead_for)
+            .into_iter()
+            .map(|(node, _)| node)
+            .collect(),
+    };
+    let mut outcomes = Vec::new();
+    for node in &targets {
+        outcomes.push(nodes::reclaim(
+            &mut store,
+            node,
+            &holdings,
+            &holds,
+            options.dry_run,
+        )?);
+    }
+    let released: Vec<Released> = outcomes
+        .iter()
+        .flat_map(|done| {
+            let holdings = done.holdings.iter().map(Released::Attachment);
+            holdings.chain(done.holds.iter().map(Released::Hold))
+        })
+        .collect();
+    let skipped: usize = outcomes.iter().map(|done| done.skipped).sum();
+    print_released(
+        &released,
+        options.dry_run,
+        options.json,
+        Some(("nodes", serde_json::json!(targets))),
+    );
+    let mut err = std::io::stderr().lock();
+    if skipped > 0 {
+        let _ = writeln!(
+            err,
+            "ipam-da-pool: {skipped} record(s) changed meanwhile (a node back, or a DEL) and were left alone"
+        );
+    }
+    // Nodes with records that no keeper ever registered: never judged dead.
+    let unknown: std::collections::BTreeSet<&str> = holdings
+        .iter()
+        .map(|h| h.owner.node.as_str())
+        .chain(holds.iter().map(|h| h.node.as_str()))
+        .filter(|node| !states.contains_key(*node))
+        .collect();
+    if options.node.is_none() && !unknown.is_empty() {
+        let list: Vec<&str> = unknown.into_iter().collect();
+        let _ = writeln!(
+            err,
+            "ipam-da-pool: node(s) {} hold records but never ran a node-keeper: left alone (reclaim --node NAME releases one)",
+            list.join(", ")
+        );
+    }
+    match &options.node {
+        Some(node) if released.is_empty() => {
+            let _ = writeln!(
+                err,
+                "ipam-da-pool: node {node} holds nothing in network {}; nothing released",
+                net.name
+            );
+            Ok(false)
+        }
+        _ => Ok(true),
+    }
+}
+
 /// Shows the network's pools, as asked.
 fn run_show(options: &Show) -> Result<bool, Error> {
     let Opened {
@@ -632,12 +988,12 @@ fn run_show(options: &Show) -> Result<bool, Error> {
         settings,
         store,
     } = open_unlocked(&options.config, options.network.as_deref())?;
-    let holdings = match &store {
-        Some(store) => store.holdings()?,
+    let (holdings, holds) = match &store {
+        Some(store) => (store.holdings()?, store.holds()?),
         // A local store that never held anything: every pool is free.
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
-    let reports = report::report(store.as_deref(), &settings, &holdings)?;
+    let reports = report::report(store.as_deref(), &settings, &holdings, &holds)?;
     let printed = match options.format {
         Format::Text => report::text(&name, &reports, options.addresses),
         Format::Json => format!("{}\n", report::json(&name, &reports, options.addresses)),

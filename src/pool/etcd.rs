@@ -3,6 +3,7 @@
 //! ```text
 //! PREFIX/networks/NETWORK/attachments/ID:IFNAME    what the attachment holds
 //! PREFIX/networks/NETWORK/addresses/ADDRESS        who holds the address, from which pool
+//! PREFIX/networks/NETWORK/holds/WORKLOAD:IFNAME    what a workload's hold keeps for it
 //! PREFIX/networks/NETWORK/hints/POOL               where to look next in the pool
 //! PREFIX/pools/NAME                                a pool defined centrally
 //! ```
@@ -12,12 +13,13 @@
 //! any of those keys exists: two nodes can never hold one address, and a
 //! claim is all there or not at all. Addresses are named so that their
 //! keys sort as they do, and a free one is found by reading the held keys
-//! from where the search starts, a page at a time.
+//! from where the search starts, a page at a time. A workload's hold
+//! changes in the same transaction as the addresses it keeps.
 
 use serde_json::Value;
 
 use super::range::Addr;
-use super::store::{self, Held, Holding, Owner, Store};
+use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
 use crate::error::Error;
 use crate::etcd::{Client, Compare, Op};
 
@@ -29,13 +31,131 @@ pub struct Etcd {
     client: Client,
     /// `PREFIX/networks/NETWORK/`.
     network: String,
+    /// What every transaction also needs to hold.
+    guard: Vec<Compare>,
 }
 
 impl Etcd {
     /// The store of network `name` on the cluster `client` reaches.
     pub fn new(client: Client, name: &str) -> Etcd {
         let network = format!("{}/networks/{name}/", client.settings().prefix);
-        Etcd { client, network }
+        Etcd {
+            client,
+            network,
+            guard: Vec::new(),
+        }
+    }
+
+    /// Sets what every change from now on also needs to hold (`reclaim`:
+    /// the node's registration is still absent).
+    pub fn set_guard(&mut self, guard: Vec<Compare>) {
+        self.guard = guard;
+    }
+
+    /// The client the store talks through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs `ops` if the guard and `compares` hold.
+    fn txn(&self, mut compares: Vec<Compare>, ops: &[Op]) -> Result<bool, Error> {
+        compares.extend(self.guard.iter().cloned());
+        self.client.txn(&compares, ops)
+    }
+
+    fn hold_key(&self, workload: &str, ifname: &str) -> Vec<u8> {
+        format!(
+            "{}holds/{}",
+            self.network,
+            store::hold_name(workload, ifname)
+        )
+        .into_bytes()
+    }
+
+    /// Whether `owner` (or its workload) holds `address`, with the
+    /// revision of the address's record: `Ok(None)` if there is no record,
+    /// `Ok(Some(None))` if it is another's.
+    fn record_of(&self, owner: &Owner, address: Addr) -> Result<Option<Option<i64>>, Error> {
+        Ok(self.client.get(&self.address_key(address))?.map(|kv| {
+            store::read_owner(&kv.value)
+                .filter(|o| owner.owns(o))
+                .map(|_| kv.mod_revision)
+        }))
+    }
+
+    /// Adds to `compares` and `ops` the removal of each record of `held`
+    /// that names `owner` (or its workload), as read now.
+    fn give_back(
+        &self,
+        owner: &Owner,
+        held: &[Held],
+        compares: &mut Vec<Compare>,
+        ops: &mut Vec<Op>,
+    ) -> Result<(), Error> {
+        for h in held {
+            if let Some(Some(revision)) = self.record_of(owner, h.address)? {
+                let key = self.address_key(h.address);
+                compares.push(Compare::Unchanged(key.clone(), revision));
+                ops.push(Op::Delete(key));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds to `ops` the hint of each pool of `held`: just after it.
+    fn hint_after(&self, held: &[Held], ops: &mut Vec<Op>) {
+        for h in held {
+            if let Some(next) = h.address.plus(1) {
+                ops.push(Op::Put(
+                    self.hint_key(&h.pool),
+                    next.to_string().into_bytes(),
+                ));
+            }
+        }
+    }
+
+    /// A claim for a workload's container, in one transaction: the
+    /// attachment absent and the hold as read; each address the workload's
+    /// already (as read) or absent and recorded as the workload's; what
+    /// the prior hold kept and the claim does not, given back; the hold
+    /// bound to the container.
+    fn claim_for_workload(
+        &self,
+        owner: &Owner,
+        held: &[Held],
+        sticky: &Sticky,
+    ) -> Result<bool, Error> {
+        let workload = owner.workload.as_deref().unwrap_or_default();
+        let attachment = self.attachment_key(&owner.id, &owner.ifname);
+        let hold = self.hold_key(workload, &owner.ifname);
+        let mut compares = vec![
+            Compare::Absent(attachment.clone()),
+            match sticky.prior {
+                Some(prior) => Compare::Unchanged(hold.clone(), prior.revision),
+                None => Compare::Absent(hold.clone()),
+            },
+        ];
+        let mut ops = vec![
+            Op::Put(attachment, store::attachment_record(owner, held)),
+            Op::Put(hold, store::hold_record(&sticky.hold(owner, held))),
+        ];
+        let prior: &[Held] = sticky.prior.map_or(&[], |p| &p.held);
+        for h in held {
+            let key = self.address_key(h.address);
+            let kept = prior.iter().any(|p| p.address == h.address);
+            match kept.then(|| self.record_of(owner, h.address)).transpose()? {
+                Some(Some(Some(revision))) => compares.push(Compare::Unchanged(key, revision)),
+                Some(Some(None)) => return Ok(false),
+                Some(None) | None => {
+                    compares.push(Compare::Absent(key.clone()));
+                    ops.push(Op::Put(key, store::address_record(owner, &h.pool)));
+                }
+            }
+        }
+        let dropped: Vec<Held> = sticky.dropped(held).cloned().collect();
+        self.give_back(owner, &dropped, &mut compares, &mut ops)?;
+        self.hint_after(held, &mut ops);
+        self.txn(compares, &ops)
     }
 
     fn attachment_key(&self, id: &str, ifname: &str) -> Vec<u8> {
@@ -140,7 +260,10 @@ impl Store for Etcd {
         }))
     }
 
-    fn claim(&self, owner: &Owner, held: &[Held]) -> Result<bool, Error> {
+    fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
+        if let Some(sticky) = sticky {
+            return self.claim_for_workload(owner, held, sticky);
+        }
         let attachment = self.attachment_key(&owner.id, &owner.ifname);
         let mut compares = vec![Compare::Absent(attachment.clone())];
         let mut ops = vec![Op::Put(attachment, store::attachment_record(owner, held))];
@@ -148,33 +271,60 @@ impl Store for Etcd {
             let key = self.address_key(h.address);
             compares.push(Compare::Absent(key.clone()));
             ops.push(Op::Put(key, store::address_record(owner, &h.pool)));
-            if let Some(next) = h.address.plus(1) {
-                ops.push(Op::Put(
-                    self.hint_key(&h.pool),
-                    next.to_string().into_bytes(),
-                ));
-            }
         }
-        self.client.txn(&compares, &ops)
+        self.hint_after(held, &mut ops);
+        self.txn(compares, &ops)
     }
 
     fn release(&self, holding: &Holding) -> Result<bool, Error> {
-        let attachment = self.attachment_key(&holding.owner.id, &holding.owner.ifname);
+        let owner = &holding.owner;
+        let attachment = self.attachment_key(&owner.id, &owner.ifname);
         let mut compares = vec![Compare::Unchanged(attachment.clone(), holding.revision)];
         let mut ops = vec![Op::Delete(attachment)];
-        for h in &holding.held {
-            let key = self.address_key(h.address);
-            let Some(kv) = self.client.get(&key)? else {
-                continue;
-            };
-            let mine =
-                store::read_owner(&kv.value).is_some_and(|o| o.same_attachment(&holding.owner));
-            if mine {
-                compares.push(Compare::Unchanged(key.clone(), kv.mod_revision));
-                ops.push(Op::Delete(key));
+        let mut kept = false;
+        if let Some(workload) = &owner.workload {
+            let key = self.hold_key(workload, &owner.ifname);
+            match self.hold(workload, &owner.ifname)? {
+                Some(hold) => {
+                    compares.push(Compare::Unchanged(key.clone(), hold.revision));
+                    if hold.container.as_deref() == Some(owner.id.as_str()) {
+                        let released = hold.released(store::now());
+                        ops.push(Op::Put(key, store::hold_record(&released)));
+                    }
+                    kept = true;
+                }
+                // Ended by an operator: nothing keeps the addresses.
+                None => compares.push(Compare::Absent(key)),
             }
         }
-        self.client.txn(&compares, &ops)
+        if !kept {
+            self.give_back(owner, &holding.held, &mut compares, &mut ops)?;
+        }
+        self.txn(compares, &ops)
+    }
+
+    fn hold(&self, workload: &str, ifname: &str) -> Result<Option<Hold>, Error> {
+        let found = self.client.get(&self.hold_key(workload, ifname))?;
+        Ok(found
+            .and_then(|kv| store::read_hold(&kv.value, kv.mod_revision))
+            .filter(|hold| hold.workload == workload))
+    }
+
+    fn holds(&self) -> Result<Vec<Hold>, Error> {
+        let prefix = format!("{}holds/", self.network);
+        let found = self.client.with_prefix(prefix.as_bytes())?;
+        Ok(found
+            .iter()
+            .filter_map(|kv| store::read_hold(&kv.value, kv.mod_revision))
+            .collect())
+    }
+
+    fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
+        let key = self.hold_key(&hold.workload, &hold.ifname);
+        let mut compares = vec![Compare::Unchanged(key.clone(), hold.revision)];
+        let mut ops = vec![Op::Delete(key)];
+        self.give_back(&hold.owner(), &hold.held, &mut compares, &mut ops)?;
+        self.txn(compares, &ops)
     }
 
     fn holdings(&self) -> Result<Vec<Holding>, Error> {

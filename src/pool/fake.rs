@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use super::range::Addr;
-use super::store::{Held, Holding, Owner, Store};
+use super::store::{Held, Hold, Holding, Owner, Sticky, Store};
 use crate::error::Error;
 
 /// More addresses than any test's search may look at.
@@ -18,6 +18,7 @@ const LOOK_LIMIT: u128 = 1 << 20;
 pub struct Fake {
     pub attachments: RefCell<BTreeMap<(String, String), Holding>>,
     pub addresses: RefCell<BTreeMap<Addr, Owner>>,
+    pub holds: RefCell<BTreeMap<(String, String), Hold>>,
     pub hints: RefCell<HashMap<String, Addr>>,
     /// Pools the store defines, as etcd's `PREFIX/pools/NAME`.
     pub pools: HashMap<String, Value>,
@@ -37,6 +38,18 @@ impl Fake {
             .keys()
             .map(|address| address.to_string())
             .collect()
+    }
+}
+
+impl Fake {
+    /// Removes the records of `held` that name `owner` (or its workload).
+    fn give_back(&self, owner: &Owner, held: &[Held]) {
+        let mut addresses = self.addresses.borrow_mut();
+        for h in held {
+            if addresses.get(&h.address).is_some_and(|o| owner.owns(o)) {
+                addresses.remove(&h.address);
+            }
+        }
     }
 }
 
@@ -83,26 +96,63 @@ impl Store for Fake {
         Ok(self.hints.borrow().get(pool).copied())
     }
 
-    fn claim(&self, owner: &Owner, held: &[Held]) -> Result<bool, Error> {
+    fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
         if self.losing_claims.get() > 0 {
             self.losing_claims.set(self.losing_claims.get() - 1);
             return Ok(false);
         }
         let key = (owner.id.clone(), owner.ifname.clone());
+        let hold_key = owner
+            .workload
+            .clone()
+            .map(|workload| (workload, owner.ifname.clone()));
         let mut addresses = self.addresses.borrow_mut();
-        // As the stores: one record per address, the attachment's first.
+        // As the stores: one record per address, the attachment's first;
+        // a workload's own records taken over, its hold as read.
         let repeated = held
             .iter()
             .enumerate()
             .any(|(i, h)| held[..i].iter().any(|e| e.address == h.address));
+        let taken = |h: &Held| {
+            addresses.get(&h.address).is_some_and(|o| {
+                let kept = sticky
+                    .and_then(|s| s.prior)
+                    .is_some_and(|p| p.held.iter().any(|k| k.address == h.address));
+                !(kept && owner.owns(o))
+            })
+        };
+        let hold_as_read = match (sticky, &hold_key) {
+            (Some(sticky), Some(hold_key)) => self.holds.borrow().get(hold_key) == sticky.prior,
+            _ => true,
+        };
         if self.attachments.borrow().contains_key(&key)
             || repeated
-            || held.iter().any(|h| addresses.contains_key(&h.address))
+            || !hold_as_read
+            || held.iter().any(taken)
         {
             return Ok(false);
         }
+        if let (Some(sticky), Some(hold_key)) = (sticky, hold_key) {
+            for h in sticky.dropped(held) {
+                if addresses.get(&h.address).is_some_and(|o| owner.owns(o)) {
+                    addresses.remove(&h.address);
+                }
+            }
+            let hold = Hold {
+                revision: sticky.prior.map_or(1, |p| p.revision + 1),
+                ..sticky.hold(owner, held)
+            };
+            self.holds.borrow_mut().insert(hold_key, hold);
+        }
+        let recorded = match sticky {
+            Some(_) => Owner {
+                id: String::new(),
+                ..owner.clone()
+            },
+            None => owner.clone(),
+        };
         for h in held {
-            addresses.insert(h.address, owner.clone());
+            addresses.insert(h.address, recorded.clone());
             if let Some(next) = h.address.plus(1) {
                 self.hints.borrow_mut().insert(h.pool.clone(), next);
             }
@@ -118,20 +168,47 @@ impl Store for Fake {
     }
 
     fn release(&self, holding: &Holding) -> Result<bool, Error> {
-        let key = (holding.owner.id.clone(), holding.owner.ifname.clone());
+        let owner = &holding.owner;
+        let key = (owner.id.clone(), owner.ifname.clone());
         if self.attachments.borrow().get(&key) != Some(holding) {
             return Ok(false);
         }
-        let mut addresses = self.addresses.borrow_mut();
-        for h in &holding.held {
-            if addresses
-                .get(&h.address)
-                .is_some_and(|o| o.same_attachment(&holding.owner))
-            {
-                addresses.remove(&h.address);
+        let mut kept = false;
+        if let Some(workload) = &owner.workload {
+            let mut holds = self.holds.borrow_mut();
+            if let Some(hold) = holds.get_mut(&(workload.clone(), owner.ifname.clone())) {
+                if hold.container.as_deref() == Some(owner.id.as_str()) {
+                    *hold = Hold {
+                        revision: hold.revision + 1,
+                        ..hold.released(super::store::now())
+                    };
+                }
+                kept = true;
             }
         }
+        if !kept {
+            self.give_back(owner, &holding.held);
+        }
         self.attachments.borrow_mut().remove(&key);
+        Ok(true)
+    }
+
+    fn hold(&self, workload: &str, ifname: &str) -> Result<Option<Hold>, Error> {
+        let key = (workload.to_owned(), ifname.to_owned());
+        Ok(self.holds.borrow().get(&key).cloned())
+    }
+
+    fn holds(&self) -> Result<Vec<Hold>, Error> {
+        Ok(self.holds.borrow().values().cloned().collect())
+    }
+
+    fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
+        let key = (hold.workload.clone(), hold.ifname.clone());
+        if self.holds.borrow().get(&key) != Some(hold) {
+            return Ok(false);
+        }
+        self.give_back(&hold.owner(), &hold.held);
+        self.holds.borrow_mut().remove(&key);
         Ok(true)
     }
 

@@ -3,9 +3,12 @@
 //! claimed in the target as it was held in the source, by the same owner,
 //! all its addresses at once; one the target already has is left alone,
 //! and one whose addresses someone else holds there is a conflict, named,
-//! for the operator to settle. The source is only read.
+//! for the operator to settle. An attachment whose addresses follow a
+//! workload takes its hold along; a hold no container uses now is left
+//! behind (its workload's next container gets new addresses). The source
+//! is only read.
 
-use super::store::Store;
+use super::store::{Sticky, Store};
 use super::{holds_all, Held};
 use crate::error::Error;
 
@@ -20,11 +23,23 @@ pub struct Report {
 /// Claims in `to` every attachment `from` holds, unless `dry_run`.
 pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report, Error> {
     let mut report = Report::default();
+    for hold in from.holds()? {
+        if hold.container.is_none() {
+            report.lines.push(format!(
+                "left behind the hold of workload {} ({}): no container uses it",
+                hold.workload, hold.ifname
+            ));
+        }
+    }
     for holding in from.holdings()? {
-        let who = format!(
-            "{}/{} (node {})",
-            holding.owner.id, holding.owner.ifname, holding.owner.node
-        );
+        let owner = &holding.owner;
+        let who = match &owner.workload {
+            Some(workload) => format!(
+                "{}/{} (node {}, workload {workload})",
+                owner.id, owner.ifname, owner.node
+            ),
+            None => format!("{}/{} (node {})", owner.id, owner.ifname, owner.node),
+        };
         let addresses = listed(&holding.held);
         if !holds_all(from, &holding)? {
             report.lines.push(format!(
@@ -50,18 +65,27 @@ pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report,
         }
         let mut taken = Vec::new();
         for h in &holding.held {
-            if let Some(other) = to.holder(h.address)? {
-                taken.push(format!(
-                    "{} is held there by {}/{} on node {}",
-                    h.address, other.id, other.ifname, other.node
-                ));
+            if let Some(other) = to.holder(h.address)?.filter(|o| !owner.owns(o)) {
+                taken.push(format!("{} is held there by {other}", h.address));
             }
         }
+        // A workload's hold comes along, as the source has it.
+        let (hold, there) = match &owner.workload {
+            Some(workload) => (
+                from.hold(workload, &owner.ifname)?,
+                to.hold(workload, &owner.ifname)?,
+            ),
+            None => (None, None),
+        };
+        let sticky = hold.as_ref().map(|hold| Sticky {
+            sticky_for: hold.sticky_for,
+            prior: there.as_ref(),
+        });
         if !taken.is_empty() {
             conflict(taken.join("; "));
         } else if dry_run {
             report.lines.push(format!("would import {who} {addresses}"));
-        } else if to.claim(&holding.owner, &holding.held)?
+        } else if to.claim(owner, &holding.held, sticky.as_ref())?
             // A claim resent after a broken connection finds its own keys.
             || to
                 .holding(&holding.owner.id, &holding.owner.ifname)?
@@ -105,6 +129,7 @@ mod tests {
             id: id.into(),
             ifname: "eth0".into(),
             node: node.into(),
+            workload: None,
         }
     }
 
@@ -124,14 +149,16 @@ mod tests {
             ("c", "10.1.0.4"),
             ("d", "10.1.0.5"),
         ] {
-            assert!(local.claim(&owner(id, "node-a"), &held(address)).unwrap());
+            assert!(local
+                .claim(&owner(id, "node-a"), &held(address), None)
+                .unwrap());
         }
         // b is there already; another node holds c's address; d is torn.
         assert!(cluster
-            .claim(&owner("b", "node-a"), &held("10.1.0.3"))
+            .claim(&owner("b", "node-a"), &held("10.1.0.3"), None)
             .unwrap());
         assert!(cluster
-            .claim(&owner("x", "node-b"), &held("10.1.0.4"))
+            .claim(&owner("x", "node-b"), &held("10.1.0.4"), None)
             .unwrap());
         local
             .addresses

@@ -5,6 +5,7 @@
 //! ```text
 //! DATADIR/NETWORK/attachments/ID:IFNAME    what the attachment holds
 //! DATADIR/NETWORK/addresses/ADDRESS        who holds the address, from which pool
+//! DATADIR/NETWORK/holds/WORKLOAD:IFNAME    what a workload's hold keeps for it
 //! DATADIR/NETWORK/hints/POOL               where to look next in the pool
 //! DATADIR/NETWORK/moved                    the network's reservations are in etcd now
 //! ```
@@ -21,19 +22,26 @@
 //! for containers that are gone with it (a record that comes back is
 //! stale, and GC frees it). Once the network's directories exist, an ADD
 //! waits for no disk write. The hint is a plain file written in place.
+//!
+//! A workload's hold is written before the address records it keeps and
+//! lists every one of them at every step (the addresses a claim takes
+//! over and those it gives back, until they are gone), so that no address
+//! record of a workload is ever missing from its hold: whatever is cut
+//! short, the hold's end gives back all of it.
 
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::range::Addr;
-use super::store::{self, Held, Holding, Owner, Store};
+use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
 use crate::dir::{Dir, Durability};
 use crate::error::Error;
 use crate::sys::Lock;
 
 const ATTACHMENTS: &str = "attachments";
 const ADDRESSES: &str = "addresses";
+const HOLDS: &str = "holds";
 const HINTS: &str = "hints";
 /// Left by `ipam-da-pool import`: new claims belong in etcd from then on.
 const MOVED: &str = "moved";
@@ -125,6 +133,139 @@ fn remove(dir: &Dir, name: &str) -> Result<bool, Error> {
     dir.remove(name).map_err(|e| dir.error_at(name, e))
 }
 
+impl Local {
+    /// A claim for a workload's container: the hold first, listing what it
+    /// kept and what it takes (bound to the container), then the
+    /// attachment, then each address recorded as the workload's (one it
+    /// kept already is left as it is), then what it no longer keeps given
+    /// back, and the hold listing only what it keeps now.
+    fn claim_for_workload(
+        &self,
+        owner: &Owner,
+        held: &[Held],
+        sticky: &Sticky,
+    ) -> Result<bool, Error> {
+        let holds = self.sub_made(HOLDS)?;
+        let workload = owner.workload.as_deref().unwrap_or_default();
+        let name = store::hold_name(workload, &owner.ifname);
+        let on_disk = self.hold(workload, &owner.ifname)?;
+        if on_disk.as_ref() != sticky.prior {
+            return Ok(false);
+        }
+        let record = |hold: &Hold| store::hold_record(hold);
+        let mut both: Vec<Held> = held.to_vec();
+        both.extend(sticky.dropped(held).cloned());
+        let taking = sticky.hold(owner, &both);
+        let made = match sticky.prior {
+            Some(_) => holds.replace_record(&name, &record(&taking)).map(|()| true),
+            None => holds.create(&name, &record(&taking)),
+        }
+        .map_err(|e| holds.error_at(&name, e))?;
+        if !made {
+            return Ok(false);
+        }
+        // Undone if the claim fails: the hold as it was.
+        let undo_hold = |holds: &crate::dir::Dir| -> Result<(), Error> {
+            match sticky.prior {
+                Some(prior) => holds
+                    .replace_record(&name, &record(prior))
+                    .map_err(|e| holds.error_at(&name, e)),
+                None => remove(holds, &name).map(drop),
+            }
+        };
+        let attachments = self.sub_made(ATTACHMENTS)?;
+        let attachment = store::attachment_name(&owner.id, &owner.ifname);
+        if !attachments
+            .create(&attachment, &store::attachment_record(owner, held))
+            .map_err(|e| attachments.error_at(&attachment, e))?
+        {
+            undo_hold(&holds)?;
+            return Ok(false);
+        }
+        let addresses = self.sub_made(ADDRESSES)?;
+        let mut made: Vec<String> = Vec::new();
+        for h in held {
+            let address = h.address.to_string();
+            let theirs = match read(&addresses, &address)? {
+                Some(record) => !store::read_owner(&record).is_some_and(|o| owner.owns(&o)),
+                None => {
+                    let created = addresses
+                        .create(&address, &store::address_record(owner, &h.pool))
+                        .map_err(|e| addresses.error_at(&address, e))?;
+                    if created {
+                        made.push(address.clone());
+                    }
+                    !created
+                }
+            };
+            if theirs {
+                for address in &made {
+                    remove(&addresses, address)?;
+                }
+                remove(&attachments, &attachment)?;
+                undo_hold(&holds)?;
+                return Ok(false);
+            }
+        }
+        let given_back: Vec<Held> = sticky.dropped(held).cloned().collect();
+        self.give_back(owner, &given_back)?;
+        holds
+            .replace_record(&name, &record(&sticky.hold(owner, held)))
+            .map_err(|e| holds.error_at(&name, e))?;
+        self.hint_after(held)?;
+        Ok(true)
+    }
+
+    /// Releases the workload's hold that `holding`'s container has bound:
+    /// whether a hold keeps its addresses (it is released for its
+    /// `sticky_for`, or another container of the workload holds it now).
+    fn release_hold_of(&self, holding: &Holding, workload: &str) -> Result<bool, Error> {
+        let owner = &holding.owner;
+        let Some(hold) = self.hold(workload, &owner.ifname)? else {
+            // Ended by an operator: nothing keeps the addresses.
+            return Ok(false);
+        };
+        if hold.container.as_deref() == Some(owner.id.as_str()) {
+            let holds = self.sub_made(HOLDS)?;
+            let name = store::hold_name(workload, &owner.ifname);
+            holds
+                .replace_record(&name, &store::hold_record(&hold.released(store::now())))
+                .map_err(|e| holds.error_at(&name, e))?;
+        }
+        Ok(true)
+    }
+
+    /// Removes the records of `held` that name `owner` (or its workload).
+    fn give_back(&self, owner: &Owner, held: &[Held]) -> Result<(), Error> {
+        let Some(addresses) = self.sub(ADDRESSES)? else {
+            return Ok(());
+        };
+        for h in held {
+            let address = h.address.to_string();
+            let mine = read(&addresses, &address)?
+                .and_then(|record| store::read_owner(&record))
+                .is_some_and(|o| owner.owns(&o));
+            if mine {
+                remove(&addresses, &address)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the next search in each pool of `held` starts: just after it.
+    fn hint_after(&self, held: &[Held]) -> Result<(), Error> {
+        let hints = self.sub_made(HINTS)?;
+        for h in held {
+            if let Some(next) = h.address.plus(1) {
+                // A hint only: losing it to a crash costs a longer look.
+                // In the sortable form: one width for the pool's family.
+                let _ = hints.overwrite(&h.pool, next.sortable().as_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Store for Local {
     fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
         let Some(attachments) = self.sub(ATTACHMENTS)? else {
@@ -180,7 +321,7 @@ impl Store for Local {
             .and_then(|text| Addr::from_sortable(text.trim())))
     }
 
-    fn claim(&self, owner: &Owner, held: &[Held]) -> Result<bool, Error> {
+    fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
         if self
             .network
             .contains(MOVED)
@@ -189,6 +330,9 @@ impl Store for Local {
             return Err(Error::Moved {
                 marker: self.network.path().join(MOVED),
             });
+        }
+        if let Some(sticky) = sticky {
+            return self.claim_for_workload(owner, held, sticky);
         }
         let attachments = self.sub_made(ATTACHMENTS)?;
         let name = store::attachment_name(&owner.id, &owner.ifname);
@@ -217,28 +361,17 @@ impl Store for Local {
             }
             made.push(address);
         }
-        let hints = self.sub_made(HINTS)?;
-        for h in held {
-            if let Some(next) = h.address.plus(1) {
-                // A hint only: losing it to a crash costs a longer look.
-                // In the sortable form: one width for the pool's family.
-                let _ = hints.overwrite(&h.pool, next.sortable().as_bytes());
-            }
-        }
+        self.hint_after(held)?;
         Ok(true)
     }
 
     fn release(&self, holding: &Holding) -> Result<bool, Error> {
-        if let Some(addresses) = self.sub(ADDRESSES)? {
-            for h in &holding.held {
-                let address = h.address.to_string();
-                let mine = read(&addresses, &address)?
-                    .and_then(|record| store::read_owner(&record))
-                    .is_some_and(|o| o.same_attachment(&holding.owner));
-                if mine {
-                    remove(&addresses, &address)?;
-                }
-            }
+        let kept = match &holding.owner.workload {
+            Some(workload) => self.release_hold_of(holding, workload)?,
+            None => false,
+        };
+        if !kept {
+            self.give_back(&holding.owner, &holding.held)?;
         }
         if let Some(attachments) = self.sub(ATTACHMENTS)? {
             remove(
@@ -246,6 +379,42 @@ impl Store for Local {
                 &store::attachment_name(&holding.owner.id, &holding.owner.ifname),
             )?;
         }
+        Ok(true)
+    }
+
+    fn hold(&self, workload: &str, ifname: &str) -> Result<Option<Hold>, Error> {
+        let Some(holds) = self.sub(HOLDS)? else {
+            return Ok(None);
+        };
+        let record = read(&holds, &store::hold_name(workload, ifname))?;
+        // A name shared by two long workloads (their digests alike) is
+        // the other's.
+        Ok(record
+            .and_then(|record| store::read_hold(&record, 0))
+            .filter(|hold| hold.workload == workload))
+    }
+
+    fn holds(&self) -> Result<Vec<Hold>, Error> {
+        let Some(holds) = self.sub(HOLDS)? else {
+            return Ok(Vec::new());
+        };
+        let mut found = Vec::new();
+        for name in holds.names().map_err(|e| holds.error(e))? {
+            if let Some(record) = read(&holds, &name)? {
+                found.extend(store::read_hold(&record, 0));
+            }
+        }
+        Ok(found)
+    }
+
+    fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
+        if self.hold(&hold.workload, &hold.ifname)?.as_ref() != Some(hold) {
+            return Ok(false);
+        }
+        // The addresses first: the hold lists them until they are gone.
+        self.give_back(&hold.owner(), &hold.held)?;
+        let holds = self.sub_made(HOLDS)?;
+        remove(&holds, &store::hold_name(&hold.workload, &hold.ifname))?;
         Ok(true)
     }
 

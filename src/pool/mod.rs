@@ -3,8 +3,11 @@
 //! `ipam.pool.default`), kept in a store (local files, or etcd shared by
 //! every node) with who holds it; given back on DEL, verified on CHECK,
 //! and freed on GC when the runtime no longer knows its attachment, on
-//! this node only. A store never decides what a command means; a command
-//! never knows which store it talks to.
+//! this node only. With `ipam.pool.sticky`, the addresses follow a
+//! workload rather than a container: a workload's hold keeps them from
+//! one of its containers to the next, for `stickyFor` after the last. A
+//! store never decides what a command means; a command never knows which
+//! store it talks to.
 
 mod check;
 mod cli;
@@ -13,6 +16,7 @@ mod etcd;
 mod fake;
 mod import;
 mod local;
+mod nodes;
 mod range;
 mod reply;
 mod report;
@@ -32,7 +36,7 @@ pub use cli::main as command_line;
 pub(crate) use range::{Addr, Family, Subnet};
 pub(crate) use settings::{invalid, requested_by_runtime, Pool, Wanted};
 use settings::{Settings, StoreSettings};
-use store::{Held, Holding, Owner, Store};
+use store::{Held, Hold, Holding, Owner, Sticky, Store};
 
 /// How many times a command starts again after losing a race for a key to
 /// another node, before it says "try again later".
@@ -46,7 +50,11 @@ impl Plugin for Allocator {
         let settings = Settings::from_net(&net)?;
         let asked = settings::requested_by_runtime(env, &net)?;
         let store = open(&settings, &net.name)?;
-        let result = add(&*store, &net, &settings, &owner(env, &settings), &asked)?;
+        let owner = Owner {
+            workload: settings::workload(env, &settings),
+            ..owner(env, &settings)
+        };
+        let result = add(&*store, &net, &settings, &owner, &asked)?;
         skel::write_reply(stdout, &result)
     }
 
@@ -112,17 +120,21 @@ fn open_existing(settings: &Settings, name: &str) -> Result<Option<Box<dyn Store
 
 /// The attachment a command is for. ADD, DEL and CHECK always have both
 /// variables (the environment's rules), so the defaults are never used.
+/// Its workload, if any, is the ADD's to say, and the records' after.
 fn owner(env: &Environment, settings: &Settings) -> Owner {
     Owner {
         id: env.container_id.clone().unwrap_or_default(),
         ifname: env.ifname.clone().unwrap_or_default(),
         node: settings.node.clone(),
+        workload: None,
     }
 }
 
 /// ADD: what the attachment holds already, if anything (an ADD repeated
 /// gets the same addresses); else an address from each pool asked for,
-/// claimed all together. `asked` are the addresses the runtime asks for.
+/// claimed all together: for a workload (`owner.workload`), those its
+/// hold keeps, where the pool is asked for again and no other address is.
+/// `asked` are the addresses the runtime asks for.
 fn add(
     store: &dyn Store,
     net: &NetConf,
@@ -137,6 +149,7 @@ fn add(
         .collect::<Result<_, _>>()?;
     let requested = requested(&wanted, &pools, asked)?;
     let mut lost = 0;
+    let mut swept = false;
     for _ in 0..ATTEMPTS {
         if let Some(holding) = store.holding(&owner.id, &owner.ifname)? {
             if holds_all(store, &holding)? {
@@ -154,21 +167,54 @@ fn add(
             store.release(&holding)?;
             continue;
         }
+        let sticky = settings
+            .sticky
+            .as_ref()
+            .filter(|_| owner.workload.is_some());
+        let hold = match sticky {
+            Some(_) => workload_hold(store, owner)?,
+            None => None,
+        };
         let mut chosen: Vec<Held> = Vec::new();
         for (pool, asked) in pools.iter().zip(&requested) {
             let address = match asked {
                 Some(address) => check_requested(store, pool, *address, owner)?,
-                None => {
-                    let start = search::starting_point(store, pool, lost)?;
-                    search::choose_free(store, pool, start, &chosen)?
-                }
+                None => match kept(store, hold.as_ref(), pool, owner, &chosen)? {
+                    Some(address) => address,
+                    None => {
+                        let start = search::starting_point(store, pool, lost)?;
+                        match search::choose_free(store, pool, start, &chosen) {
+                            // Holds whose time is up keep addresses until
+                            // someone needs them: now.
+                            Err(Error::PoolExhausted { .. }) if !swept => {
+                                swept = true;
+                                if sweep_ended_holds(store)? > 0 {
+                                    lost += 1;
+                                    break;
+                                }
+                                return Err(Error::PoolExhausted {
+                                    pool: pool.name.clone(),
+                                });
+                            }
+                            found => found?,
+                        }
+                    }
+                },
             };
             chosen.push(Held {
                 pool: pool.name.clone(),
                 address,
             });
         }
-        if store.claim(owner, &chosen)? {
+        if chosen.len() < pools.len() {
+            // Swept: look again.
+            continue;
+        }
+        let claim = sticky.map(|s| Sticky {
+            sticky_for: s.sticky_for,
+            prior: hold.as_ref(),
+        });
+        if store.claim(owner, &chosen, claim.as_ref())? {
             return reply::reply(store, net, settings, &pools, &chosen);
         }
         lost += 1;
@@ -254,11 +300,89 @@ fn still_asked(holding: &Holding, pools: &[Pool], requested: &[Option<Addr>]) ->
 fn holds_all(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
     for h in &holding.held {
         let holder = store.holder(h.address)?;
-        if !holder.is_some_and(|o| o.same_attachment(&holding.owner)) {
+        if !holder.is_some_and(|o| holding.owner.owns(&o)) {
             return Ok(false);
         }
     }
     Ok(true)
+}
+
+/// The hold `owner`'s workload has for its interface, which this ADD may
+/// take over: none if it has none, or if the hold's time was up (given
+/// back now). One that another container of the workload still uses (its
+/// attachment's record is there: not yet DELeted) is try again later.
+fn workload_hold(store: &dyn Store, owner: &Owner) -> Result<Option<Hold>, Error> {
+    let Some(workload) = &owner.workload else {
+        return Ok(None);
+    };
+    for _ in 0..ATTEMPTS {
+        let Some(hold) = store.hold(workload, &owner.ifname)? else {
+            return Ok(None);
+        };
+        let other = hold.container.as_ref().filter(|id| **id != owner.id);
+        if let Some(id) = other {
+            if store.holding(id, &owner.ifname)?.is_some() {
+                let addresses: Vec<String> =
+                    hold.held.iter().map(|h| h.address.to_string()).collect();
+                return Err(Error::Busy(format!(
+                    "workload {workload}'s addresses ({}) are held by its container {id} ({}) on node {}, not deleted yet",
+                    addresses.join(", "),
+                    owner.ifname,
+                    hold.node
+                )));
+            }
+        }
+        if hold.ends(false).is_some_and(|end| end > store::now()) {
+            return Ok(Some(hold));
+        }
+        if store.end_hold(&hold)? {
+            return Ok(None);
+        }
+    }
+    Err(Error::Busy(format!(
+        "workload {workload}'s hold changed under every one of {ATTEMPTS} attempts to read it"
+    )))
+}
+
+/// The address of `pool` that the workload's hold keeps, if it keeps one
+/// the pool may still give (a range may have shrunk since) and the
+/// workload still holds it.
+fn kept(
+    store: &dyn Store,
+    hold: Option<&Hold>,
+    pool: &Pool,
+    owner: &Owner,
+    chosen: &[Held],
+) -> Result<Option<Addr>, Error> {
+    let Some(held) = hold.and_then(|h| h.held.iter().find(|h| h.pool == pool.name)) else {
+        return Ok(None);
+    };
+    let address = held.address;
+    if pool.refusal(address).is_some() || chosen.iter().any(|c| c.address == address) {
+        return Ok(None);
+    }
+    Ok(match store.holder(address)? {
+        Some(holder) if owner.owns(&holder) => Some(address),
+        None => Some(address),
+        Some(_) => None,
+    })
+}
+
+/// Ends every hold whose time is up (its container gone, its `stickyFor`
+/// over): how many it ended.
+fn sweep_ended_holds(store: &dyn Store) -> Result<usize, Error> {
+    let now = store::now();
+    let mut ended = 0;
+    for hold in store.holds()? {
+        let bound_alive = match &hold.container {
+            Some(id) => store.holding(id, &hold.ifname)?.is_some(),
+            None => false,
+        };
+        if hold.ends(bound_alive).is_some_and(|end| end <= now) && store.end_hold(&hold)? {
+            ended += 1;
+        }
+    }
+    Ok(ended)
 }
 
 /// The pool `wanted` names: its inline ranges, else the configuration's,
@@ -302,13 +426,34 @@ fn check_requested(
     if let Some(why) = pool.refusal(address) {
         return Err(refuse(why));
     }
-    match store.holder(address)? {
-        Some(holder) if !holder.same_attachment(owner) => Err(refuse(format!(
-            "it is held by {}/{} on node {}",
-            holder.id, holder.ifname, holder.node
-        ))),
-        _ => Ok(address),
+    for _ in 0..ATTEMPTS {
+        let holder = match store.holder(address)? {
+            Some(holder) if !owner.owns(&holder) => holder,
+            _ => return Ok(address),
+        };
+        // Another workload's hold whose time is up gives it back now.
+        let hold = match &holder.workload {
+            Some(workload) => store.hold(workload, &holder.ifname)?,
+            None => None,
+        };
+        let bound_alive = match hold.as_ref().and_then(|h| h.container.as_ref()) {
+            Some(id) => store.holding(id, &holder.ifname)?.is_some(),
+            None => false,
+        };
+        match hold {
+            Some(hold)
+                if hold
+                    .ends(bound_alive)
+                    .is_some_and(|end| end <= store::now()) =>
+            {
+                store.end_hold(&hold)?;
+            }
+            _ => return Err(refuse(format!("it is held by {holder}"))),
+        }
     }
+    Err(Error::Busy(format!(
+        "{address}'s record changed under every one of {ATTEMPTS} attempts to read it"
+    )))
 }
 
 /// DEL: gives back what the attachment holds, if anything.
@@ -368,6 +513,8 @@ fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(), Error> {
     let holding = store
         .holding(&owner.id, &owner.ifname)?
         .ok_or_else(|| nothing_held(owner))?;
+    // As recorded: with the workload its addresses follow, if any.
+    let owner = &holding.owner;
     for h in &holding.held {
         if !listed.contains(&h.address) {
             return Err(not_held(
@@ -382,13 +529,10 @@ fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(), Error> {
     for address in listed {
         let recorded = holding.held.iter().any(|h| h.address == address);
         let why = match store.holder(address)? {
-            Some(o) if o.same_attachment(owner) && !recorded => {
+            Some(o) if owner.owns(&o) && !recorded => {
                 "the address's record names the attachment, but the attachment's record does not list it".to_owned()
             }
-            Some(o) if !o.same_attachment(owner) => format!(
-                "the network's records give it to {}/{} on node {}",
-                o.id, o.ifname, o.node
-            ),
+            Some(o) if !owner.owns(&o) => format!("the network's records give it to {o}"),
             None if recorded => {
                 "the attachment's record lists it, but the network has no record of the address".to_owned()
             }
@@ -437,9 +581,11 @@ fn gc(store: &dyn Store, valid: &[(String, String)], settings: &Settings) -> Res
     };
     for holding in store.holdings()?.into_iter().filter(stale) {
         // A record that changed meanwhile is a new ADD's: the next GC
-        // judges it.
+        // judges it. A workload's addresses stay held by its hold.
         store.release(&holding)?;
     }
+    // Holds are left alone until their time is up; then they are no more.
+    sweep_ended_holds(store)?;
     Ok(())
 }
 
@@ -505,19 +651,207 @@ mod tests {
             id: id.into(),
             ifname: "eth0".into(),
             node: "node-a".into(),
+            workload: None,
         }
     }
 
     /// ADD for container `id` with `raw` as configuration.
     fn add_for(store: &Fake, raw: &[u8], id: &str, asked: &[&str]) -> Result<Value, Error> {
+        add_as(store, raw, &owner(id), asked)
+    }
+
+    /// ADD for `owner` with `raw` as configuration.
+    fn add_as(store: &Fake, raw: &[u8], owner: &Owner, asked: &[&str]) -> Result<Value, Error> {
         let net = NetConf::parse(raw).unwrap();
         let settings = Settings::from_net(&net)?;
         let asked: Vec<Addr> = asked
             .iter()
             .map(|a| Addr::new(a.parse().unwrap()))
             .collect();
-        let result = add(store, &net, &settings, &owner(id), &asked)?;
+        let result = add(store, &net, &settings, owner, &asked)?;
         Ok(serde_json::from_slice(&result).unwrap())
+    }
+
+    /// Container `id` of workload `workload`, on `node`.
+    fn of_workload(id: &str, workload: &str, node: &str) -> Owner {
+        Owner {
+            id: id.into(),
+            ifname: "eth0".into(),
+            node: node.into(),
+            workload: Some(workload.into()),
+        }
+    }
+
+    /// A /29 (.2 to .6) whose addresses follow the pods for an hour.
+    fn sticky_config() -> Vec<u8> {
+        config(
+            "1.1.0",
+            json!({"node": "node-a", "default": "blue",
+                "pools": {"blue": [{"subnet": "10.1.0.0/29"}]},
+                "sticky": ["K8S_POD_NAMESPACE", "K8S_POD_NAME"], "stickyFor": "1h"}),
+            None,
+        )
+    }
+
+    /// Makes the hold of `workload` end now, as if its hour were over.
+    fn expire(store: &Fake, workload: &str) {
+        let mut holds = store.holds.borrow_mut();
+        let hold = holds.get_mut(&(workload.into(), "eth0".into())).unwrap();
+        hold.until = Some(1);
+        hold.since = 0;
+    }
+
+    fn holding(store: &Fake, id: &str) -> Holding {
+        store.holding(id, "eth0").unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_workloads_address_follows_it_to_its_next_container_on_any_node_and_no_one_else_gets_it() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        let web = |id: &str, node: &str| of_workload(id, "default/web-0", node);
+        let first = add_as(&store, &raw, &web("c1", "node-a"), &[]).unwrap();
+        assert_eq!(addresses(&first), ["10.1.0.2/29"]);
+        // The workload's next container while the first is not deleted:
+        // try again later, nothing claimed.
+        let e = add_as(&store, &raw, &web("c2", "node-b"), &[]).unwrap_err();
+        assert_eq!(e.code(), code::TRY_AGAIN_LATER, "{e}");
+        assert!(e.to_string().contains("held by its container c1"), "{e}");
+        assert_eq!(store.held(), ["10.1.0.2"]);
+        // Deleted: the address stays held for the workload.
+        del(&store, &owner("c1")).unwrap();
+        assert_eq!(store.held(), ["10.1.0.2"]);
+        let other = add_as(
+            &store,
+            &raw,
+            &of_workload("o1", "default/web-1", "node-a"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(addresses(&other), ["10.1.0.3/29"]);
+        let e = add_as(
+            &store,
+            &raw,
+            &of_workload("o2", "default/web-2", "node-a"),
+            &["10.1.0.2"],
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE);
+        assert!(
+            e.to_string()
+                .contains("held by workload default/web-0 (eth0) on node node-a"),
+            "{e}"
+        );
+        // Recreated under another container ID, on another node: the same.
+        let again = add_as(&store, &raw, &web("c2", "node-b"), &[]).unwrap();
+        assert_eq!(addresses(&again), ["10.1.0.2/29"]);
+        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
+        assert_eq!(
+            (hold.container.as_deref(), hold.node.as_str(), hold.until),
+            (Some("c2"), "node-b", None)
+        );
+        // An ADD repeated answers the same; CHECK judges it the workload's.
+        assert_eq!(
+            add_as(&store, &raw, &web("c2", "node-b"), &[]).unwrap(),
+            again
+        );
+        let checked = config("1.1.0", pools(), Some(again.clone()));
+        check(&store, &NetConf::parse(&checked).unwrap(), &owner("c2")).unwrap();
+        // Its hour over, the address is anyone's.
+        del(&store, &owner("c2")).unwrap();
+        expire(&store, "default/web-0");
+        let taker = add_as(
+            &store,
+            &raw,
+            &of_workload("o3", "default/web-3", "node-a"),
+            &["10.1.0.2"],
+        )
+        .unwrap();
+        assert_eq!(addresses(&taker), ["10.1.0.2/29"]);
+        assert!(store.hold("default/web-0", "eth0").unwrap().is_none());
+        // And the workload gets another one.
+        let later = add_as(&store, &raw, &web("c3", "node-a"), &[]).unwrap();
+        assert_ne!(addresses(&later), ["10.1.0.2/29"]);
+    }
+
+    #[test]
+    fn a_requested_address_wins_and_moves_the_hold() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        let web = |id: &str| of_workload(id, "default/web-0", "node-a");
+        add_as(&store, &raw, &web("c1"), &[]).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        let moved = add_as(&store, &raw, &web("c2"), &["10.1.0.5"]).unwrap();
+        assert_eq!(addresses(&moved), ["10.1.0.5/29"]);
+        assert_eq!(store.held(), ["10.1.0.5"], "10.1.0.2 given back");
+        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
+        assert_eq!(hold.held, holding(&store, "c2").held);
+        del(&store, &owner("c2")).unwrap();
+        assert_eq!(
+            addresses(&add_as(&store, &raw, &web("c3"), &[]).unwrap()),
+            ["10.1.0.5/29"]
+        );
+    }
+
+    #[test]
+    fn without_the_keys_in_cni_args_an_add_is_the_containers_alone() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        add_for(&store, &raw, "plain", &[]).unwrap();
+        del(&store, &owner("plain")).unwrap();
+        assert!(store.held().is_empty() && store.holds.borrow().is_empty());
+    }
+
+    #[test]
+    fn holds_whose_time_is_up_give_their_addresses_to_whoever_needs_them() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        // Five workloads fill .2 to .6, then go.
+        for i in 0..5 {
+            let owner = of_workload(&format!("c{i}"), &format!("default/web-{i}"), "node-a");
+            add_as(&store, &raw, &owner, &[]).unwrap();
+            del(&store, &owner).unwrap();
+        }
+        let e = add_for(&store, &raw, "late", &[]).unwrap_err();
+        assert_eq!(e.code(), code::POOL_EXHAUSTED);
+        expire(&store, "default/web-3");
+        let got = add_for(&store, &raw, "late", &[]).unwrap();
+        assert_eq!(addresses(&got), ["10.1.0.5/29"]);
+        assert_eq!(store.holds.borrow().len(), 4);
+    }
+
+    #[test]
+    fn gc_keeps_holds_and_ends_those_whose_time_is_up() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        for i in 0..3 {
+            let owner = of_workload(&format!("c{i}"), &format!("default/web-{i}"), "node-a");
+            add_as(&store, &raw, &owner, &[]).unwrap();
+        }
+        let mut settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
+        settings.gc_grace = 0;
+        // c0 is still running; c1 and c2 are gone: their holds keep theirs.
+        let valid = [("c0".to_owned(), "eth0".to_owned())];
+        gc(&store, &valid, &settings).unwrap();
+        let left: Vec<String> = store
+            .attachments
+            .borrow()
+            .keys()
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(left, ["c0"]);
+        assert_eq!(store.held(), ["10.1.0.2", "10.1.0.3", "10.1.0.4"]);
+        // c2's hour over: the next GC ends its hold, and leaves c1's.
+        expire(&store, "default/web-2");
+        gc(&store, &valid, &settings).unwrap();
+        assert_eq!(store.held(), ["10.1.0.2", "10.1.0.3"]);
+        let holds: Vec<String> = store
+            .holds
+            .borrow()
+            .keys()
+            .map(|(w, _)| w.clone())
+            .collect();
+        assert_eq!(holds, ["default/web-0", "default/web-1"]);
     }
 
     fn addresses(result: &Value) -> Vec<&str> {

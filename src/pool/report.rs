@@ -1,6 +1,7 @@
 //! What `ipam-da-pool show` prints: per pool of a network, how many
-//! addresses it may give, how many are held and by which node, and, if
-//! asked, each held address with its attachment; as text, JSON or
+//! addresses it may give, how many are held and by which node, how many
+//! of those only a workload's hold keeps (its container gone), and, if
+//! asked, each held address with its attachment or hold; as text, JSON or
 //! Prometheus gauges. Read from the store without a lock, each record whole
 //! as it was written, so that allocation never waits for a report.
 
@@ -11,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::range::Addr;
 use super::settings::{Pool, Settings};
-use super::store::{Holding, Store};
+use super::store::{Hold, Holding, Store};
 use crate::error::Error;
 
 /// One pool's figures.
@@ -33,18 +34,33 @@ pub struct PoolReport {
     pub held: Vec<HeldAddress>,
 }
 
-/// One held address and its attachment.
+/// One held address and its attachment, or the workload's hold that
+/// keeps it with no container.
 #[derive(Debug, PartialEq)]
 pub struct HeldAddress {
     pub address: Addr,
+    /// Empty for an address only a workload's hold keeps.
     pub container_id: String,
     pub ifname: String,
     pub node: String,
-    /// When the attachment's record was made, seconds since the epoch.
+    /// The workload the address follows, if it follows one.
+    pub workload: Option<String>,
+    /// When the attachment's record was made, or the hold released,
+    /// seconds since the epoch.
     pub since: u64,
+    /// When a hold with no container ends.
+    pub until: Option<u64>,
 }
 
 impl PoolReport {
+    /// How many addresses only a workload's hold keeps (its container gone).
+    pub fn sticky(&self) -> usize {
+        self.held
+            .iter()
+            .filter(|h| h.container_id.is_empty())
+            .count()
+    }
+
     /// How many are held on each node, by node name.
     pub fn per_node(&self) -> BTreeMap<&str, usize> {
         let mut nodes = BTreeMap::new();
@@ -60,13 +76,15 @@ impl PoolReport {
     }
 }
 
-/// The pools of a network, from what its attachments hold: those the
-/// configuration defines, then any other that a record names (defined by
-/// the store, if there is one, or unknown), in name order.
+/// The pools of a network, from what its attachments hold and what the
+/// holds no container has bound keep: those the configuration defines,
+/// then any other that a record names (defined by the store, if there is
+/// one, or unknown), in name order.
 pub fn report(
     store: Option<&dyn Store>,
     settings: &Settings,
     holdings: &[Holding],
+    holds: &[Hold],
 ) -> Result<Vec<PoolReport>, Error> {
     let mut by_pool: BTreeMap<&str, Vec<HeldAddress>> = BTreeMap::new();
     for holding in holdings {
@@ -76,7 +94,34 @@ pub fn report(
                 container_id: holding.owner.id.clone(),
                 ifname: holding.owner.ifname.clone(),
                 node: holding.owner.node.clone(),
+                workload: holding.owner.workload.clone(),
                 since: holding.since,
+                until: None,
+            });
+        }
+    }
+    let attached: std::collections::HashSet<(&str, &str)> = holdings
+        .iter()
+        .map(|a| (a.owner.id.as_str(), a.owner.ifname.as_str()))
+        .collect();
+    for hold in holds {
+        let bound_alive = hold
+            .container
+            .as_ref()
+            .is_some_and(|id| attached.contains(&(id.as_str(), hold.ifname.as_str())));
+        if bound_alive {
+            // Its container's attachment lists its addresses.
+            continue;
+        }
+        for h in &hold.held {
+            by_pool.entry(&h.pool).or_default().push(HeldAddress {
+                address: h.address,
+                container_id: String::new(),
+                ifname: hold.ifname.clone(),
+                node: hold.node.clone(),
+                workload: Some(hold.workload.clone()),
+                since: hold.since,
+                until: hold.ends(false),
             });
         }
     }
@@ -133,25 +178,39 @@ pub fn text(network: &str, reports: &[PoolReport], addresses: bool) -> String {
             .map_or_else(|| "?".to_owned(), |f| f.to_string());
         let _ = writeln!(
             out,
-            "  pool {}: size {size}, used {}, free {free}, reserved {}",
+            "  pool {}: size {size}, used {}, free {free}, reserved {}, sticky {}",
             pool.name,
             pool.held.len(),
-            pool.reserved
+            pool.reserved,
+            pool.sticky()
         );
         for (node, used) in pool.per_node() {
             let _ = writeln!(out, "    node {node}: {used} used");
         }
         if addresses {
             for h in &pool.held {
-                let _ = writeln!(
-                    out,
-                    "    {} {}/{} node {} since {}",
-                    h.address,
-                    h.container_id,
-                    h.ifname,
-                    h.node,
-                    utc(h.since)
-                );
+                let _ = match (&h.workload, h.until) {
+                    (Some(workload), Some(until)) => writeln!(
+                        out,
+                        "    {} held for workload {workload} ({}) node {} until {}",
+                        h.address,
+                        h.ifname,
+                        h.node,
+                        utc(until)
+                    ),
+                    (workload, _) => writeln!(
+                        out,
+                        "    {} {}/{}{} node {} since {}",
+                        h.address,
+                        h.container_id,
+                        h.ifname,
+                        workload
+                            .as_ref()
+                            .map_or(String::new(), |w| format!(" workload {w}")),
+                        h.node,
+                        utc(h.since)
+                    ),
+                };
             }
         }
     }
@@ -169,6 +228,7 @@ pub fn json(network: &str, reports: &[PoolReport], addresses: bool) -> Value {
                 "used": pool.held.len(),
                 "free": pool.free().map(number),
                 "reserved": pool.reserved,
+                "sticky": pool.sticky(),
                 "nodes": pool.per_node(),
             });
             if addresses {
@@ -176,13 +236,20 @@ pub fn json(network: &str, reports: &[PoolReport], addresses: bool) -> Value {
                     .held
                     .iter()
                     .map(|h| {
-                        json!({
+                        let mut held = json!({
                             "address": h.address.to_string(),
                             "containerID": h.container_id,
                             "ifname": h.ifname,
                             "node": h.node,
                             "since": utc(h.since),
-                        })
+                        });
+                        if let Some(workload) = &h.workload {
+                            held["workload"] = json!(workload);
+                        }
+                        if let Some(until) = h.until {
+                            held["until"] = json!(utc(until));
+                        }
+                        held
                     })
                     .collect();
             }
@@ -199,7 +266,7 @@ type Figure = fn(&PoolReport) -> Option<u128>;
 /// node_exporter's textfile collector reads.
 pub fn prometheus(network: &str, reports: &[PoolReport]) -> String {
     let mut out = String::new();
-    let gauges: [(&str, &str, Figure); 3] = [
+    let gauges: [(&str, &str, Figure); 4] = [
         ("size", "Addresses the pool may give.", |p| p.size),
         ("used", "Addresses of the pool held.", |p| {
             Some(p.held.len() as u128)
@@ -208,6 +275,11 @@ pub fn prometheus(network: &str, reports: &[PoolReport]) -> String {
             "free",
             "Addresses the pool may still give.",
             PoolReport::free,
+        ),
+        (
+            "sticky",
+            "Addresses of the pool held for workloads with no container now.",
+            |p| Some(p.sticky() as u128),
         ),
     ];
     for (name, help, value) in gauges {
@@ -246,7 +318,7 @@ fn number(count: u128) -> Value {
 }
 
 /// `seconds` since the epoch as an RFC 3339 time in UTC.
-fn utc(seconds: u64) -> String {
+pub(super) fn utc(seconds: u64) -> String {
     let days = seconds / 86_400;
     let rest = seconds % 86_400;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -299,6 +371,7 @@ mod tests {
                 id: id.into(),
                 ifname: "eth0".into(),
                 node: node.into(),
+                workload: None,
             };
             let held: Vec<Held> = held
                 .iter()
@@ -307,15 +380,39 @@ mod tests {
                     address: Addr::new(address.parse().unwrap()),
                 })
                 .collect();
-            assert!(store.claim(&owner, &held).unwrap());
+            assert!(store.claim(&owner, &held, None).unwrap());
         };
         claim("c2", "b", &[("blue", "10.4.0.5")]);
         claim("c1", "a", &[("blue", "10.4.0.3"), ("central", "10.9.0.7")]);
         claim("c3", "a", &[("inline", "192.168.0.9")]);
         // Held from before its block was excluded: used, but not from the size.
         claim("c4", "b", &[("blue", "10.4.0.9")]);
+        // A workload's container, and a workload whose container is gone.
+        let sticky = crate::pool::store::Sticky {
+            sticky_for: 3_600,
+            prior: None,
+        };
+        for (id, workload, address) in [
+            ("w1", "ns/web-0", "10.4.0.6"),
+            ("w2", "ns/web-1", "10.4.0.7"),
+        ] {
+            let owner = Owner {
+                id: id.into(),
+                ifname: "eth0".into(),
+                node: "b".into(),
+                workload: Some(workload.into()),
+            };
+            let held = [Held {
+                pool: "blue".into(),
+                address: Addr::new(address.parse().unwrap()),
+            }];
+            assert!(store.claim(&owner, &held, Some(&sticky)).unwrap());
+        }
+        let w2 = store.holding("w2", "eth0").unwrap().unwrap();
+        store.release(&w2).unwrap();
         let holdings = store.holdings().unwrap();
-        report(Some(&store), &settings, &holdings).unwrap()
+        let holds = store.holds().unwrap();
+        report(Some(&store), &settings, &holdings, &holds).unwrap()
     }
 
     #[test]
@@ -327,9 +424,10 @@ mod tests {
         let blue = &reports[0];
         assert_eq!(
             (blue.size, blue.held.len(), blue.free(), blue.reserved),
-            (Some(8), 3, Some(6), 1)
+            (Some(8), 5, Some(4), 1)
         );
-        assert_eq!(blue.per_node(), BTreeMap::from([("a", 1), ("b", 2)]));
+        assert_eq!(blue.sticky(), 1, "10.4.0.7, whose container is gone");
+        assert_eq!(blue.per_node(), BTreeMap::from([("a", 1), ("b", 4)]));
         assert_eq!(
             blue.held[0].address.to_string(),
             "10.4.0.3",
@@ -338,14 +436,31 @@ mod tests {
         assert_eq!((reports[1].size, reports[1].free()), (Some(253), Some(252)));
         assert_eq!((reports[2].size, reports[2].free()), (None, None));
         let text = text("n", &reports, true);
-        assert!(text.contains("  pool blue: size 8, used 3, free 6, reserved 1\n    node a: 1 used\n    node b: 2 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
+        assert!(text.contains("  pool blue: size 8, used 5, free 4, reserved 1, sticky 1\n    node a: 1 used\n    node b: 4 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
         assert!(
-            text.contains("  pool inline: size not defined here, used 1, free ?, reserved 0"),
+            text.contains("\n    10.4.0.6 w1/eth0 workload ns/web-0 node b since "),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n    10.4.0.7 held for workload ns/web-1 (eth0) node b until "),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  pool inline: size not defined here, used 1, free ?, reserved 0, sticky 0"
+            ),
             "{text}"
         );
         let value = json("n", &reports, true);
-        assert_eq!(value["pools"][0]["nodes"], json!({"a": 1, "b": 2}));
+        assert_eq!(value["pools"][0]["nodes"], json!({"a": 1, "b": 4}));
+        assert_eq!(value["pools"][0]["sticky"], 1);
         assert_eq!(value["pools"][0]["addresses"][1]["containerID"], "c2");
+        let held = &value["pools"][0]["addresses"][3];
+        assert_eq!(
+            (&held["containerID"], &held["workload"]),
+            (&json!(""), &json!("ns/web-1"))
+        );
+        assert!(held["until"].as_str().unwrap().ends_with('Z'));
         assert_eq!(value["pools"][2]["size"], Value::Null);
         assert!(json("n", &reports, false)["pools"][0]
             .get("addresses")
@@ -372,7 +487,8 @@ mod tests {
             [
                 "ipam_da_pool_size gauge",
                 "ipam_da_pool_used gauge",
-                "ipam_da_pool_free gauge"
+                "ipam_da_pool_free gauge",
+                "ipam_da_pool_sticky gauge"
             ]
         );
         assert!(

@@ -23,6 +23,21 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-pool";
 /// still stale a minute later.
 pub const DEFAULT_GC_GRACE_SECONDS: u64 = 60;
 
+/// How long a node's registration outlives its keeper's last renewal,
+/// unless `ipam.pool.nodeTTL` says.
+pub const DEFAULT_NODE_TTL_SECONDS: u64 = 60;
+
+/// `ipam.pool.sticky` and `stickyFor`: the addresses of an attachment
+/// follow its workload, as `CNI_ARGS` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stickiness {
+    /// The `CNI_ARGS` keys whose values, in this order, name the workload.
+    pub keys: Vec<String>,
+    /// How long, in seconds, a workload's addresses stay held once its
+    /// container is gone.
+    pub sticky_for: u64,
+}
+
 /// A pool: a name, the ranges it gives addresses from, all of one IP
 /// version and none overlapping another, and the addresses of them it
 /// keeps back.
@@ -182,6 +197,11 @@ pub struct Settings {
     /// `gcGraceSeconds`: how old an attachment must be before GC may
     /// free it.
     pub gc_grace: u64,
+    /// `sticky` and `stickyFor`, if set.
+    pub sticky: Option<Stickiness>,
+    /// `nodeTTL`: how long, in seconds, the node's registration outlives
+    /// its keeper's last renewal.
+    pub node_ttl: u64,
 }
 
 impl Settings {
@@ -238,6 +258,43 @@ impl Settings {
         for name in &settings.default {
             check_pool_name(name)?;
         }
+        settings.sticky = match (pool.get("sticky"), pool.get("stickyFor")) {
+            (None, None) => None,
+            (Some(keys), Some(duration)) => Some(Stickiness {
+                keys: sticky_keys(keys)?,
+                sticky_for: duration
+                    .as_str()
+                    .and_then(parse_duration)
+                    .filter(|seconds| *seconds > 0)
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "\"ipam.pool.stickyFor\" must be a duration such as \"24h\" or \"90m\", not {duration}"
+                        ))
+                    })?,
+            }),
+            (Some(_), None) => {
+                return Err(invalid(
+                    "\"ipam.pool.sticky\" needs \"stickyFor\": how long a workload's addresses stay held once its container is gone (\"24h\", say)".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "\"ipam.pool.stickyFor\" needs \"sticky\": the CNI_ARGS keys that name a workload".into(),
+                ))
+            }
+        };
+        settings.node_ttl = match pool.get("nodeTTL") {
+            None => DEFAULT_NODE_TTL_SECONDS,
+            Some(ttl) => ttl
+                .as_u64()
+                .or_else(|| ttl.as_str().and_then(parse_duration))
+                .filter(|seconds| (1..=86_400).contains(seconds))
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "\"ipam.pool.nodeTTL\" must be seconds (1 to 86400) or a duration such as \"60s\", not {ttl}"
+                    ))
+                })?,
+        };
         settings.routes = match pool.get("routes") {
             None => None,
             Some(Value::Array(routes)) => Some(routes.clone()),
@@ -302,6 +359,8 @@ impl Settings {
             store,
             node,
             gc_grace,
+            sticky: None,
+            node_ttl: DEFAULT_NODE_TTL_SECONDS,
         })
     }
 
@@ -477,6 +536,80 @@ fn check_pool_name(name: &str) -> Result<(), Error> {
             cni::IDENTIFIER_RULE
         )))
     }
+}
+
+/// `ipam.pool.sticky`: a non-empty list of `CNI_ARGS` keys.
+fn sticky_keys(value: &Value) -> Result<Vec<String>, Error> {
+    let fail = || {
+        invalid(format!(
+            "\"ipam.pool.sticky\" must be a non-empty list of CNI_ARGS keys, such as [\"K8S_POD_NAMESPACE\", \"K8S_POD_NAME\"], not {value}"
+        ))
+    };
+    let keys: Vec<String> = value
+        .as_array()
+        .ok_or_else(fail)?
+        .iter()
+        .map(|key| {
+            key.as_str()
+                .filter(|k| !k.is_empty() && !k.contains(['=', ';']))
+                .map(String::from)
+                .ok_or_else(fail)
+        })
+        .collect::<Result<_, _>>()?;
+    if keys.is_empty() {
+        return Err(fail());
+    }
+    Ok(keys)
+}
+
+/// A duration such as `24h`, `90m`, `1h30m`, `45s` or `2d`, in seconds:
+/// whole numbers, each with its unit (`s`, `m`, `h`, `d`).
+pub fn parse_duration(text: &str) -> Option<u64> {
+    let mut total: u64 = 0;
+    let mut number: Option<u64> = None;
+    for c in text.chars() {
+        if let Some(digit) = c.to_digit(10) {
+            number = Some(
+                number
+                    .unwrap_or(0)
+                    .checked_mul(10)?
+                    .checked_add(u64::from(digit))?,
+            );
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3_600,
+            'd' => 86_400,
+            _ => return None,
+        };
+        total = total.checked_add(number.take()?.checked_mul(unit)?)?;
+    }
+    // A number without its unit, or nothing at all: no duration.
+    (number.is_none() && !text.is_empty()).then_some(total)
+}
+
+/// The workload an ADD's addresses follow: the values of the `sticky`
+/// keys in `CNI_ARGS`, in order, joined by '/' (`default/web-0`); `None`
+/// without `sticky`, or when a key is missing or empty (said at debug
+/// level: the addresses then follow the container only).
+pub fn workload(env: &Environment, settings: &Settings) -> Option<String> {
+    let sticky = settings.sticky.as_ref()?;
+    let pairs = env.arg_pairs();
+    let mut values = Vec::new();
+    for key in &sticky.keys {
+        match pairs.iter().find(|(k, _)| k == key).map(|(_, v)| *v) {
+            Some(value) if !value.is_empty() => values.push(value),
+            _ => {
+                tracing::debug!(
+                    "\"ipam.pool.sticky\" is set, but CNI_ARGS has no {key}: the addresses follow the container only"
+                );
+                return None;
+            }
+        }
+    }
+    Some(values.join("/"))
 }
 
 /// This node's name: the host's.
@@ -695,5 +828,95 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert_eq!(asked, ["10.1.0.7", "10.2.0.7", "fd00::5"]);
+    }
+
+    #[test]
+    fn durations_are_whole_numbers_with_their_units() {
+        for (text, seconds) in [
+            ("24h", 86_400),
+            ("90m", 5_400),
+            ("1h30m", 5_400),
+            ("45s", 45),
+            ("2d", 172_800),
+            ("0s", 0),
+        ] {
+            assert_eq!(parse_duration(text), Some(seconds), "{text}");
+        }
+        for bad in ["", "24", "h", "1.5h", "1w", "-1h", "99999999999999999999d"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn sticky_needs_its_keys_and_a_duration_and_names_the_workload_from_cni_args() {
+        let keys = json!(["K8S_POD_NAMESPACE", "K8S_POD_NAME"]);
+        let s = settings(json!({"node": "a", "sticky": keys, "stickyFor": "24h"})).unwrap();
+        assert_eq!(
+            s.sticky,
+            Some(Stickiness {
+                keys: vec!["K8S_POD_NAMESPACE".into(), "K8S_POD_NAME".into()],
+                sticky_for: 86_400
+            })
+        );
+        assert_eq!(settings(json!({"node": "a"})).unwrap().sticky, None);
+        for (pool, said) in [
+            (json!({"sticky": keys}), "needs \"stickyFor\""),
+            (json!({"stickyFor": "1h"}), "needs \"sticky\""),
+            (json!({"sticky": [], "stickyFor": "1h"}), "non-empty list"),
+            (
+                json!({"sticky": ["A=B"], "stickyFor": "1h"}),
+                "non-empty list",
+            ),
+            (
+                json!({"sticky": "K8S_POD_NAME", "stickyFor": "1h"}),
+                "non-empty list",
+            ),
+            (
+                json!({"sticky": keys, "stickyFor": 3600}),
+                "must be a duration",
+            ),
+            (
+                json!({"sticky": keys, "stickyFor": "0s"}),
+                "must be a duration",
+            ),
+            (json!({"nodeTTL": 0}), "\"ipam.pool.nodeTTL\""),
+            (json!({"nodeTTL": "soon"}), "\"ipam.pool.nodeTTL\""),
+        ] {
+            let mut pool = pool;
+            pool["node"] = json!("a");
+            let e = settings(pool).unwrap_err();
+            assert_eq!(e.code(), 7);
+            assert!(e.to_string().contains(said), "{e}");
+        }
+        assert_eq!(settings(json!({"node": "a"})).unwrap().node_ttl, 60);
+        assert_eq!(
+            settings(json!({"node": "a", "nodeTTL": "2m"}))
+                .unwrap()
+                .node_ttl,
+            120
+        );
+        let env = |args: &str| {
+            let args = args.to_owned();
+            Environment::from_vars(move |name| match name {
+                "CNI_COMMAND" => Some("ADD".into()),
+                "CNI_CONTAINERID" => Some("c".into()),
+                "CNI_NETNS" => Some("/n".into()),
+                "CNI_IFNAME" => Some("eth0".into()),
+                "CNI_PATH" => Some("/p".into()),
+                "CNI_ARGS" => Some(args.clone().into()),
+                _ => None,
+            })
+            .unwrap()
+            .unwrap()
+        };
+        let pod = "IgnoreUnknown=1;K8S_POD_NAME=web-0;K8S_POD_NAMESPACE=default";
+        assert_eq!(workload(&env(pod), &s).as_deref(), Some("default/web-0"));
+        assert_eq!(workload(&env("K8S_POD_NAME=web-0"), &s), None);
+        assert_eq!(
+            workload(&env("K8S_POD_NAMESPACE=;K8S_POD_NAME=web-0"), &s),
+            None
+        );
+        let plain = settings(json!({"node": "a"})).unwrap();
+        assert_eq!(workload(&env(pod), &plain), None);
     }
 }
