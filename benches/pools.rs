@@ -11,7 +11,11 @@
 //! 2. one ADD in an empty /16 against one 90 % full, laid out three ways
 //!    (filled in order, the hint just after; the free tenth in one block
 //!    with the hint at the start of the full part; every tenth address
-//!    free), for ipam-da-pool on each store and for host-local.
+//!    free), for ipam-da-pool on each store and for host-local;
+//! 3. operating a 90 %-full /16 on each store: how long `show` and `check`
+//!    take, and the ADD's p50 while `check` runs over and over against
+//!    its p50 alone;
+//! 4. ADD in a /48 IPv6 pool against a /120, side by side.
 //!
 //! Run with `cargo bench --bench pools`; needs Debian's
 //! containernetworking-plugins and etcd-server (./.ci/test installs them).
@@ -25,6 +29,8 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::Cluster;
@@ -37,6 +43,11 @@ const CALLS: usize = 100;
 const ROUNDS: usize = 5;
 /// ADDs timed per layout of a /16.
 const FILL_CALLS: usize = 15;
+/// Runs of `show` and `check`, and ADDs timed alone and during `check`.
+const OPS_RUNS: usize = 5;
+const OPS_ADDS: usize = 40;
+/// ADDs timed in each IPv6 pool.
+const V6_ADDS: usize = 100;
 /// The /16 every measurement allocates from: 10.60.0.0/16.
 const BASE: u32 = 0x0a3c_0000;
 /// The addresses of that /16 a pool may give: .0.2 to .255.254.
@@ -227,6 +238,109 @@ fn main() {
         }
         println!("{line}");
     }
+
+    println!("Operating 10.60.0.0/16, 90 % full (every tenth address free), median of {OPS_RUNS} runs; ADD p50 of {OPS_ADDS}:");
+    let layout = Layout::EveryTenth;
+    let local_dir = work.path().join("ops");
+    fill_local(&local_dir.join("pool/bench/"), layout);
+    fill_etcd_attachments(&cluster, "/ops/networks/bench/", layout);
+    fill_etcd(&cluster, "/ops/networks/bench/", layout);
+    for (label, settings) in [
+        (
+            "local",
+            json!({"dataDir": local_dir.join("pool"), "node": "bench"}),
+        ),
+        (
+            "etcd",
+            json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": "/ops"}, "node": "bench"}),
+        ),
+    ] {
+        let config = alone(settings);
+        let file = work.path().join(format!("ops-{label}.conflist"));
+        std::fs::write(&file, &config).unwrap();
+        let mut line = format!("  {label:<6}");
+        for verb in ["show", "check"] {
+            let mut times: Vec<Duration> = (0..OPS_RUNS)
+                .map(|_| operate(&allocator, verb, &file))
+                .collect();
+            let target = if verb == "show" && label == "etcd" {
+                " (target <= 2000)"
+            } else {
+                ""
+            };
+            line.push_str(&format!(
+                "  {verb} {:>7.0} ms{target}",
+                ms(median(&mut times))
+            ));
+        }
+        let mut alone_times: Vec<Duration> = (0..OPS_ADDS)
+            .map(|call| add(&allocator, &bin, &config, &format!("ops-{label}-a{call}")))
+            .collect();
+        // `check` over and over, from a thread, while the ADDs go on.
+        let stop = Arc::new(AtomicBool::new(false));
+        let checker = {
+            let (stop, allocator, file) = (stop.clone(), allocator.clone(), file.clone());
+            std::thread::spawn(move || {
+                let mut runs = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    operate(&allocator, "check", &file);
+                    runs += 1;
+                }
+                runs
+            })
+        };
+        let mut during: Vec<Duration> = (0..OPS_ADDS)
+            .map(|call| add(&allocator, &bin, &config, &format!("ops-{label}-d{call}")))
+            .collect();
+        stop.store(true, Ordering::SeqCst);
+        let runs = checker.join().unwrap();
+        let (alone_p50, during_p50) = (median(&mut alone_times), median(&mut during));
+        line.push_str(&format!(
+            "  ADD p50 {:.2} ms alone, {:.2} ms during check ({runs} runs): {:.2}x (target <= 1.5)",
+            ms(alone_p50),
+            ms(during_p50),
+            during_p50.as_secs_f64() / alone_p50.as_secs_f64()
+        ));
+        println!("{line}");
+    }
+
+    println!("ADD in an IPv6 pool, p50 of {V6_ADDS} each, side by side:");
+    let v6 = |subnet: &str, round: &str| {
+        let mut pool = json!({"dataDir": work.path().join(format!("v6-{round}")), "node": "bench"});
+        pool["pools"] = json!({"six": [{"subnet": subnet}]});
+        pool["default"] = json!("six");
+        json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {"type": "ipam-da-pool", "pool": pool}})
+            .to_string()
+    };
+    let (wide, narrow) = (v6("fd00:60::/48", "wide"), v6("fd00:61::/120", "narrow"));
+    let (mut wide_times, mut narrow_times) = (Vec::new(), Vec::new());
+    for call in 0..V6_ADDS {
+        wide_times.push(add(&allocator, &bin, &wide, &format!("w{call}")));
+        narrow_times.push(add(&allocator, &bin, &narrow, &format!("n{call}")));
+    }
+    let (wide_p50, narrow_p50) = (median(&mut wide_times), median(&mut narrow_times));
+    println!(
+        "  /48 {:.2} ms, /120 {:.2} ms: {:.2}x (target: as fast)",
+        ms(wide_p50),
+        ms(narrow_p50),
+        wide_p50.as_secs_f64() / narrow_p50.as_secs_f64()
+    );
+}
+
+/// One run of the allocator's operator command `verb` on `file`: how long
+/// it took.
+fn operate(allocator: &Path, verb: &str, file: &Path) -> Duration {
+    let started = Instant::now();
+    let out = Command::new(allocator)
+        .args([verb, "--config"])
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("the allocator runs");
+    let took = started.elapsed();
+    assert!(out.success(), "{verb} {}", file.display());
+    took
 }
 
 /// A configuration whose stack is the selector, then the allocator with
@@ -348,6 +462,25 @@ fn fill_etcd(cluster: &Cluster, network: &str, layout: Layout) {
         })
         .collect();
     pairs.push((format!("{network}hints/big"), address(next).to_string()));
+    cluster.put_all(&pairs);
+}
+
+/// The etcd store's attachment keys of the addresses `layout` holds, as
+/// the store writes them: what `show` and `check` read with the addresses.
+fn fill_etcd_attachments(cluster: &Cluster, network: &str, layout: Layout) {
+    let (held, _) = layout.held();
+    let pairs: Vec<(String, String)> = held
+        .iter()
+        .map(|n| {
+            let id = format!("fill-{n}");
+            let record = json!({"containerID": id, "ifname": "eth0", "node": "bench",
+                "addresses": [{"pool": "big", "address": address(*n).to_string()}], "since": 0});
+            (
+                format!("{network}attachments/{id}:eth0"),
+                record.to_string(),
+            )
+        })
+        .collect();
     cluster.put_all(&pairs);
 }
 

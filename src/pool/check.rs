@@ -391,6 +391,7 @@ mod tests {
             address: addr("10.4.0.2"),
         }];
         let sticky = crate::pool::store::Sticky {
+            workload: "ns/web-0",
             sticky_for: 60,
             prior: None,
         };

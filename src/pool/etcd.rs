@@ -26,6 +26,14 @@ use crate::etcd::{Client, Compare, Op};
 /// How many held keys one read looks at while searching for a free address.
 const PAGE: usize = 256;
 
+/// What the record of an address says of an owner.
+enum Record {
+    Absent,
+    /// The owner's (or its workload's), last written at this revision.
+    Owned(i64),
+    Other,
+}
+
 /// A network's keys in a cluster.
 pub struct Etcd {
     client: Client,
@@ -72,15 +80,15 @@ impl Etcd {
         .into_bytes()
     }
 
-    /// Whether `owner` (or its workload) holds `address`, with the
-    /// revision of the address's record: `Ok(None)` if there is no record,
-    /// `Ok(Some(None))` if it is another's.
-    fn record_of(&self, owner: &Owner, address: Addr) -> Result<Option<Option<i64>>, Error> {
-        Ok(self.client.get(&self.address_key(address))?.map(|kv| {
-            store::read_owner(&kv.value)
-                .filter(|o| owner.owns(o))
-                .map(|_| kv.mod_revision)
-        }))
+    /// What the record of `address` says of `owner`, as read now.
+    fn record_of(&self, owner: &Owner, address: Addr) -> Result<Record, Error> {
+        Ok(match self.client.get(&self.address_key(address))? {
+            None => Record::Absent,
+            Some(kv) if store::read_owner(&kv.value).is_some_and(|o| owner.owns(&o)) => {
+                Record::Owned(kv.mod_revision)
+            }
+            Some(_) => Record::Other,
+        })
     }
 
     /// Adds to `compares` and `ops` the removal of each record of `held`
@@ -93,7 +101,7 @@ impl Etcd {
         ops: &mut Vec<Op>,
     ) -> Result<(), Error> {
         for h in held {
-            if let Some(Some(revision)) = self.record_of(owner, h.address)? {
+            if let Record::Owned(revision) = self.record_of(owner, h.address)? {
                 let key = self.address_key(h.address);
                 compares.push(Compare::Unchanged(key.clone(), revision));
                 ops.push(Op::Delete(key));
@@ -125,9 +133,9 @@ impl Etcd {
         held: &[Held],
         sticky: &Sticky,
     ) -> Result<bool, Error> {
-        let workload = owner.workload.as_deref().unwrap_or_default();
+        let owner = &sticky.owner(owner);
         let attachment = self.attachment_key(&owner.id, &owner.ifname);
-        let hold = self.hold_key(workload, &owner.ifname);
+        let hold = self.hold_key(sticky.workload, &owner.ifname);
         let mut compares = vec![
             Compare::Absent(attachment.clone()),
             match sticky.prior {
@@ -142,11 +150,15 @@ impl Etcd {
         let prior: &[Held] = sticky.prior.map_or(&[], |p| &p.held);
         for h in held {
             let key = self.address_key(h.address);
-            let kept = prior.iter().any(|p| p.address == h.address);
-            match kept.then(|| self.record_of(owner, h.address)).transpose()? {
-                Some(Some(Some(revision))) => compares.push(Compare::Unchanged(key, revision)),
-                Some(Some(None)) => return Ok(false),
-                Some(None) | None => {
+            // Only an address the prior hold kept can be the workload's.
+            let record = match prior.iter().any(|p| p.address == h.address) {
+                true => self.record_of(owner, h.address)?,
+                false => Record::Absent,
+            };
+            match record {
+                Record::Owned(revision) => compares.push(Compare::Unchanged(key, revision)),
+                Record::Other => return Ok(false),
+                Record::Absent => {
                     compares.push(Compare::Absent(key.clone()));
                     ops.push(Op::Put(key, store::address_record(owner, &h.pool)));
                 }
@@ -322,6 +334,9 @@ impl Store for Etcd {
     fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
         let key = self.hold_key(&hold.workload, &hold.ifname);
         let mut compares = vec![Compare::Unchanged(key.clone(), hold.revision)];
+        if let Some(id) = &hold.container {
+            compares.push(Compare::Absent(self.attachment_key(id, &hold.ifname)));
+        }
         let mut ops = vec![Op::Delete(key)];
         self.give_back(&hold.owner(), &hold.held, &mut compares, &mut ops)?;
         self.txn(compares, &ops)

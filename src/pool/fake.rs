@@ -102,10 +102,7 @@ impl Store for Fake {
             return Ok(false);
         }
         let key = (owner.id.clone(), owner.ifname.clone());
-        let hold_key = owner
-            .workload
-            .clone()
-            .map(|workload| (workload, owner.ifname.clone()));
+        let hold_key = sticky.map(|s| (s.workload.to_owned(), owner.ifname.clone()));
         let mut addresses = self.addresses.borrow_mut();
         // As the stores: one record per address, the attachment's first;
         // a workload's own records taken over, its hold as read.
@@ -145,9 +142,9 @@ impl Store for Fake {
             self.holds.borrow_mut().insert(hold_key, hold);
         }
         let recorded = match sticky {
-            Some(_) => Owner {
+            Some(sticky) => Owner {
                 id: String::new(),
-                ..owner.clone()
+                ..sticky.owner(owner)
             },
             None => owner.clone(),
         };
@@ -206,6 +203,11 @@ impl Store for Fake {
         let key = (hold.workload.clone(), hold.ifname.clone());
         if self.holds.borrow().get(&key) != Some(hold) {
             return Ok(false);
+        }
+        if let Some(id) = &hold.container {
+            if self.holding(id, &hold.ifname)?.is_some() {
+                return Ok(false);
+            }
         }
         self.give_back(&hold.owner(), &hold.held);
         self.holds.borrow_mut().remove(&key);

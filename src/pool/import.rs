@@ -77,7 +77,18 @@ pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report,
             ),
             None => (None, None),
         };
+        // The workload's hold there, bound to another of its containers
+        // (one that runs on a node moved already): that one's addresses.
+        let bound = there.as_ref().and_then(|t| t.container.as_ref());
+        if let (Some(workload), Some(other)) = (&owner.workload, bound) {
+            if *other != owner.id {
+                taken.push(format!(
+                    "workload {workload}'s hold there is its container {other}'s"
+                ));
+            }
+        }
         let sticky = hold.as_ref().map(|hold| Sticky {
+            workload: &hold.workload,
             sticky_for: hold.sticky_for,
             prior: there.as_ref(),
         });
@@ -118,7 +129,7 @@ mod tests {
     use super::*;
     use crate::pool::fake::Fake;
     use crate::pool::range::Addr;
-    use crate::pool::store::{Holding, Owner};
+    use crate::pool::store::{Holding, Owner, Sticky};
 
     fn holding_of(store: &dyn Store, id: &str) -> Option<Holding> {
         store.holding(id, "eth0").unwrap()
@@ -189,5 +200,49 @@ mod tests {
         let a = holding_of(&cluster, "a").unwrap();
         assert_eq!((a.owner, a.held), (owner("a", "node-a"), held("10.1.0.2")));
         assert_eq!(local.held().len(), 3, "the source is only read");
+    }
+
+    #[test]
+    fn a_workloads_hold_comes_along_unless_another_of_its_containers_has_it_there() {
+        let (local, cluster) = (Fake::default(), Fake::default());
+        let web = |id: &str, node: &str| Owner {
+            workload: Some("db/pg-0".into()),
+            ..owner(id, node)
+        };
+        let sticky = Sticky {
+            workload: "db/pg-0",
+            sticky_for: 3_600,
+            prior: None,
+        };
+        assert!(local
+            .claim(&web("c1", "node-a"), &held("10.1.0.2"), Some(&sticky))
+            .unwrap());
+        let report = import(&local, &cluster, false).unwrap();
+        assert_eq!(
+            report.lines,
+            ["imported c1/eth0 (node node-a, workload db/pg-0) blue/10.1.0.2"]
+        );
+        let hold = cluster.hold("db/pg-0", "eth0").unwrap().unwrap();
+        assert_eq!(
+            (hold.container.as_deref(), hold.sticky_for, hold.held),
+            (Some("c1"), 3_600, held("10.1.0.2"))
+        );
+        // The workload runs as c2 on a node moved already: the stale c1 of
+        // a node moving late must not take its hold over.
+        let (local, cluster) = (Fake::default(), Fake::default());
+        assert!(local
+            .claim(&web("c1", "node-a"), &held("10.1.0.2"), Some(&sticky))
+            .unwrap());
+        assert!(cluster
+            .claim(&web("c2", "node-b"), &held("10.1.0.3"), Some(&sticky))
+            .unwrap());
+        let report = import(&local, &cluster, false).unwrap();
+        assert_eq!(report.conflicts, 1);
+        assert!(
+            report.lines[0].contains("workload db/pg-0's hold there is its container c2's"),
+            "{:?}",
+            report.lines
+        );
+        assert_eq!(cluster.held(), ["10.1.0.3"]);
     }
 }

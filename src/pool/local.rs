@@ -145,30 +145,29 @@ impl Local {
         held: &[Held],
         sticky: &Sticky,
     ) -> Result<bool, Error> {
+        let owner = &sticky.owner(owner);
         let holds = self.sub_made(HOLDS)?;
-        let workload = owner.workload.as_deref().unwrap_or_default();
-        let name = store::hold_name(workload, &owner.ifname);
-        let on_disk = self.hold(workload, &owner.ifname)?;
+        let name = store::hold_name(sticky.workload, &owner.ifname);
+        let on_disk = self.hold(sticky.workload, &owner.ifname)?;
         if on_disk.as_ref() != sticky.prior {
             return Ok(false);
         }
-        let record = |hold: &Hold| store::hold_record(hold);
         let mut both: Vec<Held> = held.to_vec();
         both.extend(sticky.dropped(held).cloned());
-        let taking = sticky.hold(owner, &both);
-        let made = match sticky.prior {
-            Some(_) => holds.replace_record(&name, &record(&taking)).map(|()| true),
-            None => holds.create(&name, &record(&taking)),
+        let taking = store::hold_record(&sticky.hold(owner, &both));
+        let bound = match sticky.prior {
+            Some(_) => holds.replace_record(&name, &taking).map(|()| true),
+            None => holds.create(&name, &taking),
         }
         .map_err(|e| holds.error_at(&name, e))?;
-        if !made {
+        if !bound {
             return Ok(false);
         }
         // Undone if the claim fails: the hold as it was.
-        let undo_hold = |holds: &crate::dir::Dir| -> Result<(), Error> {
+        let undo_hold = |holds: &Dir| -> Result<(), Error> {
             match sticky.prior {
                 Some(prior) => holds
-                    .replace_record(&name, &record(prior))
+                    .replace_record(&name, &store::hold_record(prior))
                     .map_err(|e| holds.error_at(&name, e)),
                 None => remove(holds, &name).map(drop),
             }
@@ -210,7 +209,7 @@ impl Local {
         let given_back: Vec<Held> = sticky.dropped(held).cloned().collect();
         self.give_back(owner, &given_back)?;
         holds
-            .replace_record(&name, &record(&sticky.hold(owner, held)))
+            .replace_record(&name, &store::hold_record(&sticky.hold(owner, held)))
             .map_err(|e| holds.error_at(&name, e))?;
         self.hint_after(held)?;
         Ok(true)
@@ -410,6 +409,11 @@ impl Store for Local {
     fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
         if self.hold(&hold.workload, &hold.ifname)?.as_ref() != Some(hold) {
             return Ok(false);
+        }
+        if let Some(id) = &hold.container {
+            if self.holding(id, &hold.ifname)?.is_some() {
+                return Ok(false);
+            }
         }
         // The addresses first: the hold lists them until they are gone.
         self.give_back(&hold.owner(), &hold.held)?;

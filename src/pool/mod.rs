@@ -167,10 +167,7 @@ fn add(
             store.release(&holding)?;
             continue;
         }
-        let sticky = settings
-            .sticky
-            .as_ref()
-            .filter(|_| owner.workload.is_some());
+        let sticky = settings.sticky.as_ref().zip(owner.workload.as_deref());
         let hold = match sticky {
             Some(_) => workload_hold(store, owner)?,
             None => None,
@@ -210,7 +207,8 @@ fn add(
             // Swept: look again.
             continue;
         }
-        let claim = sticky.map(|s| Sticky {
+        let claim = sticky.map(|(s, workload)| Sticky {
+            workload,
             sticky_for: s.sticky_for,
             prior: hold.as_ref(),
         });
@@ -368,17 +366,28 @@ fn kept(
     })
 }
 
-/// Ends every hold whose time is up (its container gone, its `stickyFor`
-/// over): how many it ended.
-fn sweep_ended_holds(store: &dyn Store) -> Result<usize, Error> {
+/// The holds whose time is up (their container gone, their `stickyFor`
+/// over): no longer holds, but their addresses are not given back yet.
+fn ended_holds(store: &dyn Store) -> Result<Vec<Hold>, Error> {
     let now = store::now();
-    let mut ended = 0;
+    let mut ended = Vec::new();
     for hold in store.holds()? {
         let bound_alive = match &hold.container {
             Some(id) => store.holding(id, &hold.ifname)?.is_some(),
             None => false,
         };
-        if hold.ends(bound_alive).is_some_and(|end| end <= now) && store.end_hold(&hold)? {
+        if hold.ends(bound_alive).is_some_and(|end| end <= now) {
+            ended.push(hold);
+        }
+    }
+    Ok(ended)
+}
+
+/// Ends every hold whose time is up: how many it ended.
+fn sweep_ended_holds(store: &dyn Store) -> Result<usize, Error> {
+    let mut ended = 0;
+    for hold in ended_holds(store)? {
+        if store.end_hold(&hold)? {
             ended += 1;
         }
     }
@@ -607,7 +616,16 @@ fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
     }
     for pool in &pools {
         let start = search::starting_point(store, pool, 0)?;
-        search::choose_free(store, pool, start, &[])?;
+        match search::choose_free(store, pool, start, &[]) {
+            // An ADD would give back a hold whose time is up, and take
+            // its address: STATUS writes nothing, but says so.
+            Err(Error::PoolExhausted { .. })
+                if ended_holds(store)?
+                    .iter()
+                    .flat_map(|h| &h.held)
+                    .any(|h| pool.range_of(h.address).is_some()) => {}
+            found => drop(found?),
+        }
     }
     Ok(())
 }
@@ -818,6 +836,32 @@ mod tests {
         let got = add_for(&store, &raw, "late", &[]).unwrap();
         assert_eq!(addresses(&got), ["10.1.0.5/29"]);
         assert_eq!(store.holds.borrow().len(), 4);
+    }
+
+    #[test]
+    fn status_counts_the_addresses_of_ended_holds_as_free_and_a_live_containers_hold_is_never_ended(
+    ) {
+        let store = Fake::default();
+        let raw = sticky_config();
+        let settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
+        for i in 0..5 {
+            let owner = of_workload(&format!("c{i}"), &format!("default/web-{i}"), "node-a");
+            add_as(&store, &raw, &owner, &[]).unwrap();
+            if i > 0 {
+                del(&store, &owner).unwrap();
+            }
+        }
+        let e = status(&store, &settings).unwrap_err();
+        assert_eq!(e.code(), code::NOT_AVAILABLE);
+        expire(&store, "default/web-4");
+        status(&store, &settings).unwrap();
+        assert_eq!(store.holds.borrow().len(), 5, "STATUS writes nothing");
+        // Its container c0 runs: its hold is not ended, however old.
+        expire(&store, "default/web-0");
+        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
+        assert!(!store.end_hold(&hold).unwrap());
+        assert_eq!(sweep_ended_holds(&store).unwrap(), 1, "web-4's only");
+        assert!(store.hold("default/web-0", "eth0").unwrap().is_some());
     }
 
     #[test]

@@ -250,7 +250,11 @@ pub fn reclaim(
         }
         // As it is now: releasing its attachment changed it.
         match store.hold(&hold.workload, &hold.ifname)? {
-            Some(now) if now.container.is_none() || now.container == hold.container => {
+            // Still this node's: a live node may have taken it over since.
+            Some(now)
+                if now.node == node
+                    && (now.container.is_none() || now.container == hold.container) =>
+            {
                 if store.end_hold(&now)? {
                     done.holds.push(now);
                 } else {

@@ -5,7 +5,7 @@
 //! Prometheus gauges. Read from the store without a lock, each record whole
 //! as it was written, so that allocation never waits for a report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
@@ -100,9 +100,13 @@ pub fn report(
             });
         }
     }
-    let attached: std::collections::HashSet<(&str, &str)> = holdings
+    let attached: HashSet<(&str, &str)> = holdings
         .iter()
         .map(|a| (a.owner.id.as_str(), a.owner.ifname.as_str()))
+        .collect();
+    let listed: HashSet<Addr> = holdings
+        .iter()
+        .flat_map(|a| a.held.iter().map(|h| h.address))
         .collect();
     for hold in holds {
         let bound_alive = hold
@@ -113,7 +117,8 @@ pub fn report(
             // Its container's attachment lists its addresses.
             continue;
         }
-        for h in &hold.held {
+        // One an attachment lists too (a DEL cut short) is counted once.
+        for h in hold.held.iter().filter(|h| !listed.contains(&h.address)) {
             by_pool.entry(&h.pool).or_default().push(HeldAddress {
                 address: h.address,
                 container_id: String::new(),
@@ -388,10 +393,6 @@ mod tests {
         // Held from before its block was excluded: used, but not from the size.
         claim("c4", "b", &[("blue", "10.4.0.9")]);
         // A workload's container, and a workload whose container is gone.
-        let sticky = crate::pool::store::Sticky {
-            sticky_for: 3_600,
-            prior: None,
-        };
         for (id, workload, address) in [
             ("w1", "ns/web-0", "10.4.0.6"),
             ("w2", "ns/web-1", "10.4.0.7"),
@@ -406,6 +407,11 @@ mod tests {
                 pool: "blue".into(),
                 address: Addr::new(address.parse().unwrap()),
             }];
+            let sticky = crate::pool::store::Sticky {
+                workload,
+                sticky_for: 3_600,
+                prior: None,
+            };
             assert!(store.claim(&owner, &held, Some(&sticky)).unwrap());
         }
         let w2 = store.holding("w2", "eth0").unwrap().unwrap();

@@ -162,6 +162,8 @@ impl Hold {
 /// that the claim does not are given back).
 #[derive(Debug, Clone, Copy)]
 pub struct Sticky<'a> {
+    /// The workload the addresses follow.
+    pub workload: &'a str,
     /// How long the addresses stay held once the container is gone.
     pub sticky_for: u64,
     /// The workload's hold, if it had one.
@@ -172,7 +174,7 @@ impl Sticky<'_> {
     /// The hold as the claim leaves it: `held`, bound to `owner`'s container.
     pub fn hold(&self, owner: &Owner, held: &[Held]) -> Hold {
         Hold {
-            workload: owner.workload.clone().unwrap_or_default(),
+            workload: self.workload.to_owned(),
             ifname: owner.ifname.clone(),
             node: owner.node.clone(),
             held: held.to_vec(),
@@ -181,6 +183,14 @@ impl Sticky<'_> {
             sticky_for: self.sticky_for,
             since: now(),
             revision: 0,
+        }
+    }
+
+    /// `owner` as the claim records it: holding for the workload.
+    pub fn owner(&self, owner: &Owner) -> Owner {
+        Owner {
+            workload: Some(self.workload.to_owned()),
+            ..owner.clone()
         }
     }
 
@@ -218,8 +228,8 @@ pub trait Store {
     /// Records that `owner` holds `held` (an address of each pool), all of
     /// it or none: `Ok(false)`, and nothing changed, if an address was
     /// taken meanwhile or the attachment holds something already. With
-    /// `sticky` (and `owner.workload`), the addresses are recorded as the
-    /// workload's, its hold bound to the container: those the prior hold
+    /// `sticky`, the addresses are recorded as the workload's, its hold
+    /// bound to the container: those the prior hold
     /// listed are taken over, if still the workload's, the others given
     /// back; `Ok(false)` too if the hold changed meanwhile.
     fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error>;
@@ -238,7 +248,8 @@ pub trait Store {
     fn holds(&self) -> Result<Vec<Hold>, Error>;
 
     /// Ends `hold` as it was read, giving back the addresses it keeps:
-    /// `Ok(false)`, and nothing changed, if it changed meanwhile.
+    /// `Ok(false)`, and nothing changed, if it changed meanwhile or a
+    /// container's attachment holds it (its addresses are in use).
     fn end_hold(&self, hold: &Hold) -> Result<bool, Error>;
 
     /// What every attachment of the network holds.
@@ -412,12 +423,16 @@ const WORKLOAD_NAME_MAX: usize = 200;
 
 /// A hold's name in a store: `WORKLOAD:IFNAME`, the workload with every
 /// byte but letters, digits, '.', '_' and '-' written `%XX` (so
-/// `default/web-0` is `default%2Fweb-0`); one longer than 200 bytes so
-/// written is cut there and ends with a digest of the whole.
+/// `default/web-0` is `default%2Fweb-0`), and a '.' that would start it
+/// too (a name starting with one is a temporary file's, never listed);
+/// one longer than 200 bytes so written is cut there and ends with a
+/// digest of the whole.
 pub fn hold_name(workload: &str, ifname: &str) -> String {
     let mut name = String::new();
-    for byte in workload.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
+    for (i, byte) in workload.bytes().enumerate() {
+        let kept =
+            byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-') || (byte == b'.' && i > 0);
+        if kept {
             name.push(char::from(byte));
         } else {
             name.push_str(&format!("%{byte:02X}"));
@@ -505,6 +520,7 @@ mod tests {
         let holding = read_holding(&attachment_record(&owner, &held), 3).unwrap();
         assert_eq!(holding.owner, owner);
         let hold = Sticky {
+            workload: "default/web-0",
             sticky_for: 60,
             prior: None,
         }
@@ -533,6 +549,7 @@ mod tests {
     fn hold_names_are_file_names() {
         assert_eq!(hold_name("default/web-0", "eth0"), "default%2Fweb-0:eth0");
         assert_eq!(hold_name("a:b%c", "net1"), "a%3Ab%25c:net1");
+        assert_eq!(hold_name(".x/y.z", "eth0"), "%2Ex%2Fy.z:eth0");
         let long = "n".repeat(300);
         let name = hold_name(&long, "eth0");
         assert!(name.len() <= 206, "{}", name.len());
