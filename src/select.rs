@@ -235,18 +235,7 @@ mod tests {
     use super::*;
 
     fn env(args: &str) -> Environment {
-        let args = args.to_owned();
-        Environment::from_vars(move |name| match name {
-            "CNI_COMMAND" => Some("ADD".into()),
-            "CNI_CONTAINERID" => Some("c".into()),
-            "CNI_NETNS" => Some("/n".into()),
-            "CNI_IFNAME" => Some("eth0".into()),
-            "CNI_PATH" => Some("/p".into()),
-            "CNI_ARGS" => Some(args.clone().into()),
-            _ => None,
-        })
-        .unwrap()
-        .unwrap()
+        crate::cni::add_with_args(args)
     }
 
     fn config(extra: Value) -> Vec<u8> {

@@ -420,6 +420,22 @@ pub fn signal_group(group: u32, signal: libc::c_int) {
     }
 }
 
+/// Lowers the calling thread's scheduling priority (the process's, in a
+/// single-threaded one) to nice 10, never raising it: for a reader that
+/// should give way to the work it reads about. Failing is no error; it
+/// only runs at the priority it had.
+pub fn give_way() {
+    // SAFETY: getpriority and setpriority have no memory effects.
+    unsafe {
+        // -1 is also a valid priority: errno would tell, but either way
+        // a process already at nice 10 or more is left as it is.
+        let current = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if current < 10 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+        }
+    }
+}
+
 /// Puts descriptor `fd` in non-blocking mode (its own open file
 /// description only: the other end of a pipe keeps its mode).
 pub fn set_nonblocking(fd: &impl AsFd) -> io::Result<()> {
@@ -602,6 +618,23 @@ fn check(result: libc::c_int) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn giving_way_lowers_the_priority_to_nice_10_and_never_raises_it() {
+        // In a thread of its own: Linux gives each thread its own nice.
+        let niceness = || {
+            give_way();
+            // SAFETY: getpriority has no memory effects.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+        };
+        assert_eq!(std::thread::spawn(niceness).join().unwrap(), 10);
+        let lower = std::thread::spawn(move || {
+            // SAFETY: as above.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 15) };
+            niceness()
+        });
+        assert_eq!(lower.join().unwrap(), 15);
+    }
 
     #[test]
     fn a_read_grows_the_buffer_only_when_it_is_full() {

@@ -188,6 +188,23 @@ pub fn check_ifname(label: &'static str, name: &str) -> Result<(), Error> {
     Err(invalid_variable(label, format!("{name:?} {reason}")))
 }
 
+/// An ADD's environment for the tests, with `args` as CNI_ARGS.
+#[cfg(test)]
+pub fn add_with_args(args: &str) -> Environment {
+    let args = args.to_owned();
+    Environment::from_vars(move |name| match name {
+        "CNI_COMMAND" => Some("ADD".into()),
+        "CNI_CONTAINERID" => Some("c".into()),
+        "CNI_NETNS" => Some("/n".into()),
+        "CNI_IFNAME" => Some("eth0".into()),
+        "CNI_PATH" => Some("/p".into()),
+        "CNI_ARGS" => Some(args.clone().into()),
+        _ => None,
+    })
+    .unwrap()
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

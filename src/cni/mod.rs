@@ -15,6 +15,8 @@ mod version;
 
 pub use command::Command;
 pub use config::{version_for_reply, NetConf};
+#[cfg(test)]
+pub use env::add_with_args;
 pub use env::{
     check_container_id, check_ifname, is_identifier, path_outside_runtime, search_path,
     Environment, IDENTIFIER_RULE,

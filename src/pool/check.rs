@@ -258,14 +258,19 @@ mod tests {
         Addr::new(text.parse().unwrap())
     }
 
-    #[test]
-    fn every_inconsistency_is_named() {
+    /// Node a's settings, pool blue 10.4.0.0/28.
+    fn settings() -> Settings {
         let raw =
             json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "ipam-da-pool", "pool": {
                 "node": "a", "pools": {"blue": [{"subnet": "10.4.0.0/28"}]},
             }}})
             .to_string();
-        let settings = Settings::from_net(&NetConf::parse(raw.as_bytes()).unwrap()).unwrap();
+        Settings::from_net(&NetConf::parse(raw.as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn every_inconsistency_is_named() {
+        let settings = settings();
         let store = Fake::default();
         let claim = |id: &str, address: &str| {
             let held = [Held {
@@ -417,12 +422,7 @@ mod tests {
 
     #[test]
     fn records_made_or_removed_between_the_reads_are_no_finding() {
-        let raw =
-            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "ipam-da-pool", "pool": {
-                "node": "a", "pools": {"blue": [{"subnet": "10.4.0.0/28"}]},
-            }}})
-            .to_string();
-        let settings = Settings::from_net(&NetConf::parse(raw.as_bytes()).unwrap()).unwrap();
+        let settings = settings();
         let store = Fake::default();
         let held = |address: &str| {
             [Held {

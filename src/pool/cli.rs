@@ -274,6 +274,8 @@ fn parse_check(options: &[String]) -> Result<Check, String> {
 /// Checks the network's records, printing each finding: whether there
 /// were none.
 fn run_check(options: &Check) -> Result<bool, Error> {
+    // A report waits; allocations on this node should not.
+    crate::sys::give_way();
     // Read before anything else: a bad list changes nothing and reads nothing.
     let valid = match &options.valid {
         Some(file) => Some(read_valid_attachments(file)?),
@@ -983,6 +985,7 @@ fn run_reclaim(options: &Reclaim) -> Result<bool, Error> {
 
 /// Shows the network's pools, as asked.
 fn run_show(options: &Show) -> Result<bool, Error> {
+    crate::sys::give_way();
     let Opened {
         name,
         settings,

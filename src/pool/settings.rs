@@ -811,17 +811,7 @@ mod tests {
         raw["runtimeConfig"] = json!({"ips": ["fd00::5/64"]});
         let raw = raw.to_string().into_bytes();
         let conf = NetConf::parse(&raw).unwrap();
-        let env = Environment::from_vars(|name| match name {
-            "CNI_COMMAND" => Some("ADD".into()),
-            "CNI_CONTAINERID" => Some("c".into()),
-            "CNI_NETNS" => Some("/n".into()),
-            "CNI_IFNAME" => Some("eth0".into()),
-            "CNI_PATH" => Some("/p".into()),
-            "CNI_ARGS" => Some("IgnoreUnknown=1;IP=10.1.0.7,10.2.0.7/24".into()),
-            _ => None,
-        })
-        .unwrap()
-        .unwrap();
+        let env = cni::add_with_args("IgnoreUnknown=1;IP=10.1.0.7,10.2.0.7/24");
         let asked: Vec<String> = requested_by_runtime(&env, &conf)
             .unwrap()
             .iter()
@@ -895,20 +885,7 @@ mod tests {
                 .node_ttl,
             120
         );
-        let env = |args: &str| {
-            let args = args.to_owned();
-            Environment::from_vars(move |name| match name {
-                "CNI_COMMAND" => Some("ADD".into()),
-                "CNI_CONTAINERID" => Some("c".into()),
-                "CNI_NETNS" => Some("/n".into()),
-                "CNI_IFNAME" => Some("eth0".into()),
-                "CNI_PATH" => Some("/p".into()),
-                "CNI_ARGS" => Some(args.clone().into()),
-                _ => None,
-            })
-            .unwrap()
-            .unwrap()
-        };
+        let env = cni::add_with_args;
         let pod = "IgnoreUnknown=1;K8S_POD_NAME=web-0;K8S_POD_NAMESPACE=default";
         assert_eq!(workload(&env(pod), &s).as_deref(), Some("default/web-0"));
         assert_eq!(workload(&env("K8S_POD_NAME=web-0"), &s), None);
