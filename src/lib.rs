@@ -1,134 +1,28 @@
-//! ipam-delegated: a CNI IPAM plugin that runs a stack of IPAM delegates in
-//! order, hands each one's result to the next as `prevResult`, answers with
-//! the last one's result, and undoes the stack when an ADD fails.
+//! ipam-delegated and the plugins released with it: a CNI IPAM
+//! meta-plugin that runs a stack of IPAM delegates, a selector and an
+//! allocator to stack under it, and a Docker driver that serves the same
+//! stacks. Each binary of `src/bin` is a short `main` over one module here.
 //!
-//! Data flows one way: the environment and stdin (read by [`skel`] into
-//! [`cni`] types), then the configuration ([`config`]), then the chain of
-//! delegates (`delegate`), then the one reply [`skel`] writes.
+//! Data flows one way in every binary: the environment and stdin are read
+//! once into [`cni`] types (by [`skel`]), the command runs against them,
+//! and one reply, or one error object, is written at the end.
 
+// The protocol: what every plugin speaks, and how a binary serves it.
 pub mod cni;
-pub mod config;
 pub mod error;
 pub mod skel;
 
-mod agent;
-mod cli;
-mod delegate;
+// The plugins, each in the module named as it is, and the Docker driver.
+pub mod da_pool;
+pub mod delegated;
+pub mod docker;
+pub mod ds_static;
+
+// Shared by the plugins.
+mod addr;
 mod dir;
-mod docker;
-mod doctor;
 mod etcd;
-mod logging;
-mod pool;
-mod select;
+pub mod logging;
+mod pools;
 mod signals;
-mod state;
 mod sys;
-
-use std::io::Write;
-
-use tracing::warn;
-
-pub use cli::main as command_line;
-/// For the fuzz targets: what a delegate's exit status and output amount to.
-pub use delegate::{judge, Printed};
-pub use docker::command_line as docker_command_line;
-pub use logging::init as init_logging;
-pub use pool::{command_line as allocator_command_line, Allocator};
-pub use select::Selector;
-
-use cni::{Environment, NetConf};
-use config::Config;
-use delegate::{Chain, Delegate, Processes, PARENT_VARIABLE};
-use error::Error;
-use skel::Plugin;
-
-/// ipam-delegated as a CNI plugin: each command runs the configuration's
-/// stack of delegates.
-pub struct Delegated {
-    /// The pid of the ipam-delegated that started this one, if one did.
-    parent: Option<String>,
-}
-
-impl Delegated {
-    /// The plugin as this process was started: by a runtime, or by
-    /// itself, which its stack must not be.
-    pub fn from_process() -> Self {
-        // Set, and not empty, only by an ipam-delegated that started this one.
-        let parent = std::env::var_os(PARENT_VARIABLE)
-            .filter(|p| !p.is_empty())
-            .map(|p| p.to_string_lossy().into_owned());
-        Delegated { parent }
-    }
-
-    /// What every command needs: the plugin's own keys checked, and the
-    /// delegates looked up in CNI_PATH (each found, or why not). A plugin
-    /// started by itself refuses at once.
-    fn stack<'a>(
-        &self,
-        env: &Environment,
-        net: NetConf<'a>,
-    ) -> Result<(Stack<'a>, Vec<Found>), Error> {
-        if let Some(parent) = &self.parent {
-            return Err(Error::Recursion {
-                parent: parent.clone(),
-            });
-        }
-        let config = Config::from_net(net)?;
-        let found = delegate::resolve_each(&config.delegates, &env.path);
-        let runner = Processes::default();
-        Ok((Stack { config, runner }, found))
-    }
-}
-
-/// A delegate looked up in CNI_PATH, or why it was not found.
-type Found = Result<Delegate, Error>;
-
-impl Plugin for Delegated {
-    /// A result that cannot be written is undone: the runtime would never
-    /// learn of the address.
-    fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
-        let (stack, found) = self.stack(env, net)?;
-        let delegates = delegate::all(found)?;
-        let chain = stack.chain();
-        let result = chain.add(&delegates)?;
-        skel::write_reply(stdout, &result).map_err(|e| {
-            warn!("the result could not be written ({e}): undoing the ADD");
-            e.with_rollback(chain.undo(&delegates, &result))
-        })
-    }
-
-    fn del(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
-        let (stack, found) = self.stack(env, net)?;
-        stack.chain().del(found)
-    }
-
-    fn check(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
-        let (stack, found) = self.stack(env, net)?;
-        stack.chain().check(&delegate::all(found)?)
-    }
-
-    /// Agent mode's attachments are kept from GC, under their lock.
-    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
-        let (stack, found) = self.stack(env, net)?;
-        let protected = agent::protect_from_gc(&stack.config)?;
-        stack.chain().gc(protected.input(&stack.config.net), found)
-    }
-
-    fn status(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
-        let (stack, found) = self.stack(env, net)?;
-        stack.chain().status(&delegate::all(found)?)
-    }
-}
-
-/// A configuration's stack of delegates, run as processes.
-struct Stack<'a> {
-    config: Config<'a>,
-    runner: Processes,
-}
-
-impl Stack<'_> {
-    fn chain(&self) -> Chain<'_, Processes> {
-        Chain::new(&self.config.net, &self.runner, self.config.timeout)
-    }
-}

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use ipam_delegated::cni::version_for_reply;
-use ipam_delegated::config::Config;
+use ipam_delegated::delegated::config::Config;
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use ipam_delegated::cni::Command;
 use ipam_delegated::error::Error;
-use ipam_delegated::{judge, Printed};
+use ipam_delegated::delegated::{judge, Printed};
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
 use serde_json::Value;

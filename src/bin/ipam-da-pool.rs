@@ -4,13 +4,14 @@
 
 use std::process::ExitCode;
 
-use ipam_delegated::{allocator_command_line, init_logging, skel, Allocator};
+use ipam_delegated::da_pool::{self, Allocator};
+use ipam_delegated::{logging, skel};
 
 fn main() -> ExitCode {
-    init_logging("ipam-da-pool");
+    logging::init("ipam-da-pool");
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-da-pool", pid = std::process::id()).entered();
     skel::serve(&Allocator, || {
-        allocator_command_line(std::env::args_os().skip(1))
+        da_pool::command_line(std::env::args_os().skip(1))
     })
 }

@@ -4,9 +4,9 @@
 
 use std::process::ExitCode;
 
-use ipam_delegated::{docker_command_line, init_logging};
+use ipam_delegated::{docker, logging};
 
 fn main() -> ExitCode {
-    init_logging("ipam-delegated-docker");
-    docker_command_line(std::env::args_os().skip(1))
+    logging::init("ipam-delegated-docker");
+    docker::command_line(std::env::args_os().skip(1))
 }

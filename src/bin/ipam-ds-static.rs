@@ -4,10 +4,11 @@
 
 use std::process::ExitCode;
 
-use ipam_delegated::{init_logging, skel, Selector};
+use ipam_delegated::ds_static::Selector;
+use ipam_delegated::{logging, skel};
 
 fn main() -> ExitCode {
-    init_logging("ipam-ds-static");
+    logging::init("ipam-ds-static");
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-ds-static", pid = std::process::id()).entered();
     skel::serve(&Selector, || {

@@ -15,11 +15,11 @@ use tracing::{info, warn};
 use super::http::Status;
 use super::networks::{self, Network};
 use super::pools::{PoolId, Requests};
-use crate::agent::{self, Request, Setup};
-use crate::config::Config;
+use crate::addr::{Addr, Family, Subnet};
+use crate::delegated::agent::state::{self, Attachment};
+use crate::delegated::agent::{self, Request, Setup};
+use crate::delegated::config::Config;
 use crate::error::Error;
-use crate::pool::{Addr, Family, Subnet};
-use crate::state::{self, Attachment};
 
 /// The interface name of every attachment the driver makes.
 const IFNAME: &str = "eth0";

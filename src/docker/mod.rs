@@ -85,7 +85,8 @@ struct Options {
 
 fn parse_options(options: &[OsString]) -> Result<Options, String> {
     let (mut config, mut name, mut socket) = (None, None, None);
-    for (flag, value) in crate::cli::flags(options, &["--config", "--name", "--socket"])? {
+    for (flag, value) in crate::delegated::cli::flags(options, &["--config", "--name", "--socket"])?
+    {
         match flag {
             "--config" => config = Some(PathBuf::from(value)),
             "--name" if cni::is_identifier(&value) => name = Some(value),

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 use tracing::debug;
 
-use crate::config;
+use crate::addr::{Family, Subnet};
+use crate::delegated::config;
 use crate::error::Error;
-use crate::pool::{Family, Subnet};
 
 /// The file names a directory's configurations have, as libcni reads them.
 const EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];

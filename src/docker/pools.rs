@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::addr::Subnet;
+use crate::delegated::agent::state;
 use crate::error::Error;
-use crate::pool::Subnet;
-use crate::state;
 
 /// The record's name in the network's state directory.
 const RECORD: &str = "docker-pools";

@@ -18,8 +18,8 @@
 
 use serde_json::Value;
 
-use super::range::Addr;
-use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
+use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
+use crate::addr::Addr;
 use crate::error::Error;
 use crate::etcd::{Client, Compare, Op};
 

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::range::Addr;
-use super::store::{Held, Hold, Holding, Owner, Sticky, Store};
+use super::{Held, Hold, Holding, Owner, Sticky, Store};
+use crate::addr::Addr;
 use crate::error::Error;
 
 /// More addresses than any test's search may look at.
@@ -158,7 +158,7 @@ impl Store for Fake {
             owner: owner.clone(),
             held: held.to_vec(),
             revision: 1,
-            since: super::store::now(),
+            since: super::now(),
         };
         self.attachments.borrow_mut().insert(key, holding);
         Ok(true)
@@ -177,7 +177,7 @@ impl Store for Fake {
                 if hold.container.as_deref() == Some(owner.id.as_str()) {
                     *hold = Hold {
                         revision: hold.revision + 1,
-                        ..hold.released(super::store::now())
+                        ..hold.released(super::now())
                     };
                 }
                 kept = true;

@@ -6,11 +6,12 @@
 use serde_json::{json, Map, Value};
 
 use super::find_pool;
-use super::range::{Addr, Family};
-use super::settings::{Pool, Settings};
+use super::settings::Settings;
 use super::store::{Held, Store};
+use crate::addr::{Addr, Family};
 use crate::cni::{self, NetConf};
 use crate::error::Error;
+use crate::pools::Pool;
 
 /// The result of an ADD that gives `held` (from `pools`, or as a pool is
 /// defined now if it was held before).

@@ -19,9 +19,10 @@ use std::io::Write;
 
 use serde_json::{json, Map, Value};
 
-use crate::cni::{Environment, NetConf};
+use crate::addr::Addr;
+use crate::cni::{self, Environment, NetConf};
 use crate::error::Error;
-use crate::pool::{invalid, requested_by_runtime, Addr, Pool, Wanted};
+use crate::pools::{requested_by_runtime, Pool, Wanted};
 use crate::skel::{self, Plugin};
 
 /// ipam-ds-static as a CNI plugin.
@@ -215,6 +216,11 @@ fn result(net: &NetConf, chosen: &[Value]) -> Vec<u8> {
     } else {
         net.result_on_previous(&[("ips", "[]"), ("pools", &pools)])
     }
+}
+
+/// A configuration error (code 7) saying `reason`.
+fn invalid(reason: String) -> Error {
+    cni::Error::InvalidConfig(reason).into()
 }
 
 /// The configuration's top-level member `key`, which must be an object if

@@ -10,10 +10,11 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::range::Addr;
-use super::settings::{Pool, Settings};
+use super::settings::Settings;
 use super::store::{Hold, Holding, Store};
+use crate::addr::Addr;
 use crate::error::Error;
+use crate::pools::Pool;
 
 /// One pool's figures.
 #[derive(Debug, PartialEq)]
@@ -351,7 +352,7 @@ pub(super) fn utc(seconds: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fake::Fake;
+    use super::super::store::fake::Fake;
     use super::super::store::{Held, Owner};
     use super::*;
     use crate::cni::NetConf;
@@ -407,7 +408,7 @@ mod tests {
                 pool: "blue".into(),
                 address: Addr::new(address.parse().unwrap()),
             }];
-            let sticky = crate::pool::store::Sticky {
+            let sticky = crate::da_pool::store::Sticky {
                 workload,
                 sticky_for: 3_600,
                 prior: None,

@@ -3,16 +3,18 @@
 //! CHECK, then DEL, then ADD for a fixed container ID, keeping the result;
 //! `release` undoes it; and GC never frees what is kept.
 
+pub mod state;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tracing::warn;
 
 use crate::cni::{self, Command, NetConf};
-use crate::config::Config;
-use crate::delegate::{self, Chain, Delegate, Processes};
+use crate::delegated::chain::{self, Chain, Delegate, Processes};
+use crate::delegated::config::Config;
 use crate::error::Error;
-use crate::state::{self, Attachment, Network};
+use state::{Attachment, Network};
 
 /// What tells a plugin built on libcni 1.2 or later that CNI_NETNS being
 /// its own namespace is meant.
@@ -82,11 +84,11 @@ impl<'a> Setup<'a> {
 
     /// Every delegate, looked up; the first missing one is the error.
     pub fn find_all(&self) -> Result<Vec<Delegate>, Error> {
-        delegate::all(self.find_each())
+        chain::all(self.find_each())
     }
 
     fn find_each(&self) -> Vec<Result<Delegate, Error>> {
-        delegate::resolve_each(&self.config.delegates, &self.path)
+        chain::resolve_each(&self.config.delegates, &self.path)
     }
 
     /// DEL on the stack, with `kept` (a result) as `prevResult` if given.
@@ -252,7 +254,7 @@ pub fn protect_from_gc(config: &Config) -> Result<Protected, Error> {
 /// Whether `netns` is the network namespace this process runs in (as
 /// libcni compares them: the same namespace file, however named).
 fn is_own_netns(netns: &str) -> bool {
-    delegate::same_file(Path::new(netns), Path::new("/proc/self/ns/net"))
+    chain::same_file(Path::new(netns), Path::new("/proc/self/ns/net"))
 }
 
 /// Where agent mode keeps its attachments for `config`.

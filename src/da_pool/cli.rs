@@ -12,13 +12,14 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use super::range::Addr;
 use super::settings::{parse_duration, Settings, StoreSettings};
 use super::store::{Hold, Holding, Owner, Store};
 use super::{check, etcd, import, local, nodes, report};
+use crate::addr::Addr;
 use crate::cni::{self, NetConf};
+use crate::delegated::config;
 use crate::error::Error;
-use crate::{config, skel};
+use crate::skel;
 
 const USAGE: &str = "usage:
   ipam-da-pool show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]

@@ -4,14 +4,15 @@
 
 use std::process::ExitCode;
 
-use ipam_delegated::{command_line, init_logging, skel, Delegated};
+use ipam_delegated::delegated::{self, Delegated};
+use ipam_delegated::{logging, skel};
 
 fn main() -> ExitCode {
-    init_logging("ipam-delegated");
+    logging::init("ipam-delegated");
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-delegated", pid = std::process::id()).entered();
     tracing::debug!(version = env!("CARGO_PKG_VERSION"), "started");
     skel::serve(&Delegated::from_process(), || {
-        command_line(std::env::args_os().skip(1))
+        delegated::command_line(std::env::args_os().skip(1))
     })
 }

@@ -11,10 +11,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::range::Addr;
-use super::settings::{Pool, Settings};
+use super::settings::Settings;
 use super::store::{Hold, Holding, Owner, Store};
+use crate::addr::Addr;
 use crate::error::Error;
+use crate::pools::Pool;
 
 /// An attachment, as the runtime names it.
 pub type Attachment = (String, String);
@@ -239,7 +240,7 @@ fn known_pool(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fake::Fake;
+    use super::super::store::fake::Fake;
     use super::super::store::Held;
     use super::*;
     use crate::cni::NetConf;
@@ -395,7 +396,7 @@ mod tests {
             pool: "blue".into(),
             address: addr("10.4.0.2"),
         }];
-        let sticky = crate::pool::store::Sticky {
+        let sticky = crate::da_pool::store::Sticky {
             workload: "ns/web-0",
             sticky_for: 60,
             prior: None,

@@ -3,10 +3,10 @@
 //! pool 90 % full, one in ten is free, however it is laid out), and only
 //! when the pool may be exhausted, through every range in order.
 
-use super::range::Addr;
-use super::settings::Pool;
 use super::store::{Held, Store};
+use crate::addr::Addr;
 use crate::error::Error;
+use crate::pools::Pool;
 
 /// How many addresses one look at a place covers: one page of etcd keys
 /// costs what one key does, a few probes of local files next to nothing.
@@ -55,7 +55,7 @@ pub fn choose_free(
 ) -> Result<Addr, Error> {
     // Excluded blocks are stepped over whole, never looked at address by
     // address: one can be a /64.
-    let free_in = |range: &super::range::Range, from: Addr, to: Addr| {
+    let free_in = |range: &crate::addr::Range, from: Addr, to: Addr| {
         let gives = |a: Addr| {
             range.gives(a) && !pool.reserved.contains(&a) && !taken.iter().any(|h| h.address == a)
         };

@@ -3,9 +3,14 @@
 //! its owner; what each attachment holds; what each workload's hold keeps
 //! for it; a hint of where to look next in each pool.
 
+pub mod etcd;
+#[cfg(test)]
+pub mod fake;
+pub mod local;
+
 use serde_json::{json, Value};
 
-use super::range::Addr;
+use crate::addr::Addr;
 use crate::error::Error;
 
 /// Who holds an address: an attachment (container ID and interface) on a

@@ -127,9 +127,9 @@ fn same(a: &[Held], b: &[Held]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::fake::Fake;
-    use crate::pool::range::Addr;
-    use crate::pool::store::{Holding, Owner, Sticky};
+    use crate::addr::Addr;
+    use crate::da_pool::store::fake::Fake;
+    use crate::da_pool::store::{Holding, Owner, Sticky};
 
     fn holding_of(store: &dyn Store, id: &str) -> Option<Holding> {
         store.holding(id, "eth0").unwrap()

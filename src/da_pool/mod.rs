@@ -11,13 +11,8 @@
 
 mod check;
 mod cli;
-mod etcd;
-#[cfg(test)]
-mod fake;
 mod import;
-mod local;
 mod nodes;
-mod range;
 mod reply;
 mod report;
 mod search;
@@ -33,10 +28,11 @@ use crate::cni::{Environment, NetConf};
 use crate::error::Error;
 use crate::skel::{self, Plugin};
 pub use cli::main as command_line;
-pub(crate) use range::{Addr, Family, Subnet};
-pub(crate) use settings::{invalid, requested_by_runtime, Pool, Wanted};
-use settings::{Settings, StoreSettings};
-use store::{Held, Hold, Holding, Owner, Sticky, Store};
+
+use crate::addr::Addr;
+use crate::pools::{self, Pool, Wanted};
+use settings::{invalid, Settings, StoreSettings};
+use store::{etcd, local, Held, Hold, Holding, Owner, Sticky, Store};
 
 /// How many times a command starts again after losing a race for a key to
 /// another node, before it says "try again later".
@@ -48,7 +44,7 @@ pub struct Allocator;
 impl Plugin for Allocator {
     fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
         let settings = Settings::from_net(&net)?;
-        let asked = settings::requested_by_runtime(env, &net)?;
+        let asked = pools::requested_by_runtime(env, &net)?;
         let store = open(&settings, &net.name)?;
         let owner = Owner {
             workload: settings::workload(env, &settings),
@@ -142,7 +138,7 @@ fn add(
     owner: &Owner,
     asked: &[Addr],
 ) -> Result<Vec<u8>, Error> {
-    let wanted = settings::wanted(net, settings)?;
+    let wanted = pools::wanted(net, &settings.default)?;
     let pools: Vec<Pool> = wanted
         .iter()
         .map(|w| pool_of(store, settings, w))
@@ -414,7 +410,7 @@ fn find_pool(store: &dyn Store, settings: &Settings, name: &str) -> Result<Optio
         return Ok(Some(pool.clone()));
     }
     match store.pool_definition(name)? {
-        Some(ranges) => Pool::parse(name, &ranges).map(Some),
+        Some(ranges) => Ok(Some(Pool::parse(name, &ranges)?)),
         None => Ok(None),
     }
 }
@@ -632,7 +628,7 @@ fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::fake::Fake;
+    use super::store::fake::Fake;
     use super::*;
     use crate::error::code;
     use serde_json::json;

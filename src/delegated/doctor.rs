@@ -7,10 +7,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::agent;
+use super::agent;
+use super::chain::{self, Delegate};
+use super::config::{self, Config};
 use crate::cni;
-use crate::config::{self, Config};
-use crate::delegate::{self, Delegate};
 use crate::error::Error;
 use crate::sys;
 
@@ -62,7 +62,7 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
     for (name, found) in config
         .delegates
         .iter()
-        .zip(delegate::resolve_each(&config.delegates, &dirs))
+        .zip(chain::resolve_each(&config.delegates, &dirs))
     {
         let (path, versions, verdict) = match found {
             Ok(delegate) => check_delegate(&delegate, &config, timeout),
@@ -111,7 +111,7 @@ fn check_delegate(
 ) -> (String, String, Result<(), String>) {
     let path = delegate.path.display().to_string();
     let name = &delegate.name;
-    if delegate::is_copy_of_this_plugin(&delegate.path) {
+    if chain::is_copy_of_this_plugin(&delegate.path) {
         let copy = Error::SelfReference {
             name: name.clone(),
             how: format!("{path} is a copy of it"),
@@ -122,7 +122,7 @@ fn check_delegate(
             Err(format!("{copy}; remove it from ipam.delegates")),
         );
     }
-    match delegate::supported_versions(delegate, config.net.cni_version, timeout) {
+    match chain::supported_versions(delegate, config.net.cni_version, timeout) {
         Ok(versions) => {
             let shown = versions.join(",");
             let verdict = if versions.iter().any(|v| v == config.net.cni_version) {
@@ -158,7 +158,7 @@ fn not_found(name: &str, dirs: &[PathBuf]) -> String {
     }
     format!(
         "{name} is in none of {}: install it there, or add its directory to CNI_PATH",
-        delegate::list_dirs(dirs)
+        chain::list_dirs(dirs)
     )
 }
 

@@ -3,19 +3,19 @@
 //! ADD), and the seam between those rules and what runs a delegate: the
 //! [`Runner`], processes in production and a fake in the chain's tests.
 
-mod chain;
 #[cfg(test)]
 mod fake;
 mod judge;
 mod lookup;
 mod process;
+mod rules;
 
 use std::time::Duration;
 
-pub use chain::Chain;
 pub use judge::{judge, Printed};
 pub use lookup::{all, is_copy_of_this_plugin, list_dirs, resolve_each, same_file, Delegate};
 pub use process::Processes;
+pub use rules::Chain;
 
 use crate::cni::Command;
 use crate::error::{Error, Failure};

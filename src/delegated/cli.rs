@@ -8,9 +8,10 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::agent::{self, Request};
+use super::agent::{self, Request};
+use super::{config, doctor};
 use crate::skel::{self, respond};
-use crate::{cni, config, doctor, signals};
+use crate::{cni, signals};
 
 const USAGE: &str = "usage:
   ipam-delegated ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]

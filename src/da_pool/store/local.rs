@@ -33,8 +33,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::range::Addr;
-use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
+use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
+use crate::addr::Addr;
 use crate::dir::{Dir, Durability};
 use crate::error::Error;
 use crate::sys::Lock;

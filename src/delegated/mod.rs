@@ -1,0 +1,116 @@
+//! ipam-delegated, the meta-plugin: runs the configuration's stack of
+//! IPAM delegates in order, hands each one's result to the next as
+//! `prevResult`, answers with the last one's result, and undoes the stack
+//! when an ADD fails. Run by hand, its command line keeps addresses for
+//! node agents (agent mode), checks a configuration (the doctor), and
+//! starts the Docker driver.
+
+pub(crate) mod agent;
+pub(crate) mod chain;
+pub(crate) mod cli;
+pub mod config;
+mod doctor;
+
+use std::io::Write;
+
+use tracing::warn;
+
+/// For the fuzz targets: what a delegate's exit status and output amount to.
+pub use chain::{judge, Printed};
+pub use cli::main as command_line;
+
+use crate::cni::{Environment, NetConf};
+use crate::error::Error;
+use crate::skel::{self, Plugin};
+use chain::{Chain, Delegate, Processes, PARENT_VARIABLE};
+use config::Config;
+
+/// ipam-delegated as a CNI plugin: each command runs the configuration's
+/// stack of delegates.
+pub struct Delegated {
+    /// The pid of the ipam-delegated that started this one, if one did.
+    parent: Option<String>,
+}
+
+impl Delegated {
+    /// The plugin as this process was started: by a runtime, or by
+    /// itself, which its stack must not be.
+    pub fn from_process() -> Self {
+        // Set, and not empty, only by an ipam-delegated that started this one.
+        let parent = std::env::var_os(PARENT_VARIABLE)
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_string_lossy().into_owned());
+        Delegated { parent }
+    }
+
+    /// What every command needs: the plugin's own keys checked, and the
+    /// delegates looked up in CNI_PATH (each found, or why not). A plugin
+    /// started by itself refuses at once.
+    fn stack<'a>(
+        &self,
+        env: &Environment,
+        net: NetConf<'a>,
+    ) -> Result<(Stack<'a>, Vec<Found>), Error> {
+        if let Some(parent) = &self.parent {
+            return Err(Error::Recursion {
+                parent: parent.clone(),
+            });
+        }
+        let config = Config::from_net(net)?;
+        let found = chain::resolve_each(&config.delegates, &env.path);
+        let runner = Processes::default();
+        Ok((Stack { config, runner }, found))
+    }
+}
+
+/// A delegate looked up in CNI_PATH, or why it was not found.
+type Found = Result<Delegate, Error>;
+
+impl Plugin for Delegated {
+    /// A result that cannot be written is undone: the runtime would never
+    /// learn of the address.
+    fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        let delegates = chain::all(found)?;
+        let chain = stack.chain();
+        let result = chain.add(&delegates)?;
+        skel::write_reply(stdout, &result).map_err(|e| {
+            warn!("the result could not be written ({e}): undoing the ADD");
+            e.with_rollback(chain.undo(&delegates, &result))
+        })
+    }
+
+    fn del(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        stack.chain().del(found)
+    }
+
+    fn check(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        stack.chain().check(&chain::all(found)?)
+    }
+
+    /// Agent mode's attachments are kept from GC, under their lock.
+    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        let protected = agent::protect_from_gc(&stack.config)?;
+        stack.chain().gc(protected.input(&stack.config.net), found)
+    }
+
+    fn status(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+        let (stack, found) = self.stack(env, net)?;
+        stack.chain().status(&chain::all(found)?)
+    }
+}
+
+/// A configuration's stack of delegates, run as processes.
+struct Stack<'a> {
+    config: Config<'a>,
+    runner: Processes,
+}
+
+impl Stack<'_> {
+    fn chain(&self) -> Chain<'_, Processes> {
+        Chain::new(&self.config.net, &self.runner, self.config.timeout)
+    }
+}
