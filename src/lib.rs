@@ -23,6 +23,7 @@ mod addr;
 mod dir;
 mod etcd;
 pub mod logging;
+mod netd;
 mod pools;
 mod signals;
 mod sys;

@@ -17,9 +17,8 @@ use super::store::{Hold, Holding, Owner, Store};
 use super::{check, etcd, import, local, nodes, report};
 use crate::addr::Addr;
 use crate::cni::{self, NetConf};
-use crate::delegated::config;
 use crate::error::Error;
-use crate::skel;
+use crate::{netd, skel};
 
 const USAGE: &str = "usage:
   ipam-da-pool show --config PATH [--network NAME] [--addresses] [--json | --format prometheus]
@@ -535,70 +534,47 @@ fn each_option(
     Ok(())
 }
 
-/// Whether a plugin's `ipam` runs ipam-da-pool, directly or as a delegate.
-fn runs_allocator(ipam: &Value) -> bool {
-    ipam["type"] == "ipam-da-pool"
-        || ipam["delegates"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|name| name == "ipam-da-pool"))
-}
+/// The plugin of a configuration that runs ipam-da-pool, directly or as
+/// a delegate.
+const OURS: netd::Ours = netd::Ours {
+    described: "that runs ipam-da-pool",
+    is_ours: |ipam| {
+        ipam["type"] == "ipam-da-pool"
+            || ipam["delegates"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|name| name == "ipam-da-pool"))
+    },
+};
 
 /// The configuration of the network at `path` (a file, or a directory of
 /// them, of which `network` picks one; a file of the directory that runs
 /// no ipam-da-pool is another network's, and skipped).
 fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, Error> {
-    let described = "that runs ipam-da-pool";
-    if !path.is_dir() {
-        let raw = config::load_plugin(path, described, runs_allocator)?;
-        let name = NetConf::parse(&raw)?.name.to_owned();
-        return match network {
-            Some(wanted) if wanted != name => Err(Error::ConfigFile {
-                path: path.to_owned(),
-                reason: format!("is network {name:?}, not {wanted:?}"),
-            }),
-            _ => Ok(raw),
-        };
-    }
-    let entries = std::fs::read_dir(path).map_err(|e| Error::Files {
-        path: path.to_owned(),
-        error: e,
+    let found = netd::scan(path, &OURS, |stdin| {
+        Ok(NetConf::parse(stdin)?.name.to_owned())
     })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|entry| Some(entry.ok()?.path()))
-        .filter(|file| {
-            let extension = file.extension().and_then(|e| e.to_str());
-            matches!(extension, Some("conflist" | "conf" | "json"))
-        })
-        .collect();
-    files.sort();
-    let mut found: Vec<(String, Vec<u8>)> = Vec::new();
-    for file in files {
-        let Ok(raw) = config::load_plugin(&file, described, runs_allocator) else {
-            continue;
-        };
-        let name = NetConf::parse(&raw)?.name.to_owned();
-        if network.is_none_or(|wanted| wanted == name) {
-            found.push((name, raw));
+    let fail = |reason: String| Error::ConfigFile {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut networks = found.networks;
+    if let (false, [only], Some(wanted)) = (path.is_dir(), networks.as_slice(), network) {
+        if only.name != wanted {
+            return Err(fail(format!("is network {:?}, not {wanted:?}", only.name)));
         }
     }
-    let names: Vec<&str> = found.iter().map(|(name, _)| name.as_str()).collect();
-    match (found.len(), network) {
-        (1, _) => Ok(found.remove(0).1),
-        (0, Some(wanted)) => Err(Error::ConfigFile {
-            path: path.to_owned(),
-            reason: format!("has no network {wanted:?} that runs ipam-da-pool"),
-        }),
-        (0, None) => Err(Error::ConfigFile {
-            path: path.to_owned(),
-            reason: "has no network that runs ipam-da-pool".into(),
-        }),
-        _ => Err(Error::ConfigFile {
-            path: path.to_owned(),
-            reason: format!(
-                "has several networks that run ipam-da-pool ({}): pick one with --network",
-                names.join(", ")
-            ),
-        }),
+    networks.retain(|n| network.is_none_or(|wanted| wanted == n.name));
+    let names: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
+    match (networks.len(), network) {
+        (1, _) => Ok(networks.remove(0).stdin),
+        (0, Some(wanted)) => Err(fail(format!(
+            "has no network {wanted:?} that runs ipam-da-pool"
+        ))),
+        (0, None) => Err(fail("has no network that runs ipam-da-pool".into())),
+        _ => Err(fail(format!(
+            "has several networks that run ipam-da-pool ({}): pick one with --network",
+            names.join(", ")
+        ))),
     }
 }
 
@@ -1010,7 +986,7 @@ fn run_show(options: &Show) -> Result<bool, Error> {
 
 /// Imports, printing what it did: whether every attachment is in etcd now.
 fn run_import(options: &Import) -> Result<bool, Error> {
-    let raw = config::load_plugin(&options.config, "that runs ipam-da-pool", runs_allocator)?;
+    let raw = netd::load(&options.config, &OURS)?;
     let net = NetConf::parse(&raw)?;
     let settings = Settings::from_net(&net)?;
     let StoreSettings::Etcd(cluster) = &settings.store else {

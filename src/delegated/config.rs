@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use crate::cni::{self, string, Members, NetConf};
 use crate::error::Error;
+use crate::netd;
 
 /// A configuration, its common keys and the plugin's own checked.
 #[derive(Debug)]
@@ -118,61 +118,17 @@ fn check_delegate_name(name: &str) -> Result<(), Error> {
     }
 }
 
+/// The plugin of a configuration that is ipam-delegated.
+pub(crate) const OURS: netd::Ours = netd::Ours {
+    described: "whose ipam.type is ipam-delegated",
+    is_ours: |ipam| ipam["type"] == "ipam-delegated",
+};
+
 /// The stdin a main plugin would give the plugin for `file`: from a list,
 /// the one plugin whose `ipam.type` is ipam-delegated, with the list's
 /// cniVersion and name, as libcni derives it; or the file's own object.
 pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, Error> {
-    load_plugin(file, "whose ipam.type is ipam-delegated", |ipam| {
-        ipam["type"] == "ipam-delegated"
-    })
-}
-
-/// As [`load_file`], for the plugin whose `ipam` object `is_ours` picks
-/// (`described` says which, for errors).
-pub(crate) fn load_plugin(
-    file: &Path,
-    described: &str,
-    is_ours: impl Fn(&Value) -> bool,
-) -> Result<Vec<u8>, Error> {
-    let fail = |reason: String| Error::ConfigFile {
-        path: file.to_owned(),
-        reason,
-    };
-    let text = std::fs::read(file).map_err(|e| fail(format!("cannot be read: {e}")))?;
-    let value: Value =
-        serde_json::from_slice(&text).map_err(|e| fail(format!("is not JSON: {e}")))?;
-    let Value::Object(object) = value else {
-        return Err(fail("is not a JSON object".into()));
-    };
-    let is_ours = |plugin: &Value| is_ours(&plugin["ipam"]);
-    let plugin = match object.get("plugins") {
-        Some(Value::Array(plugins)) => {
-            let ours: Vec<&Value> = plugins.iter().filter(|p| is_ours(p)).collect();
-            let [plugin] = ours.as_slice() else {
-                return Err(fail(format!(
-                    "a list needs exactly one plugin {described}; it has {}",
-                    ours.len()
-                )));
-            };
-            let Value::Object(plugin) = plugin else {
-                return Err(fail(format!("its plugin {described} is not an object")));
-            };
-            let mut built = Map::new();
-            for key in ["cniVersion", "name"] {
-                if let Some(value) = object.get(key) {
-                    built.insert(key.into(), value.clone());
-                }
-            }
-            for (key, value) in plugin {
-                built.entry(key.clone()).or_insert_with(|| value.clone());
-            }
-            built
-        }
-        Some(_) => return Err(fail("\"plugins\" is not an array".into())),
-        None if is_ours(&Value::Object(object.clone())) => object,
-        None => return Err(fail(format!("it is not a plugin {described}"))),
-    };
-    Ok(Value::Object(plugin).to_string().into_bytes())
+    netd::load(file, &OURS)
 }
 
 #[cfg(test)]

@@ -12,9 +12,7 @@ use tracing::debug;
 use crate::addr::{Family, Subnet};
 use crate::delegated::config;
 use crate::error::Error;
-
-/// The file names a directory's configurations have, as libcni reads them.
-const EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];
+use crate::netd;
 
 /// One network: its plugin's configuration, as a main plugin would pass
 /// it to ipam-delegated.
@@ -172,65 +170,30 @@ fn names(networks: &[Network]) -> String {
     names.join(", ")
 }
 
-/// Every network at `path`, and why each file of a directory that gave
-/// none was skipped. A network named twice is the first file's, in the
-/// order of the files' names, as libcni picks.
+/// Every network at `path` (a file, or a directory of them, read as
+/// libcni reads it), each checked as the plugin would check it, so that a
+/// broken network is refused by name before Docker counts on it; and why
+/// each file of a directory that gave none was skipped.
 pub fn load(path: &Path) -> Result<(Vec<Network>, Vec<String>), Error> {
-    let files = match std::fs::read_dir(path) {
-        Ok(entries) => {
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|entry| entry.ok().map(|e| e.path()))
-                .filter(|file| {
-                    file.extension()
-                        .and_then(|e| e.to_str())
-                        .is_some_and(|e| EXTENSIONS.contains(&e))
-                })
-                .collect();
-            files.sort();
-            files
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => vec![path.to_owned()],
-        Err(e) => {
-            return Err(Error::ConfigFile {
-                path: path.to_owned(),
-                reason: format!("cannot be read: {e}"),
-            })
-        }
-    };
-    let single = files.len() == 1 && files[0] == path;
-    let mut networks: Vec<Network> = Vec::new();
-    let mut skipped = Vec::new();
-    for file in files {
-        match read(&file) {
-            Ok(network) if networks.iter().any(|n| n.name == network.name) => {
-                skipped.push(format!(
-                    "{}: network {:?} is named by an earlier file",
-                    file.display(),
-                    network.name
-                ));
-            }
-            Ok(network) => networks.push(network),
-            Err(e) if single => return Err(e),
-            Err(e) => skipped.push(e.to_string()),
-        }
-    }
-    Ok((networks, skipped))
-}
-
-fn read(file: &Path) -> Result<Network, Error> {
-    let stdin = config::load_file(file)?;
-    // Checked as the plugin would check it, so that a broken network is
-    // refused by name before Docker counts on it.
-    let name = config::Config::parse(&stdin)?.net.name;
-    let config = serde_json::from_slice(&stdin).map_err(|e| Error::ConfigFile {
-        path: file.to_owned(),
-        reason: e.to_string(),
+    let found = netd::scan(path, &config::OURS, |stdin| {
+        Ok(config::Config::parse(stdin)?.net.name)
     })?;
-    Ok(Network {
-        name,
-        file: file.to_owned(),
-        config,
-    })
+    let networks = found
+        .networks
+        .into_iter()
+        .map(|network| {
+            let config = serde_json::from_slice(&network.stdin).map_err(|e| Error::ConfigFile {
+                path: network.file.clone(),
+                reason: e.to_string(),
+            })?;
+            Ok(Network {
+                name: network.name,
+                file: network.file,
+                config,
+            })
+        })
+        .collect::<Result<_, Error>>()?;
+    Ok((networks, found.skipped))
 }
 
 #[cfg(test)]
