@@ -20,6 +20,7 @@ pub mod ds_static;
 
 // Shared by the plugins.
 mod addr;
+mod args;
 mod dir;
 mod etcd;
 pub mod logging;

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::find_pool;
+use super::add::find_pool;
 use super::settings::Settings;
 use super::store::{Held, Store};
 use crate::addr::{Addr, Family};

@@ -1,86 +1,105 @@
-//! The command line, for when the binary is not run as a CNI plugin (no
-//! CNI_COMMAND): agent mode's `ensure` and `release`, the `doctor`,
-//! `--help` and `--version`; or, with no arguments, the about text.
+//! ipam-delegated's command line, for when it is not run as a CNI plugin
+//! (no CNI_COMMAND): agent mode's `ensure` and `release`, the `doctor`,
+//! and `docker-plugin`, which starts the Docker driver beside it.
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::agent::{self, Request};
 use super::{config, doctor};
-use crate::skel::{self, respond};
+use crate::args::{Opt, Options, Program, Verb};
+use crate::skel::respond;
 use crate::{cni, signals};
-
-const USAGE: &str = "usage:
-  ipam-delegated ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
-  ipam-delegated release --config FILE --id ID [--ifname NAME] [--netns PATH]
-  ipam-delegated doctor  --config FILE
-  ipam-delegated docker-plugin --config PATH [--name NAME | --socket PATH]
-  ipam-delegated --help | --version
-";
 
 /// The Docker driver's binary, installed beside this one.
 const DOCKER_DRIVER: &str = "ipam-delegated-docker";
 
-const HELP: &str = "ipam-delegated: a CNI IPAM plugin that runs a stack of IPAM delegates.
+/// `ensure` and `release` take the same options.
+const AGENT_OPTIONS: &[Opt] = &[
+    Opt::value("--config"),
+    Opt::value("--id"),
+    Opt::value("--ifname"),
+    Opt::value("--netns"),
+];
 
+/// The command line.
+pub const PROGRAM: Program = Program {
+    name: "ipam-delegated",
+    purpose: "a CNI IPAM plugin that runs a stack of IPAM delegates",
+    description: "\
 As a plugin, set it as ipam.type in a network configuration and list the
 delegates in ipam.delegates; a container runtime runs it with CNI_COMMAND
-set, and then it reads no arguments.
-
-Commands (CNI_PATH names the delegates' directories, /opt/cni/bin if unset):
-  ensure  --config FILE --id ID [--ifname NAME] [--netns PATH]
-          Make sure the attachment (network of FILE, ID, interface NAME,
-          eth0 by default) holds an address, for a node agent; print it.
-  release --config FILE --id ID [--ifname NAME] [--netns PATH]
-          Give that address back and forget it.
+set, and then it reads no arguments. Run by hand, CNI_PATH names the
+delegates' directories (/opt/cni/bin if unset).
+",
+    verbs: &[
+        Verb {
+            name: "ensure",
+            synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
+            options: AGENT_OPTIONS,
+            operands: false,
+            help: "\
+Make sure the attachment (network of FILE, ID, interface NAME,
+eth0 by default) holds an address, for a node agent; print it.
+",
+            run: |options| agent_command(options, true),
+        },
+        Verb {
+            name: "release",
+            synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
+            options: AGENT_OPTIONS,
+            operands: false,
+            help: "Give that address back and forget it.\n",
+            run: |options| agent_command(options, false),
+        },
+        Verb {
+            name: "doctor",
+            synopsis: "--config FILE",
+            options: &[Opt::value("--config")],
+            operands: false,
+            help: "Check FILE and its delegates without allocating anything.\n",
+            run: run_doctor,
+        },
+        DOCKER_PLUGIN,
+    ],
+    notes: "\
 --netns is the CNI_NETNS delegates get, the agent's own namespace by
 default (then CNI_NETNS_OVERRIDE=1 is set for them, as plugins built on
-libcni 1.2 or later require).
-  doctor  --config FILE
-          Check FILE and its delegates without allocating anything.
-FILE is a conflist (its plugin whose ipam.type is ipam-delegated is used)
-or one plugin's configuration.
-  docker-plugin --config PATH [--name NAME | --socket PATH]
-          Serve Docker as a remote IPAM driver on
-          /run/docker/plugins/NAME.sock (NAME ipam-delegated by default)
-          or on the socket given, for the networks in PATH (a file, or a
-          directory of them, such as /etc/cni/net.d), until SIGTERM.
-          Docker networks use it with --ipam-driver NAME
-          [--ipam-opt network=CNI-NETWORK].
+libcni 1.2 or later require). FILE is a conflist (its plugin whose
+ipam.type is ipam-delegated is used) or one plugin's configuration.
+",
+};
 
-  --help     this text
-  --version  the version, the CNI spec versions it speaks, its flavour
-";
+/// `docker-plugin`: what the Docker driver's binary takes too.
+pub const DOCKER_PLUGIN: Verb = Verb {
+    name: "docker-plugin",
+    synopsis: "--config PATH [--name NAME | --socket PATH]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--name"),
+        Opt::value("--socket"),
+    ],
+    operands: false,
+    help: "\
+Serve Docker as a remote IPAM driver on
+/run/docker/plugins/NAME.sock (NAME ipam-delegated by default)
+or on the socket given, for the networks in PATH (a file, or a
+directory of them, such as /etc/cni/net.d), until SIGTERM.
+Docker networks use it with --ipam-driver NAME
+[--ipam-opt network=CNI-NETWORK].
+",
+    run: |options| Ok(docker_plugin(options)),
+};
 
-/// Runs the command line `args` (without the program name).
-pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let args: Vec<OsString> = args.into_iter().collect();
-    let Some(command) = args.first() else {
-        return skel::about(
-            "ipam-delegated",
-            "a CNI IPAM plugin that runs a stack of IPAM delegates",
-        );
-    };
-    let ensuring = match command.to_str() {
-        Some("ensure") => true,
-        Some("release") => false,
-        Some("doctor") => return doctor(&args[1..]),
-        Some("docker-plugin") => return docker_plugin(&args[1..]),
-        Some("--help" | "-h" | "help") if args.len() == 1 => return print(HELP),
-        Some("--version" | "-V") if args.len() == 1 => return print(&version_text()),
-        _ => return usage(&format!("unknown command {:?}", command.to_string_lossy())),
-    };
-    let request = match parse_agent_options(&args[1..]) {
-        Ok(request) => request,
-        Err(problem) => return usage(&problem),
-    };
+/// `ensure` (or `release`): the address kept for the attachment, as a
+/// CNI reply.
+fn agent_command(options: &Options, ensuring: bool) -> Result<ExitCode, String> {
+    let request = agent_request(options)?;
     if let Err(e) = signals::watch() {
         tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
     }
-    match config::load_file(&request.config) {
+    Ok(match config::load_file(&request.config) {
         Ok(stdin) => {
             let outcome = if ensuring {
                 agent::ensure(&request, &stdin).map(Some)
@@ -90,33 +109,54 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             respond(outcome, || cni::version_for_reply(&stdin))
         }
         Err(e) => respond(Err(e), || cni::NEWEST.into()),
+    })
+}
+
+/// The attachment `ensure` and `release` are about.
+fn agent_request(options: &Options) -> Result<Request, String> {
+    let (Some(config), Some(id)) = (options.path("--config"), options.value("--id")) else {
+        return Err("--config and --id are required".into());
+    };
+    let request = Request {
+        config,
+        id: id.to_owned(),
+        ifname: options.value("--ifname").unwrap_or("eth0").to_owned(),
+        // The host's own: the namespace the agent runs in, as delegates see it.
+        netns: options
+            .value("--netns")
+            .unwrap_or("/proc/self/ns/net")
+            .to_owned(),
+        args: None,
+    };
+    if request.config.as_os_str().is_empty() || request.id.is_empty() {
+        return Err("--config and --id are required".into());
     }
+    if request.netns.is_empty() {
+        return Err("--netns needs a path".into());
+    }
+    Ok(request)
 }
 
 /// `doctor --config FILE`: the report on stdout; exit 0 only if all is well.
-fn doctor(options: &[OsString]) -> ExitCode {
-    let file = match options {
-        [flag, file] if flag == "--config" => PathBuf::from(file),
-        [one] => match one.to_str().and_then(|o| o.strip_prefix("--config=")) {
-            Some(file) => PathBuf::from(file),
-            None => return usage("doctor takes --config FILE"),
-        },
-        _ => return usage("doctor takes --config FILE"),
-    };
+fn run_doctor(options: &Options) -> Result<ExitCode, String> {
+    let file = options
+        .path("--config")
+        .ok_or("doctor takes --config FILE")?;
     let cni_path = cni::path_outside_runtime(std::env::var_os("CNI_PATH"));
     let report = doctor::examine(&file, &cni_path);
     let _ = std::io::stdout().write_all(report.text.as_bytes());
-    if report.healthy {
+    Ok(if report.healthy {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
+    })
 }
 
 /// `docker-plugin`: the Docker driver, a binary of its own beside this
-/// one, so that the plugin every pod start runs carries none of it. Only
-/// returns if it cannot be started.
-fn docker_plugin(options: &[OsString]) -> ExitCode {
+/// one, so that the plugin every pod start runs carries none of it; it is
+/// given the options as read. Only returns if it cannot be started.
+fn docker_plugin(options: &Options) -> ExitCode {
+    let options = options.to_args();
     let driver = std::env::current_exe().map(|exe| exe.with_file_name(DOCKER_DRIVER));
     let error = match &driver {
         Ok(driver) => std::process::Command::new(driver).args(options).exec(),
@@ -130,109 +170,28 @@ fn docker_plugin(options: &[OsString]) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn version_text() -> String {
-    let flavour = if cfg!(feature = "verbose") {
-        "verbose"
-    } else {
-        "standard"
-    };
-    format!(
-        "ipam-delegated {} ({flavour} flavour)\nCNI spec versions: {}\n",
-        env!("CARGO_PKG_VERSION"),
-        cni::SUPPORTED.join(", ")
-    )
-}
-
-fn print(text: &str) -> ExitCode {
-    match std::io::stdout().write_all(text.as_bytes()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::FAILURE,
-    }
-}
-
-/// The options of `ensure` and `release`.
-fn parse_agent_options(options: &[OsString]) -> Result<Request, String> {
-    let mut request = Request {
-        config: PathBuf::new(),
-        id: String::new(),
-        ifname: "eth0".into(),
-        // The host's own: the namespace the agent runs in, as delegates see it.
-        netns: "/proc/self/ns/net".into(),
-        args: None,
-    };
-    for (flag, value) in flags(options, &["--config", "--id", "--ifname", "--netns"])? {
-        match flag {
-            "--config" => request.config = PathBuf::from(value),
-            "--id" => request.id = value,
-            "--ifname" => request.ifname = value,
-            _ => request.netns = value,
-        }
-    }
-    if request.config.as_os_str().is_empty() || request.id.is_empty() {
-        return Err("--config and --id are required".into());
-    }
-    if request.netns.is_empty() {
-        return Err("--netns needs a path".into());
-    }
-    Ok(request)
-}
-
-/// The options, each `--flag VALUE` or `--flag=VALUE` with a flag of
-/// `known`, as (flag, value) pairs in order.
-pub(crate) fn flags<'k>(
-    options: &[OsString],
-    known: &[&'k str],
-) -> Result<Vec<(&'k str, String)>, String> {
-    let mut pairs = Vec::new();
-    let mut options = options.iter();
-    while let Some(option) = options.next() {
-        let option = option
-            .to_str()
-            .ok_or_else(|| format!("{option:?} is not UTF-8"))?;
-        let (name, inline) = match option.split_once('=') {
-            Some((name, value)) => (name, Some(value.to_owned())),
-            None => (option, None),
-        };
-        let flag = *known
-            .iter()
-            .find(|k| **k == name)
-            .ok_or_else(|| format!("unknown option {option:?}"))?;
-        let value = match inline {
-            Some(value) => value,
-            None => options
-                .next()
-                .and_then(|v| v.to_str().map(String::from))
-                .ok_or_else(|| format!("{flag} needs a value"))?,
-        };
-        pairs.push((flag, value));
-    }
-    Ok(pairs)
-}
-
-/// A usage error: what is wrong and the usage on stderr, exit status 2.
-fn usage(problem: &str) -> ExitCode {
-    let _ = write!(std::io::stderr(), "ipam-delegated: {problem}\n{USAGE}");
-    ExitCode::from(2)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
+    use std::path::PathBuf;
 
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
+    /// The request `ensure` makes of `list`.
+    fn request(list: &[&str]) -> Result<Request, String> {
+        let args: Vec<OsString> = list.iter().map(OsString::from).collect();
+        agent_request(&PROGRAM.verbs[0].parse(&args)?)
     }
 
     #[test]
     fn ensure_takes_every_option_in_either_form() {
-        let request = parse_agent_options(&args(&[
+        let request = request(&[
             "--config",
             "/etc/x.conflist",
             "--id=agent-health",
             "--ifname",
             "net1",
             "--netns=/run/netns/x",
-        ]))
+        ])
         .unwrap();
         assert_eq!(request.config, PathBuf::from("/etc/x.conflist"));
         assert_eq!(
@@ -247,7 +206,7 @@ mod tests {
 
     #[test]
     fn defaults_are_eth0_and_the_hosts_namespace() {
-        let request = parse_agent_options(&args(&["--id", "a", "--config", "f"])).unwrap();
+        let request = request(&["--id", "a", "--config", "f"]).unwrap();
         assert_eq!(
             (request.ifname.as_str(), request.netns.as_str()),
             ("eth0", "/proc/self/ns/net")
@@ -262,7 +221,12 @@ mod tests {
             (&["--config"], "--config needs a value"),
             (&["--bogus"], "unknown option \"--bogus\""),
         ] {
-            assert_eq!(parse_agent_options(&args(list)).unwrap_err(), problem);
+            assert_eq!(request(list).unwrap_err(), problem);
         }
+    }
+
+    #[test]
+    fn every_synopsis_names_the_options_its_verb_takes() {
+        crate::args::assert_synopses(&PROGRAM);
     }
 }

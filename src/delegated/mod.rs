@@ -7,7 +7,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod chain;
-pub(crate) mod cli;
+mod cli;
 pub mod config;
 mod doctor;
 
@@ -17,7 +17,13 @@ use tracing::warn;
 
 /// For the fuzz targets: what a delegate's exit status and output amount to.
 pub use chain::{judge, Printed};
-pub use cli::main as command_line;
+pub(crate) use cli::DOCKER_PLUGIN;
+
+/// Runs the command line `args` (without the program name), for when the
+/// binary is not run as a CNI plugin.
+pub fn command_line(args: impl IntoIterator<Item = std::ffi::OsString>) -> std::process::ExitCode {
+    cli::PROGRAM.main(args)
+}
 
 use crate::cni::{Environment, NetConf};
 use crate::error::Error;

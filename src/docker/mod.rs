@@ -11,7 +11,7 @@ mod networks;
 mod pools;
 
 use std::ffi::OsString;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufReader};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::args;
+use crate::delegated::DOCKER_PLUGIN;
 use crate::dir::Dir;
 use crate::error::Error;
 use crate::sys::{poll, pollfd, Lock};
@@ -42,28 +44,15 @@ const LOOK_FOR_STOP: Duration = Duration::from_secs(1);
 /// How long writing an answer may block on a client that does not read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-const USAGE: &str =
-    "usage: ipam-delegated docker-plugin --config PATH [--name NAME | --socket PATH]
-Serves Docker as a remote IPAM driver on /run/docker/plugins/NAME.sock
-(NAME ipam-delegated by default) or on the socket given, for the CNI
-networks in PATH (a file, or a directory of them such as /etc/cni/net.d),
-until SIGTERM.
-";
-
-/// Runs the command line `args` (without the program name): serves until
-/// asked to stop, exit 0; 1 (after saying why on stderr) if it cannot
-/// serve; 2 for a bad command line.
+/// Runs the command line `args` (without the program name), the options
+/// of `ipam-delegated docker-plugin`: serves until asked to stop, exit 0;
+/// 1 (after saying why on stderr) if it cannot serve; 2 for a bad command
+/// line.
 pub fn command_line(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let args: Vec<OsString> = args.into_iter().collect();
-    let options = match parse_options(&args) {
+    let options = match DOCKER_PLUGIN.parse(&args).and_then(|o| options(&o)) {
         Ok(options) => options,
-        Err(problem) => {
-            let _ = write!(
-                io::stderr(),
-                "ipam-delegated docker-plugin: {problem}\n{USAGE}"
-            );
-            return ExitCode::from(2);
-        }
+        Err(problem) => return DOCKER_PLUGIN.usage_error("ipam-delegated", &problem),
     };
     match serve(&options) {
         Ok(()) => ExitCode::SUCCESS,
@@ -83,25 +72,20 @@ struct Options {
     socket: PathBuf,
 }
 
-fn parse_options(options: &[OsString]) -> Result<Options, String> {
-    let (mut config, mut name, mut socket) = (None, None, None);
-    for (flag, value) in crate::delegated::cli::flags(options, &["--config", "--name", "--socket"])?
-    {
-        match flag {
-            "--config" => config = Some(PathBuf::from(value)),
-            "--name" if cni::is_identifier(&value) => name = Some(value),
-            "--name" => return Err(format!("--name {value:?} {}", cni::IDENTIFIER_RULE)),
-            _ => socket = Some(PathBuf::from(value)),
+fn options(given: &args::Options) -> Result<Options, String> {
+    let config = given.path("--config").ok_or("--config is required")?;
+    let name = match given.value("--name") {
+        Some(name) if !cni::is_identifier(name) => {
+            return Err(format!("--name {name:?} {}", cni::IDENTIFIER_RULE))
         }
-    }
-    let config = config.ok_or("--config is required")?;
-    let socket = match (name, socket) {
+        name => name,
+    };
+    let socket = match (name, given.path("--socket")) {
         (Some(_), Some(_)) => return Err("--name and --socket exclude each other".into()),
         (_, Some(socket)) => socket,
-        (name, None) => Path::new(PLUGIN_DIR).join(format!(
-            "{}.sock",
-            name.as_deref().unwrap_or("ipam-delegated")
-        )),
+        (name, None) => {
+            Path::new(PLUGIN_DIR).join(format!("{}.sock", name.unwrap_or("ipam-delegated")))
+        }
     };
     Ok(Options { config, socket })
 }
@@ -376,6 +360,10 @@ fn socket_error(socket: &Path, error: io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_options(list: &[OsString]) -> Result<Options, String> {
+        DOCKER_PLUGIN.parse(list).and_then(|given| options(&given))
+    }
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()

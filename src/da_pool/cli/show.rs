@@ -1,21 +1,115 @@
-//! What `ipam-da-pool show` prints: per pool of a network, how many
-//! addresses it may give, how many are held and by which node, how many
-//! of those only a workload's hold keeps (its container gone), and, if
-//! asked, each held address with its attachment or hold; as text, JSON or
-//! Prometheus gauges. Read from the store without a lock, each record whole
-//! as it was written, so that allocation never waits for a report.
+//! `ipam-da-pool show`: per pool of a network, how many addresses it may
+//! give, how many are held and by which node, how many of those only a
+//! workload's hold keeps (its container gone), and, if asked, each held
+//! address with its attachment or hold; as text, JSON or Prometheus
+//! gauges. Read from the store without a lock, each record whole, while
+//! allocation goes on.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use super::settings::Settings;
-use super::store::{Hold, Holding, Store};
+use super::{finish, open_unlocked, Opened};
 use crate::addr::Addr;
+use crate::args::{Opt, Options, Verb};
+use crate::da_pool::settings::Settings;
+use crate::da_pool::store::{Hold, Holding, Store};
 use crate::error::Error;
 use crate::pools::Pool;
 
+/// `show`.
+pub(super) const VERB: Verb = Verb {
+    name: "show",
+    synopsis: "--config PATH [--network NAME] [--addresses] [--json | --format prometheus]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--network"),
+        Opt::flag("--addresses"),
+        Opt::flag("--json"),
+        Opt::value("--format"),
+    ],
+    operands: false,
+    help: "\
+Per pool of the network: how many addresses it may give (size),
+how many are held (used) and on which node, how many are free,
+how many it keeps back (reserved), and how many of those held
+only a workload's hold keeps, its container gone (sticky). With
+--addresses, each held address with its container ID,
+interface, node, workload and since (or, for a hold, until)
+when. --json prints one JSON object; --format prometheus prints
+gauges (ipam_da_pool_size, _used, _free, _sticky) for
+node_exporter's textfile collector. It takes no lock:
+allocation goes on.
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// How `show` prints.
+#[derive(Debug, PartialEq, Clone, Copy)]
+enum Format {
+    Text,
+    Json,
+    Prometheus,
+}
+
+/// `show`'s options.
+#[derive(Debug, PartialEq)]
+struct Show {
+    config: PathBuf,
+    network: Option<String>,
+    addresses: bool,
+    format: Format,
+}
+
+fn options(given: &Options) -> Result<Show, String> {
+    let format = match given.last(&["--json", "--format"]) {
+        None => Format::Text,
+        Some(("--json", _)) => Format::Json,
+        Some((_, value)) => match value.unwrap_or_default() {
+            "text" => Format::Text,
+            "json" => Format::Json,
+            "prometheus" => Format::Prometheus,
+            other => {
+                return Err(format!(
+                    "--format is text, json or prometheus, not {other:?}"
+                ))
+            }
+        },
+    };
+    Ok(Show {
+        config: given.path("--config").ok_or("show needs --config")?,
+        network: given.value("--network").map(String::from),
+        addresses: given.flag("--addresses"),
+        format,
+    })
+}
+
+/// Shows the network's pools, as asked.
+fn run(options: &Show) -> Result<bool, Error> {
+    crate::sys::give_way();
+    let Opened {
+        name,
+        settings,
+        store,
+    } = open_unlocked(&options.config, options.network.as_deref())?;
+    let (holdings, holds) = match &store {
+        Some(store) => (store.holdings()?, store.holds()?),
+        // A local store that never held anything: every pool is free.
+        None => (Vec::new(), Vec::new()),
+    };
+    let reports = report(store.as_deref(), &settings, &holdings, &holds)?;
+    let printed = match options.format {
+        Format::Text => text(&name, &reports, options.addresses),
+        Format::Json => format!("{}\n", json(&name, &reports, options.addresses)),
+        Format::Prometheus => prometheus(&name, &reports),
+    };
+    // A reader that went away (`| head`) has what it wanted.
+    let _ = std::io::stdout().write_all(printed.as_bytes());
+    Ok(true)
+}
 /// One pool's figures.
 #[derive(Debug, PartialEq)]
 pub struct PoolReport {
@@ -352,10 +446,55 @@ pub(super) fn utc(seconds: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::store::fake::Fake;
-    use super::super::store::{Held, Owner};
     use super::*;
     use crate::cni::NetConf;
+    use crate::da_pool::store::fake::Fake;
+    use crate::da_pool::store::{Held, Owner};
+
+    /// `VERB`'s options, as the command line `list` gives them.
+    fn parse(list: &[&str]) -> Result<Show, String> {
+        let args: Vec<std::ffi::OsString> = list.iter().map(Into::into).collect();
+        VERB.parse(&args).and_then(|given| options(&given))
+    }
+
+    #[test]
+    fn show_takes_a_config_a_network_and_one_format() {
+        assert_eq!(
+            parse(&[
+                "--config",
+                "/etc/cni/net.d",
+                "--network=pods",
+                "--addresses",
+                "--json"
+            ]),
+            Ok(Show {
+                config: "/etc/cni/net.d".into(),
+                network: Some("pods".into()),
+                addresses: true,
+                format: Format::Json,
+            })
+        );
+        assert_eq!(
+            parse(&["--config=f", "--format", "prometheus"]).map(|s| s.format),
+            Ok(Format::Prometheus)
+        );
+        for (bad, said) in [
+            (&["--network", "pods"][..], "show needs --config"),
+            (
+                &["--config", "f", "--format", "xml"][..],
+                "--format is text, json or prometheus, not \"xml\"",
+            ),
+            (
+                &["--config", "f", "--addresses=yes"][..],
+                "unknown option \"--addresses=yes\"",
+            ),
+            (&["--config", "f", "--all"][..], "unknown option \"--all\""),
+            (&["--config"][..], "--config needs a value"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(said), "{bad:?}: {e}");
+        }
+    }
 
     /// A store in which nodes a and b hold addresses of pools blue (the
     /// configuration's, a /28 with a block excluded and one address

@@ -1,4 +1,4 @@
-//! Moving reservations from one store to another: the upgrade of a node
+//! `ipam-da-pool import`: moving reservations from one store to another, the upgrade of a node
 //! from the local store (one node) to etcd (a cluster). Each attachment is
 //! claimed in the target as it was held in the source, by the same owner,
 //! all its addresses at once; one the target already has is left alone,
@@ -8,9 +8,103 @@
 //! behind (its workload's next container gets new addresses). The source
 //! is only read.
 
-use super::store::{Sticky, Store};
-use super::{holds_all, Held};
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::{finish, OURS};
+use crate::args::{Opt, Options, Verb};
+use crate::cni::{self, NetConf};
+use crate::da_pool::add::holds_all;
+use crate::da_pool::settings::{Settings, StoreSettings};
+use crate::da_pool::store::{etcd, local, Held, Sticky, Store};
 use crate::error::Error;
+use crate::netd;
+
+/// `import`.
+pub(super) const VERB: Verb = Verb {
+    name: "import",
+    synopsis: "--config FILE --from DATADIR [--dry-run]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--from"),
+        Opt::flag("--dry-run"),
+    ],
+    operands: false,
+    help: "\
+Copy this node's reservations of FILE's network from the local
+store under DATADIR into the etcd cluster FILE names, each held
+by the same container, interface and node. One already there is
+left alone; one whose address another holds in etcd is named as
+a conflict (exit status 1). From then on the local store refuses
+new addresses (code 11, try again later) until the node runs
+FILE. With --dry-run, nothing is written.
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// `import`'s options.
+#[derive(Debug, PartialEq)]
+struct Import {
+    config: PathBuf,
+    from: PathBuf,
+    dry_run: bool,
+}
+
+fn options(given: &Options) -> Result<Import, String> {
+    let (Some(config), Some(from)) = (given.path("--config"), given.path("--from")) else {
+        return Err("import needs --config and --from".into());
+    };
+    Ok(Import {
+        config,
+        from,
+        dry_run: given.flag("--dry-run"),
+    })
+}
+
+/// Imports, printing what it did: whether every attachment is in etcd now.
+fn run(options: &Import) -> Result<bool, Error> {
+    let raw = netd::load(&options.config, &OURS)?;
+    let net = NetConf::parse(&raw)?;
+    let settings = Settings::from_net(&net)?;
+    let StoreSettings::Etcd(cluster) = &settings.store else {
+        return Err(cni::Error::InvalidConfig(format!(
+            "{} keeps pools in local files: import copies into etcd, so its \"ipam.pool\" must name an etcd cluster",
+            options.config.display()
+        ))
+        .into());
+    };
+    let network = options.from.join(&net.name);
+    if !network.is_dir() {
+        return Err(Error::Files {
+            path: network,
+            error: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no local store of this network here",
+            ),
+        });
+    }
+    let from = local::Local::open(&options.from, &net.name)?;
+    let to = etcd::Etcd::new(crate::etcd::Client::new(cluster.clone())?, &net.name);
+    if !options.dry_run {
+        // From now on (the lock held) the local store refuses new claims:
+        // an ADD made locally after the import would be missing from etcd.
+        from.mark_moved()?;
+    }
+    let report = import(&from, &to, options.dry_run)?;
+    let mut out = std::io::stdout().lock();
+    for line in &report.lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(
+        out,
+        "{} attachment(s) of network {} under {}; {} conflict(s)",
+        report.lines.len(),
+        net.name,
+        options.from.display(),
+        report.conflicts
+    );
+    Ok(report.conflicts == 0)
+}
 
 /// What an import did (or, dry, would do), one line per attachment.
 #[derive(Debug, Default)]
@@ -130,6 +224,41 @@ mod tests {
     use crate::addr::Addr;
     use crate::da_pool::store::fake::Fake;
     use crate::da_pool::store::{Holding, Owner, Sticky};
+
+    /// `VERB`'s options, as the command line `list` gives them.
+    fn parse(list: &[&str]) -> Result<Import, String> {
+        let args: Vec<std::ffi::OsString> = list.iter().map(Into::into).collect();
+        VERB.parse(&args).and_then(|given| options(&given))
+    }
+
+    #[test]
+    fn import_takes_its_options_in_either_form_and_needs_both_paths() {
+        assert_eq!(
+            parse(&[
+                "--config=/etc/cni/net.d/pods.conflist",
+                "--from",
+                "/var/lib/x",
+                "--dry-run"
+            ]),
+            Ok(Import {
+                config: "/etc/cni/net.d/pods.conflist".into(),
+                from: "/var/lib/x".into(),
+                dry_run: true,
+            })
+        );
+        for (bad, said) in [
+            (&["--config", "f"][..], "needs --config and --from"),
+            (&["--from"][..], "--from needs a value"),
+            (
+                &["--config", "f", "--from", "d", "--force"][..],
+                "unknown option \"--force\"",
+            ),
+            (&["--dry-run=yes"][..], "unknown option"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(said), "{bad:?}: {e}");
+        }
+    }
 
     fn holding_of(store: &dyn Store, id: &str) -> Option<Holding> {
         store.holding(id, "eth0").unwrap()

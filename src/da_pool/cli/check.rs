@@ -1,4 +1,4 @@
-//! What `ipam-da-pool check` finds wrong in a network's records: an
+//! `ipam-da-pool check`: what it finds wrong in a network's records: an
 //! address held outside its pool's ranges (a range shrunk since), an
 //! attachment or a workload's hold whose addresses are not recorded as
 //! its own, an address record nothing can free (torn, or neither its
@@ -10,12 +10,176 @@
 //! so that a record made or removed between the reads is not one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
-use super::settings::Settings;
-use super::store::{Hold, Holding, Owner, Store};
+use serde_json::Value;
+
+use super::show::utc;
+use super::{dead_for, finish, open_unlocked, Opened, DEFAULT_DEAD_FOR};
 use crate::addr::Addr;
+use crate::args::{Opt, Options, Verb};
+use crate::da_pool::nodes;
+use crate::da_pool::settings::{Settings, StoreSettings};
+use crate::da_pool::store::{self, Hold, Holding, Owner, Store};
 use crate::error::Error;
 use crate::pools::Pool;
+
+/// `check`.
+pub(super) const VERB: Verb = Verb {
+    name: "check",
+    synopsis:
+        "--config PATH [--network NAME] [--valid-attachments FILE] [--dead-for DURATION] [--json]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--network"),
+        Opt::value("--valid-attachments"),
+        Opt::value("--dead-for"),
+        Opt::flag("--json"),
+    ],
+    operands: false,
+    help: "\
+Finds what is wrong in the network's records and names each:
+an address held outside every range of its pool (a range shrunk
+since), an attachment or a workload's hold whose address is not
+recorded as its own, an address record nothing can free (torn,
+or its attachment or hold gone), an address listed twice, on
+etcd what nodes hold whose keeper's lease is gone and that were
+last seen longer than DURATION ago (15m by default), and, with
+FILE (a JSON array of {\"containerID\", \"ifname\"}, as the
+runtime lists them for GC), attachments not in it. Exit status
+1 when it finds anything. It takes no lock.
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// `check`'s options.
+#[derive(Debug, PartialEq)]
+struct Check {
+    config: PathBuf,
+    network: Option<String>,
+    valid: Option<PathBuf>,
+    dead_for: u64,
+    json: bool,
+}
+
+fn options(given: &Options) -> Result<Check, String> {
+    Ok(Check {
+        config: given.path("--config").ok_or("check needs --config")?,
+        network: given.value("--network").map(String::from),
+        valid: given.path("--valid-attachments"),
+        dead_for: match given.value("--dead-for") {
+            Some(text) => dead_for(text)?,
+            None => DEFAULT_DEAD_FOR,
+        },
+        json: given.flag("--json"),
+    })
+}
+
+/// Checks the network's records, printing each finding: whether there
+/// were none.
+fn run(options: &Check) -> Result<bool, Error> {
+    // A report waits; allocations on this node should not.
+    crate::sys::give_way();
+    // Read before anything else: a bad list changes nothing and reads nothing.
+    let valid = match &options.valid {
+        Some(file) => Some(read_valid_attachments(file)?),
+        None => None,
+    };
+    let Opened {
+        name,
+        settings,
+        store,
+    } = open_unlocked(&options.config, options.network.as_deref())?;
+    let records = match &store {
+        Some(store) => Records {
+            holdings: store.holdings()?,
+            holds: store.holds()?,
+            addresses: store.address_records()?,
+        },
+        None => Records {
+            holdings: Vec::new(),
+            holds: Vec::new(),
+            addresses: Vec::new(),
+        },
+    };
+    let dead = match &settings.store {
+        StoreSettings::Etcd(cluster) => {
+            let client = crate::etcd::Client::new(cluster.clone())?;
+            let now = store::now();
+            nodes::dead(&nodes::states(&client)?, options.dead_for)
+                .into_iter()
+                .map(|(node, seen)| DeadNode {
+                    node,
+                    last_seen: format!("at {}, {} ago", utc(seen), ago(now.saturating_sub(seen))),
+                })
+                .collect()
+        }
+        StoreSettings::Local { .. } => Vec::new(),
+    };
+    let findings = findings(
+        store.as_deref(),
+        &settings,
+        &records,
+        valid.as_deref(),
+        &dead,
+    )?;
+    let mut out = std::io::stdout().lock();
+    if options.json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::json!({"network": name, "findings": findings})
+        );
+    } else {
+        for finding in &findings {
+            let _ = writeln!(out, "{finding}");
+        }
+        let _ = writeln!(
+            out,
+            "network {name}: {} attachment(s), {} hold(s), {} address record(s), {} finding(s)",
+            records.holdings.len(),
+            records.holds.len(),
+            records.addresses.len(),
+            findings.len()
+        );
+    }
+    Ok(findings.is_empty())
+}
+
+/// The runtime's list of valid attachments, as GC takes it.
+fn read_valid_attachments(file: &Path) -> Result<Vec<Attachment>, Error> {
+    let fail = |reason: String| Error::ConfigFile {
+        path: file.to_owned(),
+        reason,
+    };
+    let text = std::fs::read(file).map_err(|e| fail(format!("cannot be read: {e}")))?;
+    let list: Value =
+        serde_json::from_slice(&text).map_err(|e| fail(format!("is not JSON: {e}")))?;
+    list.as_array()
+        .ok_or_else(|| fail("is not an array of {\"containerID\", \"ifname\"}".into()))?
+        .iter()
+        .map(|entry| {
+            let field = |key: &str| entry.get(key)?.as_str().map(String::from);
+            match (field("containerID"), field("ifname")) {
+                (Some(id), Some(ifname)) => Ok((id, ifname)),
+                _ => Err(fail(format!(
+                    "has an entry that is not {{\"containerID\", \"ifname\"}}: {entry}"
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// How long ago `seconds` was, roughly, as an operator reads it.
+fn ago(seconds: u64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3_600 => format!("{}m", s / 60),
+        s if s < 2 * 86_400 => format!("{}h", s / 3_600),
+        s => format!("{}d", s / 86_400),
+    }
+}
 
 /// An attachment, as the runtime names it.
 pub type Attachment = (String, String);
@@ -35,7 +199,7 @@ pub struct DeadNode {
 }
 
 /// Everything wrong with the records, in the order found.
-pub fn check(
+pub fn findings(
     store: Option<&dyn Store>,
     settings: &Settings,
     records: &Records,
@@ -138,7 +302,7 @@ pub fn check(
             ));
             continue;
         };
-        let lists = |held: &[super::store::Held]| held.iter().any(|h| h.address == *address);
+        let lists = |held: &[store::Held]| held.iter().any(|h| h.address == *address);
         let listed = match &owner.workload {
             None => by_attachment
                 .get(&(owner.id.as_str(), owner.ifname.as_str()))
@@ -240,10 +404,10 @@ fn known_pool(
 
 #[cfg(test)]
 mod tests {
-    use super::super::store::fake::Fake;
-    use super::super::store::Held;
     use super::*;
     use crate::cni::NetConf;
+    use crate::da_pool::store::fake::Fake;
+    use crate::da_pool::store::Held;
     use serde_json::json;
 
     fn owner(id: &str) -> Owner {
@@ -362,7 +526,7 @@ mod tests {
             node: "b".into(),
             last_seen: "at 2026-11-24T10:00:00Z, 2h ago".into(),
         }];
-        let found = check(Some(&store), &settings, &records, Some(&valid), &dead).unwrap();
+        let found = findings(Some(&store), &settings, &records, Some(&valid), &dead).unwrap();
         let expected = [
             "10.4.1.3 held by outside/eth0 (node a) is outside every range of pool \"blue\"",
             "unrecorded/eth0 (node a) lists 10.4.0.4, which has no record: it could be given to another",
@@ -407,7 +571,7 @@ mod tests {
             holds: clean.holds().unwrap(),
             addresses: clean.address_records().unwrap(),
         };
-        let found = check(Some(&clean), &settings, &records, None, &dead).unwrap();
+        let found = findings(Some(&clean), &settings, &records, None, &dead).unwrap();
         assert!(found.is_empty(), "{found:#?}");
         // Released, the hold alone keeps it: still nothing wrong.
         clean.release(&records.holdings[0]).unwrap();
@@ -417,7 +581,7 @@ mod tests {
             addresses: clean.address_records().unwrap(),
         };
         assert_eq!(records.holds.len(), 1);
-        let found = check(Some(&clean), &settings, &records, None, &[]).unwrap();
+        let found = findings(Some(&clean), &settings, &records, None, &[]).unwrap();
         assert!(found.is_empty(), "{found:#?}");
     }
 
@@ -443,7 +607,7 @@ mod tests {
             holds: Vec::new(),
             addresses: store.address_records().unwrap(),
         };
-        let found = check(Some(&store), &settings, &records, None, &[]).unwrap();
+        let found = findings(Some(&store), &settings, &records, None, &[]).unwrap();
         assert!(found.is_empty(), "{found:#?}");
     }
 }

@@ -1,0 +1,810 @@
+//! ADD: what the attachment holds already, if anything (an ADD repeated
+//! gets the same addresses); else an address from each pool asked for,
+//! claimed all together, the address asked for where one is, and for a
+//! workload those its hold keeps. Losing a race for an address to another
+//! node starts the ADD again, from a random place.
+
+use tracing::warn;
+
+use super::holds::{sweep_ended_holds, workload_hold};
+use super::settings::{invalid, Settings};
+use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
+use super::{reply, search, ATTEMPTS};
+use crate::addr::Addr;
+use crate::cni::NetConf;
+use crate::error::Error;
+use crate::pools::{self, Pool, Wanted};
+
+/// ADD: what the attachment holds already, if anything (an ADD repeated
+/// gets the same addresses); else an address from each pool asked for,
+/// claimed all together: for a workload (`owner.workload`), those its
+/// hold keeps, where the pool is asked for again and no other address is.
+/// `asked` are the addresses the runtime asks for.
+pub(super) fn add(
+    store: &dyn Store,
+    net: &NetConf,
+    settings: &Settings,
+    owner: &Owner,
+    asked: &[Addr],
+) -> Result<Vec<u8>, Error> {
+    let wanted = pools::wanted(net, &settings.default)?;
+    let pools: Vec<Pool> = wanted
+        .iter()
+        .map(|w| pool_of(store, settings, w))
+        .collect::<Result<_, _>>()?;
+    let requested = requested(&wanted, &pools, asked)?;
+    let mut lost = 0;
+    let mut swept = false;
+    for _ in 0..ATTEMPTS {
+        if let Some(holding) = store.holding(&owner.id, &owner.ifname)? {
+            if holds_all(store, &holding)? {
+                still_asked(&holding, &pools, &requested)?;
+                return reply::reply(store, net, settings, &pools, &holding.held);
+            }
+            // A claim cut short (the allocator killed between its record
+            // and its addresses): what it got is given back, and the ADD
+            // starts afresh, rather than answer with an address another
+            // attachment may hold.
+            warn!(
+                "{}/{} holds only part of what its record lists: claiming again",
+                owner.id, owner.ifname
+            );
+            store.release(&holding)?;
+            continue;
+        }
+        let sticky = settings.sticky.as_ref().zip(owner.workload.as_deref());
+        let hold = match sticky {
+            Some(_) => workload_hold(store, owner)?,
+            None => None,
+        };
+        let mut chosen: Vec<Held> = Vec::new();
+        for (pool, asked) in pools.iter().zip(&requested) {
+            let address = match asked {
+                Some(address) => check_requested(store, pool, *address, owner)?,
+                None => match kept(store, hold.as_ref(), pool, owner, &chosen)? {
+                    Some(address) => address,
+                    None => {
+                        let start = search::starting_point(store, pool, lost)?;
+                        match search::choose_free(store, pool, start, &chosen) {
+                            // Holds whose time is up keep addresses until
+                            // someone needs them: now.
+                            Err(Error::PoolExhausted { .. }) if !swept => {
+                                swept = true;
+                                if sweep_ended_holds(store)? > 0 {
+                                    lost += 1;
+                                    break;
+                                }
+                                return Err(Error::PoolExhausted {
+                                    pool: pool.name.clone(),
+                                });
+                            }
+                            found => found?,
+                        }
+                    }
+                },
+            };
+            chosen.push(Held {
+                pool: pool.name.clone(),
+                address,
+            });
+        }
+        if chosen.len() < pools.len() {
+            // Swept: look again.
+            continue;
+        }
+        let claim = sticky.map(|(s, workload)| Sticky {
+            workload,
+            sticky_for: s.sticky_for,
+            prior: hold.as_ref(),
+        });
+        if store.claim(owner, &chosen, claim.as_ref())? {
+            return reply::reply(store, net, settings, &pools, &chosen);
+        }
+        lost += 1;
+    }
+    Err(Error::Busy(format!(
+        "other attachments took the addresses chosen, {ATTEMPTS} times over"
+    )))
+}
+
+/// The address asked for in each pool, if one is: the pool's own
+/// `requested-ip`, or one the runtime asks for that the pool's ranges
+/// hold. Every address asked for must find its pool, and a pool cannot be
+/// asked for two (code 111); nothing is claimed otherwise.
+fn requested(
+    wanted: &[Wanted],
+    pools: &[Pool],
+    asked: &[Addr],
+) -> Result<Vec<Option<Addr>>, Error> {
+    let mut requested: Vec<Option<Addr>> = wanted.iter().map(|w| w.requested).collect();
+    let names = || {
+        let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+        names.join(", ")
+    };
+    for address in asked {
+        let holding: Vec<usize> = (0..pools.len())
+            .filter(|i| pools[*i].range_of(*address).is_some())
+            .collect();
+        if holding.iter().any(|i| requested[*i] == Some(*address)) {
+            continue;
+        }
+        let Some(free) = holding.iter().find(|i| requested[**i].is_none()) else {
+            let why = match holding.first() {
+                None => "it is in none of the pools asked for".to_owned(),
+                Some(i) => format!(
+                    "pool {:?} is asked for {} already",
+                    pools[*i].name,
+                    requested[*i].map(|a| a.to_string()).unwrap_or_default()
+                ),
+            };
+            return Err(Error::AddressUnavailable {
+                address: address.to_string(),
+                pool: names(),
+                why,
+            });
+        };
+        requested[*free] = Some(*address);
+    }
+    for (i, address) in requested.iter().enumerate() {
+        if let Some(address) = address {
+            if requested[..i].contains(&Some(*address)) {
+                return Err(Error::AddressUnavailable {
+                    address: address.to_string(),
+                    pool: names(),
+                    why: "two pools are asked for it: an attachment holds an address once".into(),
+                });
+            }
+        }
+    }
+    Ok(requested)
+}
+
+/// An ADD repeated for an attachment that holds its addresses already must
+/// not ask for others: it would get what it holds, not what it asks for.
+fn still_asked(holding: &Holding, pools: &[Pool], requested: &[Option<Addr>]) -> Result<(), Error> {
+    for (pool, asked) in pools.iter().zip(requested) {
+        let Some(asked) = asked else { continue };
+        if !holding.held.iter().any(|h| h.address == *asked) {
+            let held: Vec<String> = holding.held.iter().map(|h| h.address.to_string()).collect();
+            return Err(Error::AddressUnavailable {
+                address: asked.to_string(),
+                pool: pool.name.clone(),
+                why: format!(
+                    "the attachment holds {} already: DEL it first",
+                    held.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the attachment holds every address its record lists.
+pub(super) fn holds_all(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
+    for h in &holding.held {
+        let holder = store.holder(h.address)?;
+        if !holder.is_some_and(|o| holding.owner.owns(&o)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The address of `pool` that the workload's hold keeps, if it keeps one
+/// the pool may still give (a range may have shrunk since) and the
+/// workload still holds it.
+fn kept(
+    store: &dyn Store,
+    hold: Option<&Hold>,
+    pool: &Pool,
+    owner: &Owner,
+    chosen: &[Held],
+) -> Result<Option<Addr>, Error> {
+    let Some(held) = hold.and_then(|h| h.held.iter().find(|h| h.pool == pool.name)) else {
+        return Ok(None);
+    };
+    let address = held.address;
+    if pool.refusal(address).is_some() || chosen.iter().any(|c| c.address == address) {
+        return Ok(None);
+    }
+    Ok(match store.holder(address)? {
+        Some(holder) if owner.owns(&holder) => Some(address),
+        None => Some(address),
+        Some(_) => None,
+    })
+}
+
+/// The pool `wanted` names: its inline ranges, else the configuration's,
+/// else the store's.
+fn pool_of(store: &dyn Store, settings: &Settings, wanted: &Wanted) -> Result<Pool, Error> {
+    if let Some(pool) = &wanted.inline {
+        return Ok(pool.clone());
+    }
+    find_pool(store, settings, &wanted.name)?.ok_or_else(|| {
+        invalid(format!(
+            "pool {:?} is not defined: not in the previous result, nor in \"ipam.pool.pools\", nor in the store",
+            wanted.name
+        ))
+    })
+}
+
+/// Pool `name` as the configuration defines it, else the store.
+pub(super) fn find_pool(
+    store: &dyn Store,
+    settings: &Settings,
+    name: &str,
+) -> Result<Option<Pool>, Error> {
+    if let Some(pool) = settings.pool(name) {
+        return Ok(Some(pool.clone()));
+    }
+    match store.pool_definition(name)? {
+        Some(ranges) => Ok(Some(Pool::parse(name, &ranges)?)),
+        None => Ok(None),
+    }
+}
+
+/// `address`, asked for, if the pool may give it and nobody else holds it;
+/// else why not (code 111), with nothing claimed.
+fn check_requested(
+    store: &dyn Store,
+    pool: &Pool,
+    address: Addr,
+    owner: &Owner,
+) -> Result<Addr, Error> {
+    let refuse = |why: String| Error::AddressUnavailable {
+        address: address.to_string(),
+        pool: pool.name.clone(),
+        why,
+    };
+    if let Some(why) = pool.refusal(address) {
+        return Err(refuse(why));
+    }
+    for _ in 0..ATTEMPTS {
+        let holder = match store.holder(address)? {
+            Some(holder) if !owner.owns(&holder) => holder,
+            _ => return Ok(address),
+        };
+        // Another workload's hold whose time is up gives it back now.
+        let hold = match &holder.workload {
+            Some(workload) => store.hold(workload, &holder.ifname)?,
+            None => None,
+        };
+        let bound_alive = match hold.as_ref().and_then(|h| h.container.as_ref()) {
+            Some(id) => store.holding(id, &holder.ifname)?.is_some(),
+            None => false,
+        };
+        match hold {
+            Some(hold)
+                if hold
+                    .ends(bound_alive)
+                    .is_some_and(|end| end <= store::now()) =>
+            {
+                store.end_hold(&hold)?;
+            }
+            _ => return Err(refuse(format!("it is held by {holder}"))),
+        }
+    }
+    Err(Error::Busy(format!(
+        "{address}'s record changed under every one of {ATTEMPTS} attempts to read it"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::da_pool::store::fake::Fake;
+    use crate::da_pool::teardown::{check, del};
+    use crate::da_pool::testing::*;
+    use crate::error::code;
+    use serde_json::json;
+
+    #[test]
+    fn a_workloads_address_follows_it_to_its_next_container_on_any_node_and_no_one_else_gets_it() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        let web = |id: &str, node: &str| of_workload(id, "default/web-0", node);
+        let first = add_as(&store, &raw, &web("c1", "node-a"), &[]).unwrap();
+        assert_eq!(addresses(&first), ["10.1.0.2/29"]);
+        // The workload's next container while the first is not deleted:
+        // try again later, nothing claimed.
+        let e = add_as(&store, &raw, &web("c2", "node-b"), &[]).unwrap_err();
+        assert_eq!(e.code(), code::TRY_AGAIN_LATER, "{e}");
+        assert!(e.to_string().contains("held by its container c1"), "{e}");
+        assert_eq!(store.held(), ["10.1.0.2"]);
+        // Deleted: the address stays held for the workload.
+        del(&store, &owner("c1")).unwrap();
+        assert_eq!(store.held(), ["10.1.0.2"]);
+        let other = add_as(
+            &store,
+            &raw,
+            &of_workload("o1", "default/web-1", "node-a"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(addresses(&other), ["10.1.0.3/29"]);
+        let e = add_as(
+            &store,
+            &raw,
+            &of_workload("o2", "default/web-2", "node-a"),
+            &["10.1.0.2"],
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE);
+        assert!(
+            e.to_string()
+                .contains("held by workload default/web-0 (eth0) on node node-a"),
+            "{e}"
+        );
+        // Recreated under another container ID, on another node: the same.
+        let again = add_as(&store, &raw, &web("c2", "node-b"), &[]).unwrap();
+        assert_eq!(addresses(&again), ["10.1.0.2/29"]);
+        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
+        assert_eq!(
+            (hold.container.as_deref(), hold.node.as_str(), hold.until),
+            (Some("c2"), "node-b", None)
+        );
+        // An ADD repeated answers the same; CHECK judges it the workload's.
+        assert_eq!(
+            add_as(&store, &raw, &web("c2", "node-b"), &[]).unwrap(),
+            again
+        );
+        let checked = config("1.1.0", pools(), Some(again.clone()));
+        check(&store, &NetConf::parse(&checked).unwrap(), &owner("c2")).unwrap();
+        // Its hour over, the address is anyone's.
+        del(&store, &owner("c2")).unwrap();
+        expire(&store, "default/web-0");
+        let taker = add_as(
+            &store,
+            &raw,
+            &of_workload("o3", "default/web-3", "node-a"),
+            &["10.1.0.2"],
+        )
+        .unwrap();
+        assert_eq!(addresses(&taker), ["10.1.0.2/29"]);
+        assert!(store.hold("default/web-0", "eth0").unwrap().is_none());
+        // And the workload gets another one.
+        let later = add_as(&store, &raw, &web("c3", "node-a"), &[]).unwrap();
+        assert_ne!(addresses(&later), ["10.1.0.2/29"]);
+    }
+
+    #[test]
+    fn a_requested_address_wins_and_moves_the_hold() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        let web = |id: &str| of_workload(id, "default/web-0", "node-a");
+        add_as(&store, &raw, &web("c1"), &[]).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        let moved = add_as(&store, &raw, &web("c2"), &["10.1.0.5"]).unwrap();
+        assert_eq!(addresses(&moved), ["10.1.0.5/29"]);
+        assert_eq!(store.held(), ["10.1.0.5"], "10.1.0.2 given back");
+        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
+        assert_eq!(hold.held, holding(&store, "c2").held);
+        del(&store, &owner("c2")).unwrap();
+        assert_eq!(
+            addresses(&add_as(&store, &raw, &web("c3"), &[]).unwrap()),
+            ["10.1.0.5/29"]
+        );
+    }
+
+    #[test]
+    fn without_the_keys_in_cni_args_an_add_is_the_containers_alone() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        add_for(&store, &raw, "plain", &[]).unwrap();
+        del(&store, &owner("plain")).unwrap();
+        assert!(store.held().is_empty() && store.holds.borrow().is_empty());
+    }
+
+    #[test]
+    fn holds_whose_time_is_up_give_their_addresses_to_whoever_needs_them() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        // Five workloads fill .2 to .6, then go.
+        for i in 0..5 {
+            let owner = of_workload(&format!("c{i}"), &format!("default/web-{i}"), "node-a");
+            add_as(&store, &raw, &owner, &[]).unwrap();
+            del(&store, &owner).unwrap();
+        }
+        let e = add_for(&store, &raw, "late", &[]).unwrap_err();
+        assert_eq!(e.code(), code::POOL_EXHAUSTED);
+        expire(&store, "default/web-3");
+        let got = add_for(&store, &raw, "late", &[]).unwrap();
+        assert_eq!(addresses(&got), ["10.1.0.5/29"]);
+        assert_eq!(store.holds.borrow().len(), 4);
+    }
+
+    #[test]
+    fn add_gives_one_address_from_each_pool_and_again_the_same_to_the_same_attachment() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        let first = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(
+            first,
+            json!({
+                "cniVersion": "1.0.0",
+                "ips": [
+                    {"address": "10.1.0.2/29", "gateway": "10.1.0.1"},
+                    {"address": "fd00::2/64", "gateway": "fd00::1"},
+                ],
+                "routes": [{"dst": "0.0.0.0/0"}],
+            })
+        );
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c2", &[]).unwrap()),
+            ["10.1.0.3/29", "fd00::3/64"]
+        );
+        assert_eq!(
+            add_for(&store, &raw, "c1", &[]).unwrap(),
+            first,
+            "repeated: the same"
+        );
+        assert_eq!(store.held().len(), 4);
+    }
+
+    #[test]
+    fn a_claim_cut_short_is_claimed_again_never_answered_with_another_attachments_address() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        let first = add_for(&store, &raw, "c1", &[]).unwrap();
+        // As a SIGKILL between the records leaves it: c1's record lists
+        // 10.1.0.2, which c1 never got, and which c2 holds now.
+        store
+            .addresses
+            .borrow_mut()
+            .insert(Addr::new("10.1.0.2".parse().unwrap()), owner("c2"));
+        let again = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_ne!(addresses(&again)[0], addresses(&first)[0]);
+        assert_eq!(addresses(&again), ["10.1.0.3/29", "fd00::3/64"]);
+        let holders = store.addresses.borrow();
+        assert_eq!(holders[&Addr::new("10.1.0.2".parse().unwrap())].id, "c2");
+        assert!(
+            !holders.contains_key(&Addr::new("fd00::2".parse().unwrap())),
+            "what the cut claim got is given back"
+        );
+    }
+
+    #[test]
+    fn the_previous_results_members_stay_in_place_and_legacy_versions_say_the_ip_version() {
+        let store = Fake::default();
+        let prev = json!({"cniVersion": "0.4.0", "ips": [], "dns": {"nameservers": ["10.0.0.53"]}, "pools": [{"name": "blue"}]});
+        let raw = config("0.4.0", pools(), Some(prev));
+        let text = {
+            let net = NetConf::parse(&raw).unwrap();
+            let settings = Settings::from_net(&net).unwrap();
+            String::from_utf8(add(&store, &net, &settings, &owner("c1"), &[]).unwrap()).unwrap()
+        };
+        assert_eq!(
+            text,
+            r#"{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.2/29","gateway":"10.1.0.1"}],"dns":{"nameservers":["10.0.0.53"]},"pools":[{"name":"blue"}],"routes":[{"dst":"0.0.0.0/0"}]}"#
+        );
+    }
+
+    #[test]
+    fn an_inline_pool_is_used_as_the_original_readmes_example_flow_gives_it() {
+        let store = Fake::default();
+        let prev = json!({"cniVersion": "1.0.0", "ips": [], "routes": [], "dns": {}, "pools": [
+            {"name": "local-pool", "subnet": "192.168.0.0/24", "gateway": "192.168.0.1", "requested-ip": "192.168.0.23"},
+        ]});
+        let raw = config("1.0.0", json!({"node": "node-a"}), Some(prev));
+        let result = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(
+            result["ips"],
+            json!([{"address": "192.168.0.23/24", "gateway": "192.168.0.1"}])
+        );
+        assert_eq!(result["pools"][0]["name"], "local-pool");
+    }
+
+    #[test]
+    fn a_requested_address_is_given_or_refused_saying_why_with_nothing_claimed() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        let given = add_for(&store, &raw, "c1", &["10.1.0.5", "fd00::5"]).unwrap();
+        assert_eq!(addresses(&given), ["10.1.0.5/29", "fd00::5/64"]);
+        for (asked, said) in [
+            (
+                "10.1.0.5",
+                "10.1.0.5 cannot be given from pool \"blue\": it is held by c1/eth0 on node node-a",
+            ),
+            ("10.1.0.1", "it is the gateway of 10.1.0.0/29"),
+            ("10.2.0.5", "it is in none of the pools asked for"),
+        ] {
+            let e = add_for(&store, &raw, "c2", &[asked]).unwrap_err();
+            assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE, "{asked}");
+            assert!(e.to_string().contains(said), "{asked}: {e}");
+        }
+        assert_eq!(store.held().len(), 2, "nothing claimed by the refusals");
+    }
+
+    #[test]
+    fn every_address_asked_for_is_given_or_the_add_fails() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        let e = add_for(&store, &raw, "c1", &["10.1.0.5", "10.1.0.6"]).unwrap_err();
+        assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE);
+        assert!(
+            e.to_string()
+                .contains("pool \"blue\" is asked for 10.1.0.5 already"),
+            "{e}"
+        );
+        let prev = json!({"pools": [{"name": "blue", "requested-ip": "10.1.0.4"}]});
+        let asked_twice = config("1.0.0", pools(), Some(prev));
+        let e = add_for(&store, &asked_twice, "c1", &["10.1.0.5"]).unwrap_err();
+        assert!(
+            e.to_string().contains("is asked for 10.1.0.4 already"),
+            "{e}"
+        );
+        assert_eq!(store.held(), Vec::<String>::new(), "nothing claimed");
+        // Repeated with another address: it would not get it.
+        add_for(&store, &raw, "c1", &["10.1.0.5"]).unwrap();
+        let e = add_for(&store, &raw, "c1", &["10.1.0.6"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the attachment holds 10.1.0.5, fd00::2 already: DEL it first"),
+            "{e}"
+        );
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c1", &["10.1.0.5"]).unwrap())[0],
+            "10.1.0.5/29"
+        );
+    }
+
+    #[test]
+    fn earlier_delegates_addresses_and_routes_stay_in_the_result() {
+        let store = Fake::default();
+        let prev = json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "fd99::7/64"}],
+            "routes": [{"dst": "::/0"}, {"dst": "0.0.0.0/0"}],
+            "pools": [{"name": "blue"}],
+        });
+        let raw = config("0.4.0", pools(), Some(prev));
+        let result = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(
+            result["ips"],
+            json!([
+                {"version": "6", "address": "fd99::7/64"},
+                {"version": "4", "address": "10.1.0.2/29", "gateway": "10.1.0.1"},
+            ])
+        );
+        assert_eq!(
+            result["routes"],
+            json!([{"dst": "::/0"}, {"dst": "0.0.0.0/0"}])
+        );
+    }
+
+    #[test]
+    fn an_exhausted_pool_is_code_110_and_claims_nothing_from_the_others() {
+        let store = Fake::default();
+        let prev = json!({"pools": [{"name": "blue"}, {"name": "tiny"}]});
+        let raw = config("1.0.0", pools(), Some(prev));
+        // tiny, a /30, gives one address: .2 (.1 is its gateway).
+        add_for(&store, &raw, "c1", &[]).unwrap();
+        let e = add_for(&store, &raw, "c2", &[]).unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (
+                code::POOL_EXHAUSTED,
+                "pool \"tiny\" has no free address".into()
+            )
+        );
+        assert_eq!(store.held(), ["10.1.0.2", "10.9.0.2"]);
+    }
+
+    #[test]
+    fn allocation_goes_on_after_the_last_address_given_then_wraps() {
+        let store = Fake::default();
+        let prev = json!({"pools": [{"name": "blue"}]});
+        let raw = config("1.0.0", pools(), Some(prev));
+        for id in ["c1", "c2", "c3"] {
+            add_for(&store, &raw, id, &[]).unwrap();
+        }
+        del(&store, &owner("c1")).unwrap();
+        // .2 is free again, but the hint is after .4: .5 comes first.
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c4", &[]).unwrap()),
+            ["10.1.0.5/29"]
+        );
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c5", &[]).unwrap()),
+            ["10.1.0.6/29"]
+        );
+        // The range ends at .6 (.7 is the broadcast address): back to .2.
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c6", &[]).unwrap()),
+            ["10.1.0.2/29"]
+        );
+    }
+
+    #[test]
+    fn a_pool_90_percent_full_is_searched_in_a_few_looks_however_it_is_laid_out() {
+        let raw = config(
+            "1.0.0",
+            json!({"node": "node-a", "default": "big", "pools": {"big": [{"subnet": "10.8.0.0/16"}]}}),
+            None,
+        );
+        let holder = owner("earlier");
+        let at = |n: u32| Addr::new(std::net::Ipv4Addr::from(0x0a08_0000 + n).into());
+        // The worst layout for a search in order: the free tenth in one
+        // block, the hint at the start of the full nine tenths.
+        let store = Fake::default();
+        for n in 2..=58_982 {
+            store.addresses.borrow_mut().insert(at(n), holder.clone());
+        }
+        store.hints.borrow_mut().insert("big".into(), at(2));
+        let given = add_for(&store, &raw, "c1", &[]).unwrap();
+        let address: std::net::IpAddr = addresses(&given)[0]
+            .trim_end_matches("/16")
+            .parse()
+            .unwrap();
+        assert!(Addr::new(address) > at(58_982), "{given}");
+        assert!(
+            store.looked_at.get() < 2_000,
+            "looked at {}",
+            store.looked_at.get()
+        );
+        // After churn: one address in ten free, anywhere.
+        let store = Fake::default();
+        for n in (2..=65_534).filter(|n| n % 10 != 0) {
+            store.addresses.borrow_mut().insert(at(n), holder.clone());
+        }
+        add_for(&store, &raw, "c1", &[]).unwrap();
+        assert!(
+            store.looked_at.get() < 20,
+            "looked at {}",
+            store.looked_at.get()
+        );
+    }
+
+    #[test]
+    fn a_wide_ipv6_pool_is_never_enumerated() {
+        let store = Fake::default();
+        let prev = json!({"pools": [{"name": "wide", "subnet": "fd00:1::/48"}]});
+        let raw = config("1.0.0", json!({"node": "node-a"}), Some(prev));
+        for id in 0..50 {
+            add_for(&store, &raw, &format!("c{id}"), &[]).unwrap();
+        }
+        // Each ADD looked at about one address.
+        assert!(store.looked_at.get() < 100, "{}", store.looked_at.get());
+    }
+
+    #[test]
+    fn excluded_and_reserved_addresses_are_never_given_nor_given_when_asked_for() {
+        let store = Fake::default();
+        let raw = config(
+            "1.0.0",
+            json!({"node": "node-a", "default": "p", "pools": {"p": {
+                "ranges": [{"subnet": "10.4.0.0/28", "exclude": ["10.4.0.4/30", "10.4.0.9"]}],
+                "reserved": ["10.4.0.2", "10.4.0.13"],
+            }}}),
+            None,
+        );
+        // .1 the gateway, .15 broadcast: .3, .8, .10, .11, .12, .14 are left.
+        let mut given: Vec<String> = (0..6)
+            .map(|i| {
+                addresses(&add_for(&store, &raw, &format!("c{i}"), &[]).unwrap())[0].to_owned()
+            })
+            .collect();
+        given.sort();
+        assert_eq!(
+            given,
+            [
+                "10.4.0.10/28",
+                "10.4.0.11/28",
+                "10.4.0.12/28",
+                "10.4.0.14/28",
+                "10.4.0.3/28",
+                "10.4.0.8/28"
+            ]
+        );
+        let e = add_for(&store, &raw, "c6", &[]).unwrap_err();
+        assert_eq!(e.code(), code::POOL_EXHAUSTED);
+        del(&store, &owner("c0")).unwrap();
+        for (asked, said) in [
+            ("10.4.0.5", "10.4.0.5 cannot be given from pool \"p\": it is excluded (10.4.0.4/30) from 10.4.0.0/28"),
+            ("10.4.0.9", "it is excluded (10.4.0.9) from 10.4.0.0/28"),
+            ("10.4.0.13", "10.4.0.13 cannot be given from pool \"p\": it is reserved in the pool"),
+            ("10.4.0.1", "it is the gateway of 10.4.0.0/28"),
+        ] {
+            let e = add_for(&store, &raw, "c7", &[asked]).unwrap_err();
+            assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE, "{asked}");
+            assert!(e.to_string().contains(said), "{asked}: {e}");
+            assert_eq!(store.held().len(), 5, "{asked}: nothing claimed");
+        }
+    }
+
+    #[test]
+    fn excluded_blocks_are_stepped_over_whole_however_wide() {
+        // A /48 all excluded but its last /120, in 72 blocks from a /49
+        // down: no random look lands in what is left, and the search in
+        // order must cross 2^80 excluded addresses at once.
+        let base: u128 = 0xfd00_0001_0000_0000_0000_0000_0000_0000;
+        let exclude: Vec<String> = (49..=120u32)
+            .map(|p| {
+                let start = base + (1u128 << 80) - (1u128 << (129 - p));
+                format!("{}/{p}", std::net::Ipv6Addr::from(start))
+            })
+            .collect();
+        let store = Fake::default();
+        let prev =
+            json!({"pools": [{"name": "wide", "subnet": "fd00:1::/48", "exclude": exclude}]});
+        let raw = config("1.0.0", json!({"node": "node-a"}), Some(prev));
+        let given = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(addresses(&given), ["fd00:1:0:ffff:ffff:ffff:ffff:ff00/48"]);
+        assert!(store.looked_at.get() < 100, "{}", store.looked_at.get());
+    }
+
+    #[test]
+    fn a_lost_race_is_run_again_and_one_lost_for_ever_is_try_again_later() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        store.losing_claims.set(2);
+        let given = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(store.held().len(), 2, "{given}");
+        assert_eq!(
+            addresses(&given),
+            store
+                .held()
+                .iter()
+                .zip(["/29", "/64"])
+                .map(|(a, p)| format!("{a}{p}"))
+                .collect::<Vec<_>>()
+        );
+        store.losing_claims.set(ATTEMPTS);
+        let e = add_for(&store, &raw, "c2", &[]).unwrap_err();
+        assert_eq!(e.code(), code::TRY_AGAIN_LATER);
+    }
+
+    #[test]
+    fn after_a_lost_race_the_search_starts_at_random() {
+        let store = Fake::default();
+        let raw = config(
+            "1.0.0",
+            json!({"node": "node-a", "default": "big", "pools": {"big": [{"subnet": "10.8.0.0/16"}]}}),
+            None,
+        );
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c1", &[]).unwrap()),
+            ["10.8.0.2/16"]
+        );
+        // Every node that lost 10.8.0.3 to another would race again for
+        // 10.8.0.4 if it looked from the hint.
+        let mut spread = std::collections::BTreeSet::new();
+        for id in 0..4 {
+            store.losing_claims.set(1);
+            spread.insert(
+                addresses(&add_for(&store, &raw, &format!("r{id}"), &[]).unwrap())[0].to_owned(),
+            );
+        }
+        assert!(
+            !spread.contains("10.8.0.3/16") && spread.len() == 4,
+            "{spread:?}"
+        );
+    }
+
+    #[test]
+    fn a_pool_may_be_defined_by_the_store() {
+        let mut store = Fake::default();
+        store
+            .pools
+            .insert("central".into(), json!([{"subnet": "10.7.0.0/24"}]));
+        let raw = config(
+            "1.0.0",
+            json!({"node": "node-a"}),
+            Some(json!({"pools": [{"name": "central"}]})),
+        );
+        assert_eq!(
+            addresses(&add_for(&store, &raw, "c1", &[]).unwrap()),
+            ["10.7.0.2/24"]
+        );
+        let raw = config(
+            "1.0.0",
+            json!({"node": "node-a"}),
+            Some(json!({"pools": [{"name": "nowhere"}]})),
+        );
+        let e = add_for(&store, &raw, "c2", &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("pool \"nowhere\" is not defined"),
+            "{e}"
+        );
+    }
+}

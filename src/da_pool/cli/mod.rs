@@ -1,0 +1,233 @@
+//! ipam-da-pool's command line, for when it is not run as a CNI plugin (no
+//! CNI_COMMAND): an operator's verbs, one file each: `show`, `check` and
+//! `release`, the report, audit and repair of a network's pools;
+//! `node-keeper` and `reclaim`, a node's registration in etcd and what a
+//! dead node held given back; `import`, the upgrade from the local store
+//! to etcd. What they share is here: reading the network they are given,
+//! and saying how they went.
+
+mod check;
+mod import;
+mod node_keeper;
+mod reclaim;
+mod release;
+mod show;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use super::settings::{parse_duration, Settings, StoreSettings};
+use super::store::{etcd, local, Held, Hold, Holding, Owner, Store};
+use crate::args::Program;
+use crate::cni::{self, NetConf};
+use crate::error::Error;
+use crate::netd;
+
+/// The command line.
+pub const PROGRAM: Program = Program {
+    name: "ipam-da-pool",
+    purpose: "a CNI IPAM plugin that allocates addresses from pools, on local files or etcd",
+    description: "\
+As a plugin, a runtime (or ipam-delegated) runs it with CNI_COMMAND set; it
+reads its settings from ipam.pool, and then reads no arguments.
+",
+    verbs: &[
+        show::VERB,
+        check::VERB,
+        release::VERB,
+        node_keeper::VERB,
+        reclaim::VERB,
+        import::VERB,
+    ],
+    notes: "\
+PATH is a conflist, one plugin's configuration, or a directory of them
+(.conflist, .conf, .json), of which --network picks one. FILE is a
+conflist (its plugin that runs ipam-da-pool, directly or as a delegate of
+ipam-delegated, is used) or one plugin's configuration.
+",
+};
+
+/// How long a node's registration must have been gone, unless
+/// `--dead-for` says, before `check` names what it holds and `reclaim`
+/// gives it back: 15 minutes.
+const DEFAULT_DEAD_FOR: u64 = 15 * 60;
+
+/// A `--dead-for` duration, in seconds.
+fn dead_for(text: &str) -> Result<u64, String> {
+    parse_duration(text)
+        .ok_or_else(|| format!("--dead-for takes a duration such as 15m, 1h or 90s, not {text:?}"))
+}
+
+/// The plugin of a configuration that runs ipam-da-pool, directly or as
+/// a delegate.
+const OURS: netd::Ours = netd::Ours {
+    described: "that runs ipam-da-pool",
+    is_ours: |ipam| {
+        ipam["type"] == "ipam-da-pool"
+            || ipam["delegates"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|name| name == "ipam-da-pool"))
+    },
+};
+
+/// The configuration of the network at `path` (a file, or a directory of
+/// them, of which `network` picks one; a file of the directory that runs
+/// no ipam-da-pool is another network's, and skipped).
+fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, Error> {
+    let found = netd::scan(path, &OURS, |stdin| {
+        Ok(NetConf::parse(stdin)?.name.to_owned())
+    })?;
+    let fail = |reason: String| Error::ConfigFile {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut networks = found.networks;
+    if let (false, [only], Some(wanted)) = (path.is_dir(), networks.as_slice(), network) {
+        if only.name != wanted {
+            return Err(fail(format!("is network {:?}, not {wanted:?}", only.name)));
+        }
+    }
+    networks.retain(|n| network.is_none_or(|wanted| wanted == n.name));
+    let names: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
+    match (networks.len(), network) {
+        (1, _) => Ok(networks.remove(0).stdin),
+        (0, Some(wanted)) => Err(fail(format!(
+            "has no network {wanted:?} that runs ipam-da-pool"
+        ))),
+        (0, None) => Err(fail("has no network that runs ipam-da-pool".into())),
+        _ => Err(fail(format!(
+            "has several networks that run ipam-da-pool ({}): pick one with --network",
+            names.join(", ")
+        ))),
+    }
+}
+
+/// A network as an operator's command reads it.
+struct Opened {
+    name: String,
+    settings: Settings,
+    /// Opened without its lock; `None`: a local store that never held anything.
+    store: Option<Box<dyn Store>>,
+}
+
+/// The network the configuration at `config` names, its store opened
+/// without the lock.
+fn open_unlocked(config: &Path, network: Option<&str>) -> Result<Opened, Error> {
+    let raw = load_network(config, network)?;
+    let net = NetConf::parse(&raw)?;
+    let settings = Settings::from_net(&net)?;
+    let store: Option<Box<dyn Store>> = match &settings.store {
+        StoreSettings::Local { data_dir } => local::Local::open_unlocked(data_dir, &net.name)?
+            .map(|store| Box::new(store) as Box<dyn Store>),
+        StoreSettings::Etcd(cluster) => Some(Box::new(etcd::Etcd::new(
+            crate::etcd::Client::new(cluster.clone())?,
+            &net.name,
+        ))),
+    };
+    Ok(Opened {
+        name: net.name.clone(),
+        settings,
+        store,
+    })
+}
+
+/// What `release` or `reclaim` gave back: an attachment, or a hold.
+enum Released<'a> {
+    Attachment(&'a Holding),
+    Hold(&'a Hold),
+}
+
+impl Released<'_> {
+    /// Who held it, and what.
+    fn parts(&self) -> (Owner, &[Held]) {
+        match self {
+            Released::Attachment(holding) => (holding.owner.clone(), &holding.held),
+            Released::Hold(hold) => (hold.owner(), &hold.held),
+        }
+    }
+
+    fn json(&self) -> Value {
+        let (owner, held) = self.parts();
+        let mut object = serde_json::json!({
+            "containerID": owner.id,
+            "ifname": owner.ifname,
+            "node": owner.node,
+            "addresses": held.iter().map(|a| a.address.to_string()).collect::<Vec<_>>(),
+        });
+        if let Some(workload) = owner.workload {
+            object["workload"] = serde_json::json!(workload);
+        }
+        object
+    }
+
+    fn line(&self, verb: &str) -> String {
+        let (owner, held) = self.parts();
+        let addresses: Vec<String> = held.iter().map(|a| a.address.to_string()).collect();
+        format!("{verb} {} held by {owner}", addresses.join(", "))
+    }
+}
+
+/// Prints what was given back (or, dry, would be), as text or JSON.
+fn print_released(released: &[Released], dry_run: bool, json: bool, extra: Option<(&str, Value)>) {
+    let mut out = std::io::stdout().lock();
+    let (verb, key) = if dry_run {
+        ("would release", "wouldRelease")
+    } else {
+        ("released", "released")
+    };
+    if json {
+        let list: Vec<Value> = released.iter().map(Released::json).collect();
+        let mut object = serde_json::json!({ key: list });
+        if let Some((name, value)) = extra {
+            object[name] = value;
+        }
+        let _ = writeln!(out, "{object}");
+    } else {
+        for r in released {
+            let _ = writeln!(out, "{}", r.line(verb));
+        }
+    }
+}
+
+/// The etcd cluster a network's configuration names; code 7 for a local
+/// store, which has no nodes but this one.
+fn cluster_of(
+    settings: &Settings,
+    config: &Path,
+    verb: &str,
+) -> Result<crate::etcd::Client, Error> {
+    match &settings.store {
+        StoreSettings::Etcd(cluster) => crate::etcd::Client::new(cluster.clone()),
+        StoreSettings::Local { .. } => Err(cni::Error::InvalidConfig(format!(
+            "{} keeps pools in local files, which only this node uses: {verb} needs \"ipam.pool.etcd\"",
+            config.display()
+        ))
+        .into()),
+    }
+}
+
+/// Exit 0 when all went well, 1 when something is left to settle or an
+/// error (said on stderr, with its CNI code) stopped the command.
+fn finish(outcome: Result<bool, Error>) -> ExitCode {
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "ipam-da-pool: {e} (code {})", e.code());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_synopsis_names_the_options_its_verb_takes() {
+        crate::args::assert_synopses(&PROGRAM);
+    }
+}

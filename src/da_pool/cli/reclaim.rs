@@ -1,0 +1,156 @@
+//! `ipam-da-pool reclaim`: on etcd, gives back what dead nodes held (or
+//! the one an operator names), never touching a node whose registration
+//! is there.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::{
+    cluster_of, dead_for, finish, load_network, print_released, Released, DEFAULT_DEAD_FOR,
+};
+use crate::args::{Opt, Options, Verb};
+use crate::cni::NetConf;
+use crate::da_pool::nodes;
+use crate::da_pool::settings::Settings;
+use crate::da_pool::store::{etcd, Store};
+use crate::error::Error;
+
+/// `reclaim`.
+pub(super) const VERB: Verb = Verb {
+    name: "reclaim",
+    synopsis:
+        "--config PATH [--network NAME] [--dead-for DURATION | --node NAME] [--dry-run] [--json]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--network"),
+        Opt::value("--dead-for"),
+        Opt::value("--node"),
+        Opt::flag("--dry-run"),
+        Opt::flag("--json"),
+    ],
+    operands: false,
+    help: "\
+On etcd: gives back what every node holds in the network whose
+keeper's registration is gone and that was last seen longer
+than DURATION ago (15m by default; a node never registered is
+left alone), or what node NAME holds (one decommissioned):
+attachments and sticky holds. A node whose registration is
+there is never touched, not even named. Prints what it released
+(with --dry-run, what it would release).
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// `reclaim`'s options.
+#[derive(Debug, PartialEq)]
+struct Reclaim {
+    config: PathBuf,
+    network: Option<String>,
+    dead_for: u64,
+    node: Option<String>,
+    dry_run: bool,
+    json: bool,
+}
+
+fn options(given: &Options) -> Result<Reclaim, String> {
+    let config = given.path("--config").ok_or("reclaim needs --config")?;
+    let node = given.value("--node").map(String::from);
+    let dead_for = match given.value("--dead-for") {
+        Some(_) if node.is_some() => {
+            return Err("reclaim takes --dead-for or --node, not both".into())
+        }
+        Some(text) => dead_for(text)?,
+        None => DEFAULT_DEAD_FOR,
+    };
+    Ok(Reclaim {
+        config,
+        network: given.value("--network").map(String::from),
+        dead_for,
+        node,
+        dry_run: given.flag("--dry-run"),
+        json: given.flag("--json"),
+    })
+}
+
+/// Gives back what dead nodes (or the one named) hold, printing it:
+/// whether a node named had anything.
+fn run(options: &Reclaim) -> Result<bool, Error> {
+    let raw = load_network(&options.config, options.network.as_deref())?;
+    let net = NetConf::parse(&raw)?;
+    let settings = Settings::from_net(&net)?;
+    let client = cluster_of(&settings, &options.config, "reclaim")?;
+    let states = nodes::states(&client)?;
+    let mut store = etcd::Etcd::new(client, &net.name);
+    let (holdings, holds) = (store.holdings()?, store.holds()?);
+    let targets: Vec<String> = match &options.node {
+        Some(node) => {
+            if states.get(node).is_some_and(|s| s.alive) {
+                return Err(Error::Busy(format!(
+                    "node {node} is registered: its keeper renews its lease, so it is alive; stop its keeper (or let its lease end) first"
+                )));
+            }
+            vec![node.clone()]
+        }
+        None => nodes::dead(&states, options.dead_for)
+            .into_iter()
+            .map(|(node, _)| node)
+            .collect(),
+    };
+    let mut outcomes = Vec::new();
+    for node in &targets {
+        outcomes.push(nodes::reclaim(
+            &mut store,
+            node,
+            &holdings,
+            &holds,
+            options.dry_run,
+        )?);
+    }
+    let released: Vec<Released> = outcomes
+        .iter()
+        .flat_map(|done| {
+            let holdings = done.holdings.iter().map(Released::Attachment);
+            holdings.chain(done.holds.iter().map(Released::Hold))
+        })
+        .collect();
+    let skipped: usize = outcomes.iter().map(|done| done.skipped).sum();
+    print_released(
+        &released,
+        options.dry_run,
+        options.json,
+        Some(("nodes", serde_json::json!(targets))),
+    );
+    let mut err = std::io::stderr().lock();
+    if skipped > 0 {
+        let _ = writeln!(
+            err,
+            "ipam-da-pool: {skipped} record(s) changed meanwhile (a node back, or a DEL) and were left alone"
+        );
+    }
+    // Nodes with records that no keeper ever registered: never judged dead.
+    let unknown: std::collections::BTreeSet<&str> = holdings
+        .iter()
+        .map(|h| h.owner.node.as_str())
+        .chain(holds.iter().map(|h| h.node.as_str()))
+        .filter(|node| !states.contains_key(*node))
+        .collect();
+    if options.node.is_none() && !unknown.is_empty() {
+        let list: Vec<&str> = unknown.into_iter().collect();
+        let _ = writeln!(
+            err,
+            "ipam-da-pool: node(s) {} hold records but never ran a node-keeper: left alone (reclaim --node NAME releases one)",
+            list.join(", ")
+        );
+    }
+    match &options.node {
+        Some(node) if released.is_empty() => {
+            let _ = writeln!(
+                err,
+                "ipam-da-pool: node {node} holds nothing in network {}; nothing released",
+                net.name
+            );
+            Ok(false)
+        }
+        _ => Ok(true),
+    }
+}

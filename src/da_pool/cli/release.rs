@@ -1,0 +1,296 @@
+//! `ipam-da-pool release`: gives back what the attachments and holds an
+//! operator names keep (those holding an address, a container's, a
+//! node's, a workload's), each in one short step as it was read: on the
+//! local store under the network's lock, taken for one attachment at a
+//! time; on etcd in a transaction that fails if the record changed.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::{finish, open_unlocked, print_released, Opened, Released};
+use crate::addr::Addr;
+use crate::args::{Opt, Options, Verb};
+use crate::da_pool::settings::{Settings, StoreSettings};
+use crate::da_pool::store::{local, Hold, Holding, Store};
+use crate::error::Error;
+
+/// `release`.
+pub(super) const VERB: Verb = Verb {
+    name: "release",
+    synopsis: "--config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME | --workload NAME) [--dry-run] [--json]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--network"),
+        Opt::value("--container"),
+        Opt::value("--ifname"),
+        Opt::value("--node"),
+        Opt::value("--workload"),
+        Opt::flag("--dry-run"),
+        Opt::flag("--json"),
+    ],
+    operands: true,
+    help: "\
+Gives back what the attachments holding ADDRESS, of container
+ID (on interface IF), of node NAME (one decommissioned) or of
+workload NAME (as sticky names it: NAMESPACE/NAME) hold, with
+the holds of their workloads, and the holds that keep ADDRESS,
+or were released on node NAME, or are workload NAME's; prints
+what it released (with --dry-run, what it would release).
+Nothing that matches is exit status 1, and nothing is changed.
+Each release is one short step: on the local store the
+network's lock is taken for one attachment at a time.
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// Which attachments and holds `release` gives back.
+#[derive(Debug, PartialEq)]
+enum Chosen {
+    Address(Addr),
+    Container { id: String, ifname: Option<String> },
+    Node(String),
+    Workload(String),
+}
+
+impl std::fmt::Display for Chosen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Chosen::Address(address) => write!(f, "address {address}"),
+            Chosen::Container { id, ifname: None } => write!(f, "container {id}"),
+            Chosen::Container {
+                id,
+                ifname: Some(ifname),
+            } => write!(f, "container {id} interface {ifname}"),
+            Chosen::Node(node) => write!(f, "node {node}"),
+            Chosen::Workload(workload) => write!(f, "workload {workload}"),
+        }
+    }
+}
+
+impl Chosen {
+    fn matches(&self, holding: &Holding) -> bool {
+        match self {
+            Chosen::Address(address) => holding.held.iter().any(|h| h.address == *address),
+            Chosen::Container { id, ifname } => {
+                holding.owner.id == *id
+                    && ifname.as_ref().is_none_or(|i| holding.owner.ifname == *i)
+            }
+            Chosen::Node(node) => holding.owner.node == *node,
+            Chosen::Workload(workload) => holding.owner.workload.as_ref() == Some(workload),
+        }
+    }
+
+    /// Whether it chooses `hold` itself (a hold bound to a chosen
+    /// attachment is ended with it).
+    fn matches_hold(&self, hold: &Hold) -> bool {
+        match self {
+            Chosen::Address(address) => hold.held.iter().any(|h| h.address == *address),
+            Chosen::Container { .. } => false,
+            Chosen::Node(node) => hold.node == *node,
+            Chosen::Workload(workload) => hold.workload == *workload,
+        }
+    }
+}
+
+/// `release`'s options.
+#[derive(Debug, PartialEq)]
+struct Release {
+    config: PathBuf,
+    network: Option<String>,
+    chosen: Chosen,
+    dry_run: bool,
+    json: bool,
+}
+
+fn options(given: &Options) -> Result<Release, String> {
+    let address = match given.operands() {
+        [text] => Some(Addr::new(
+            text.parse()
+                .map_err(|_| format!("{text:?} is not an address"))?,
+        )),
+        _ => None,
+    };
+    let config = given.path("--config").ok_or("release needs --config")?;
+    let value = |name: &str| given.value(name).map(String::from);
+    let ifname = value("--ifname");
+    let one_of = (given.operands().len(), address, value("--container"));
+    let chosen = match (one_of, value("--node"), value("--workload")) {
+        ((1, Some(address), None), None, None) if ifname.is_none() => Chosen::Address(address),
+        ((0, None, Some(id)), None, None) => Chosen::Container { id, ifname },
+        ((0, None, None), Some(node), None) if ifname.is_none() => Chosen::Node(node),
+        ((0, None, None), None, Some(workload)) if ifname.is_none() => Chosen::Workload(workload),
+        _ => {
+            return Err(
+                "release needs one of ADDRESS, --container ID [--ifname IF], --node NAME or --workload NAME".into(),
+            )
+        }
+    };
+    Ok(Release {
+        config,
+        network: value("--network"),
+        chosen,
+        dry_run: given.flag("--dry-run"),
+        json: given.flag("--json"),
+    })
+}
+
+/// Releases what the chosen attachments and holds keep, one at a time,
+/// printing each: whether anything matched.
+fn run(options: &Release) -> Result<bool, Error> {
+    // Chosen from a read without the lock; each one then released as read
+    // again under it (local) or in a transaction that fails if it changed
+    // meanwhile (etcd).
+    let Opened {
+        name,
+        settings,
+        store: shared,
+    } = open_unlocked(&options.config, options.network.as_deref())?;
+    let (holdings, holds) = match &shared {
+        Some(store) => (store.holdings()?, store.holds()?),
+        None => (Vec::new(), Vec::new()),
+    };
+    let chosen: Vec<&Holding> = holdings
+        .iter()
+        .filter(|holding| options.chosen.matches(holding))
+        .collect();
+    // Holds chosen themselves, or whose container's attachment is chosen.
+    let released_with = |hold: &Hold| {
+        chosen.iter().any(|h| {
+            h.owner.workload.as_ref() == Some(&hold.workload)
+                && h.owner.ifname == hold.ifname
+                && hold.container.as_ref() == Some(&h.owner.id)
+        })
+    };
+    let bound_alive = |hold: &Hold| {
+        hold.container.as_ref().is_some_and(|id| {
+            holdings
+                .iter()
+                .any(|h| h.owner.id == *id && h.owner.ifname == hold.ifname)
+        })
+    };
+    let chosen_holds: Vec<&Hold> = holds
+        .iter()
+        .filter(|hold| {
+            released_with(hold) || (options.chosen.matches_hold(hold) && !bound_alive(hold))
+        })
+        .collect();
+    let mut released = Vec::new();
+    for holding in &chosen {
+        if options.dry_run
+            || with_store(&settings, &name, &shared, |s| release_as_read(s, holding))?
+        {
+            released.push(Released::Attachment(holding));
+        }
+    }
+    for hold in &chosen_holds {
+        let ended = options.dry_run
+            || with_store(&settings, &name, &shared, |store| {
+                // As it is now: releasing its container's attachment
+                // released it too.
+                match store.hold(&hold.workload, &hold.ifname)? {
+                    Some(now)
+                        if now.held == hold.held
+                            && (now.container.is_none() || now.container == hold.container) =>
+                    {
+                        store.end_hold(&now)
+                    }
+                    _ => Ok(false),
+                }
+            })?;
+        if ended {
+            released.push(Released::Hold(hold));
+        }
+    }
+    print_released(&released, options.dry_run, options.json, None);
+    let matched = !chosen.is_empty() || !chosen_holds.is_empty();
+    if !matched {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ipam-da-pool: no attachment or hold of network {} matches {}; nothing released",
+            name,
+            options.chosen
+        );
+    }
+    Ok(matched)
+}
+
+/// Runs `step` on the network's store for one short step: on the local
+/// store under the network's lock, taken for it alone; on etcd, as
+/// opened. `false` for a local store that has no records any more.
+fn with_store(
+    settings: &Settings,
+    name: &str,
+    shared: &Option<Box<dyn Store>>,
+    step: impl FnOnce(&dyn Store) -> Result<bool, Error>,
+) -> Result<bool, Error> {
+    match &settings.store {
+        StoreSettings::Local { data_dir } => match local::Local::open_existing(data_dir, name)? {
+            Some(store) => step(&store),
+            None => Ok(false),
+        },
+        StoreSettings::Etcd(_) => match shared {
+            Some(store) => step(store.as_ref()),
+            None => Ok(false),
+        },
+    }
+}
+
+/// Releases `holding` if the store still has it as it was read: whether
+/// it did (a holding that changed meanwhile is someone else's business).
+fn release_as_read(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
+    match store.holding(&holding.owner.id, &holding.owner.ifname)? {
+        Some(now) if now.held == holding.held && now.owner == holding.owner => store.release(&now),
+        _ => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `VERB`'s options, as the command line `list` gives them.
+    fn parse(list: &[&str]) -> Result<Release, String> {
+        let args: Vec<std::ffi::OsString> = list.iter().map(Into::into).collect();
+        VERB.parse(&args).and_then(|given| options(&given))
+    }
+
+    #[test]
+    fn release_takes_exactly_one_choice() {
+        let chosen = |list: &[&str]| parse(list).map(|r| r.chosen);
+        assert_eq!(
+            chosen(&["--config", "f", "10.1.0.5"]),
+            Ok(Chosen::Address(Addr::new("10.1.0.5".parse().unwrap())))
+        );
+        assert_eq!(
+            chosen(&["--container=c1", "--config", "f", "--ifname", "net1"]),
+            Ok(Chosen::Container {
+                id: "c1".into(),
+                ifname: Some("net1".into())
+            })
+        );
+        assert_eq!(
+            chosen(&["--config", "f", "--node", "node-b", "--dry-run"]),
+            Ok(Chosen::Node("node-b".into()))
+        );
+        for (bad, said) in [
+            (&["10.1.0.5"][..], "release needs --config"),
+            (&["--config", "f"][..], "release needs one of"),
+            (
+                &["--config", "f", "10.1.0.5", "--node", "b"][..],
+                "release needs one of",
+            ),
+            (
+                &["--config", "f", "--node", "b", "--ifname", "eth0"][..],
+                "release needs one of",
+            ),
+            (
+                &["--config", "f", "10.1.0.5", "10.1.0.6"][..],
+                "release needs one of",
+            ),
+            (&["--config", "f", "ten"][..], "\"ten\" is not an address"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(said), "{bad:?}: {e}");
+        }
+    }
+}

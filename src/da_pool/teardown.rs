@@ -1,0 +1,322 @@
+//! DEL, CHECK and GC: the commands that give back or verify what
+//! attachments hold. They read only where the records are, so that a
+//! mistake in a pool never stops a teardown.
+
+use serde_json::Value;
+
+use super::holds::sweep_ended_holds;
+use super::settings::{invalid, Settings};
+use super::store::{self, Holding, Owner, Store};
+use super::ATTEMPTS;
+use crate::addr::Addr;
+use crate::cni::NetConf;
+use crate::error::Error;
+
+/// DEL: gives back what the attachment holds, if anything.
+pub(super) fn del(store: &dyn Store, owner: &Owner) -> Result<(), Error> {
+    for _ in 0..ATTEMPTS {
+        let Some(holding) = store.holding(&owner.id, &owner.ifname)? else {
+            return Ok(());
+        };
+        if store.release(&holding)? {
+            return Ok(());
+        }
+    }
+    Err(Error::Busy(format!(
+        "{}/{}'s record changed under every one of {ATTEMPTS} attempts to release it",
+        owner.id, owner.ifname
+    )))
+}
+
+/// CHECK fails for an attachment that holds nothing here.
+pub(super) fn nothing_held(owner: &Owner) -> Error {
+    Error::NotHeld {
+        address: "any address".into(),
+        id: owner.id.clone(),
+        ifname: owner.ifname.clone(),
+        why: "the attachment holds no address in this network".into(),
+    }
+}
+
+/// CHECK: every address the attachment's record lists must be in the
+/// previous result and held by it; an address of the previous result that
+/// the network's records give to another attachment is a failure too.
+/// Addresses the records do not know are another delegate's business.
+pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(), Error> {
+    let prev: Value = net
+        .member("prevResult")
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .ok_or_else(|| invalid("CHECK needs the ADD's result as \"prevResult\"".into()))?;
+    let not_held = |address: String, why: String| Error::NotHeld {
+        address,
+        id: owner.id.clone(),
+        ifname: owner.ifname.clone(),
+        why,
+    };
+    let mut listed = Vec::new();
+    for ip in prev["ips"].as_array().into_iter().flatten() {
+        let text = ip["address"].as_str().unwrap_or_default();
+        let address = text
+            .split('/')
+            .next()
+            .and_then(|a| a.parse().ok())
+            .map(Addr::new);
+        match address {
+            Some(address) => listed.push(address),
+            None => return Err(not_held(text.into(), "it is not an address".into())),
+        }
+    }
+    let holding = store
+        .holding(&owner.id, &owner.ifname)?
+        .ok_or_else(|| nothing_held(owner))?;
+    // As recorded: with the workload its addresses follow, if any.
+    let owner = &holding.owner;
+    for h in &holding.held {
+        if !listed.contains(&h.address) {
+            return Err(not_held(
+                h.address.to_string(),
+                format!(
+                    "the attachment holds it (pool {:?}), but the previous result does not list it",
+                    h.pool
+                ),
+            ));
+        }
+    }
+    for address in listed {
+        let recorded = holding.held.iter().any(|h| h.address == address);
+        let why = match store.holder(address)? {
+            Some(o) if owner.owns(&o) && !recorded => {
+                "the address's record names the attachment, but the attachment's record does not list it".to_owned()
+            }
+            Some(o) if !owner.owns(&o) => format!("the network's records give it to {o}"),
+            None if recorded => {
+                "the attachment's record lists it, but the network has no record of the address".to_owned()
+            }
+            // Held by the attachment, or another delegate's address.
+            _ => continue,
+        };
+        return Err(not_held(address.to_string(), why));
+    }
+    Ok(())
+}
+
+/// The attachments a GC must keep: `cni.dev/valid-attachments`, which a
+/// runtime always sends (an empty list included); without it, or with an
+/// entry that is not `{"containerID", "ifname"}`, nothing is freed (code 7)
+/// rather than everything.
+pub(super) fn valid_attachments(net: &NetConf) -> Result<Vec<(String, String)>, Error> {
+    let raw = net.member("cni.dev/valid-attachments").ok_or_else(|| {
+        invalid("GC needs \"cni.dev/valid-attachments\", the attachments to keep".into())
+    })?;
+    let list: Vec<Value> = serde_json::from_str(raw.get())
+        .map_err(|_| invalid("\"cni.dev/valid-attachments\" must be an array".into()))?;
+    list.iter()
+        .map(|a| {
+            let field = |name: &str| a.get(name).and_then(Value::as_str).map(String::from);
+            field("containerID").zip(field("ifname")).ok_or_else(|| {
+                invalid(format!(
+                    "\"cni.dev/valid-attachments\" holds {a}, which is not {{\"containerID\", \"ifname\"}}"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// GC (CNI 1.1): frees what this node's attachments hold that the runtime
+/// no longer lists as valid; another node's are its own runtime's
+/// business. An attachment younger than the grace is kept: its ADD may
+/// have finished after the runtime made its list.
+pub(super) fn gc(
+    store: &dyn Store,
+    valid: &[(String, String)],
+    settings: &Settings,
+) -> Result<(), Error> {
+    let now = store::now();
+    let stale = |h: &Holding| {
+        (!store.is_shared() || h.owner.node == settings.node)
+            && h.since.saturating_add(settings.gc_grace) <= now
+            && !valid
+                .iter()
+                .any(|(id, ifname)| *id == h.owner.id && *ifname == h.owner.ifname)
+    };
+    for holding in store.holdings()?.into_iter().filter(stale) {
+        // A record that changed meanwhile is a new ADD's: the next GC
+        // judges it. A workload's addresses stay held by its hold.
+        store.release(&holding)?;
+    }
+    // Holds are left alone until their time is up; then they are no more.
+    sweep_ended_holds(store)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::da_pool::store::fake::Fake;
+    use crate::da_pool::testing::*;
+    use crate::error::code;
+    use serde_json::json;
+
+    #[test]
+    fn gc_keeps_holds_and_ends_those_whose_time_is_up() {
+        let store = Fake::default();
+        let raw = sticky_config();
+        for i in 0..3 {
+            let owner = of_workload(&format!("c{i}"), &format!("default/web-{i}"), "node-a");
+            add_as(&store, &raw, &owner, &[]).unwrap();
+        }
+        let mut settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
+        settings.gc_grace = 0;
+        // c0 is still running; c1 and c2 are gone: their holds keep theirs.
+        let valid = [("c0".to_owned(), "eth0".to_owned())];
+        gc(&store, &valid, &settings).unwrap();
+        let left: Vec<String> = store
+            .attachments
+            .borrow()
+            .keys()
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(left, ["c0"]);
+        assert_eq!(store.held(), ["10.1.0.2", "10.1.0.3", "10.1.0.4"]);
+        // c2's hour over: the next GC ends its hold, and leaves c1's.
+        expire(&store, "default/web-2");
+        gc(&store, &valid, &settings).unwrap();
+        assert_eq!(store.held(), ["10.1.0.2", "10.1.0.3"]);
+        let holds: Vec<String> = store
+            .holds
+            .borrow()
+            .keys()
+            .map(|(w, _)| w.clone())
+            .collect();
+        assert_eq!(holds, ["default/web-0", "default/web-1"]);
+    }
+
+    #[test]
+    fn del_gives_back_and_succeeds_when_nothing_is_held() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        add_for(&store, &raw, "c1", &[]).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        del(&store, &owner("never")).unwrap();
+        assert!(store.held().is_empty() && store.attachments.borrow().is_empty());
+    }
+
+    #[test]
+    fn check_fails_unless_the_previous_results_addresses_are_the_attachments() {
+        let store = Fake::default();
+        let raw = config("1.0.0", pools(), None);
+        let result = add_for(&store, &raw, "c1", &[]).unwrap();
+        let other = add_for(&store, &raw, "c2", &[]).unwrap();
+        let checked = |id: &str, prev: &Value| {
+            let raw = config("1.0.0", pools(), Some(prev.clone()));
+            check(&store, &NetConf::parse(&raw).unwrap(), &owner(id))
+        };
+        checked("c1", &result).unwrap();
+        let refused = |id: &str, prev: &Value, said: &str| {
+            let e = checked(id, prev).unwrap_err();
+            assert_eq!(e.code(), code::NOT_HELD, "{e}");
+            assert!(e.to_string().contains(said), "{e}");
+        };
+        refused("c2", &result, "is not held by c2/eth0");
+        // Another delegate's address is its business; another attachment's
+        // address of this network is not.
+        let mut with_foreign = result.clone();
+        with_foreign["ips"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"address": "192.0.2.9/24"}));
+        checked("c1", &with_foreign).unwrap();
+        let mut with_theirs = result.clone();
+        with_theirs["ips"]
+            .as_array_mut()
+            .unwrap()
+            .push(other["ips"][0].clone());
+        refused(
+            "c1",
+            &with_theirs,
+            "the network's records give it to c2/eth0",
+        );
+        let mut missing_one = result.clone();
+        missing_one["ips"].as_array_mut().unwrap().pop();
+        refused("c1", &missing_one, "the previous result does not list it");
+        del(&store, &owner("c1")).unwrap();
+        refused("c1", &result, "holds no address in this network");
+    }
+
+    #[test]
+    fn gc_frees_only_this_nodes_unlisted_attachments_old_enough() {
+        let store = Fake::default();
+        let raw = config("1.1.0", pools(), None);
+        for id in ["kept", "stale", "young", "elsewhere"] {
+            add_for(&store, &raw, id, &[]).unwrap();
+        }
+        {
+            let mut attachments = store.attachments.borrow_mut();
+            for ((id, _), holding) in attachments.iter_mut() {
+                if id != "young" {
+                    holding.since -= 2 * crate::da_pool::settings::DEFAULT_GC_GRACE_SECONDS;
+                }
+                if id == "elsewhere" {
+                    holding.owner.node = "node-b".into();
+                }
+            }
+        }
+        let mut gc_config: Value = serde_json::from_slice(&raw).unwrap();
+        gc_config["cni.dev/valid-attachments"] = json!([{"containerID": "kept", "ifname": "eth0"}]);
+        let gc_raw = gc_config.to_string().into_bytes();
+        let gc_net = NetConf::parse(&gc_raw).unwrap();
+        let mut settings = Settings::from_net(&gc_net).unwrap();
+        let left = |store: &Fake| -> Vec<String> {
+            let attachments = store.attachments.borrow();
+            attachments.keys().map(|(id, _)| id.clone()).collect()
+        };
+        gc(&store, &valid_attachments(&gc_net).unwrap(), &settings).unwrap();
+        assert_eq!(left(&store), ["elsewhere", "kept", "young"]);
+        settings.gc_grace = 0;
+        gc(&store, &valid_attachments(&gc_net).unwrap(), &settings).unwrap();
+        assert_eq!(
+            left(&store),
+            ["elsewhere", "kept"],
+            "no grace: young goes too"
+        );
+    }
+
+    #[test]
+    fn gc_needs_the_runtimes_list_whole_and_frees_a_local_stores_whatever_its_node_name() {
+        let gc_net = |valid: Option<Value>| {
+            let mut config: Value =
+                serde_json::from_slice(&config("1.1.0", pools(), None)).unwrap();
+            if let Some(valid) = valid {
+                config["cni.dev/valid-attachments"] = valid;
+            }
+            config.to_string().into_bytes()
+        };
+        for (valid, said) in [
+            (None, "GC needs \"cni.dev/valid-attachments\""),
+            (Some(json!({})), "must be an array"),
+            (
+                Some(json!([{"containerID": "c"}])),
+                "which is not {\"containerID\", \"ifname\"}",
+            ),
+        ] {
+            let raw = gc_net(valid);
+            let e = valid_attachments(&NetConf::parse(&raw).unwrap()).unwrap_err();
+            assert_eq!(e.code(), 7);
+            assert!(e.to_string().contains(said), "{e}");
+        }
+        let store = Fake {
+            local: true,
+            ..Fake::default()
+        };
+        let raw = config("1.1.0", pools(), None);
+        add_for(&store, &raw, "renamed", &[]).unwrap();
+        for holding in store.attachments.borrow_mut().values_mut() {
+            holding.owner.node = "old-hostname".into();
+        }
+        let mut settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
+        settings.gc_grace = 0;
+        gc(&store, &[], &settings).unwrap();
+        assert!(store.attachments.borrow().is_empty());
+    }
+}
