@@ -23,6 +23,7 @@ mod addr;
 mod args;
 mod dir;
 mod etcd;
+mod http;
 pub mod logging;
 mod netd;
 mod pools;

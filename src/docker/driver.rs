@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::http::Status;
 use super::networks::{self, Network};
 use super::pools::{PoolId, Requests};
 use crate::addr::{Addr, Family, Subnet};
@@ -20,6 +19,7 @@ use crate::delegated::agent::state::{self, Attachment};
 use crate::delegated::agent::{self, Request, Setup};
 use crate::delegated::config::Config;
 use crate::error::Error;
+use crate::http::Status;
 
 /// The interface name of every attachment the driver makes.
 const IFNAME: &str = "eth0";

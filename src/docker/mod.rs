@@ -6,7 +6,6 @@
 //! thread of its own, and stopping cleanly on SIGTERM.
 
 mod driver;
-mod http;
 mod networks;
 mod pools;
 
@@ -26,10 +25,10 @@ use crate::args;
 use crate::delegated::DOCKER_PLUGIN;
 use crate::dir::Dir;
 use crate::error::Error;
+use crate::http::{self, Status};
 use crate::sys::{poll, pollfd, Lock};
 use crate::{cni, signals};
 use driver::Driver;
-use http::Status;
 
 /// Where Docker looks for plugins' sockets.
 const PLUGIN_DIR: &str = "/run/docker/plugins";
@@ -43,6 +42,16 @@ const LOOK_FOR_STOP: Duration = Duration::from_secs(1);
 
 /// How long writing an answer may block on a client that does not read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a request may be: Docker's are a few hundred bytes.
+const LIMITS: http::Limits = http::Limits {
+    line: 8 * 1024,
+    headers: 128,
+    body: 1 << 20,
+};
+
+/// What the plugin API's answers are.
+const CONTENT_TYPE: &str = "application/vnd.docker.plugins.v1+json";
 
 /// Runs the command line `args` (without the program name), the options
 /// of `ipam-delegated docker-plugin`: serves until asked to stop, exit 0;
@@ -188,14 +197,14 @@ fn serve_connection(stream: UnixStream, driver: &Driver, load: &Load) {
     };
     let mut reader = BufReader::new(stream);
     loop {
-        let request = match http::read_request(&mut reader) {
+        let request = match http::read_request(&mut reader, LIMITS) {
             Ok(Some(request)) => request,
             Ok(None) => return,
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 warn!("a bad request: {e}");
                 let body = serde_json::json!({"Err": e.to_string()}).to_string();
-                let _ =
-                    http::write_response(&mut writer, Status::BadRequest, body.as_bytes(), true);
+                let bad = Status::BadRequest;
+                let _ = http::write_response(&mut writer, bad, CONTENT_TYPE, body.as_bytes(), true);
                 return;
             }
             Err(_) => return,
@@ -203,7 +212,7 @@ fn serve_connection(stream: UnixStream, driver: &Driver, load: &Load) {
         let Some(_busy) = load.request_started() else {
             let body =
                 br#"{"Error":"ipam-delegated is stopping: try again later (CNI error code 11)"}"#;
-            let _ = http::write_response(&mut writer, Status::Ok, body, true);
+            let _ = http::write_response(&mut writer, Status::Ok, CONTENT_TYPE, body, true);
             return;
         };
         let answer = if request.method == "POST" {
@@ -215,7 +224,14 @@ fn serve_connection(stream: UnixStream, driver: &Driver, load: &Load) {
                 undo: None,
             }
         };
-        if http::write_response(&mut writer, answer.status, &answer.body, request.close).is_err() {
+        let written = http::write_response(
+            &mut writer,
+            answer.status,
+            CONTENT_TYPE,
+            &answer.body,
+            request.close,
+        );
+        if written.is_err() {
             if let Some(undo) = answer.undo {
                 driver.undo(undo);
             }

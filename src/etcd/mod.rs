@@ -5,7 +5,7 @@
 //! by the timeout. A cluster that cannot answer is code 11: try again
 //! later.
 
-mod http;
+mod connection;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ use rustls::{ClientConfig, RootCertStore};
 use serde_json::{json, Value};
 
 use crate::error::Error;
-use http::Connection;
+use connection::Connection;
 
 /// How long one call may take unless the settings say.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);

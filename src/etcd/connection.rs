@@ -1,8 +1,8 @@
-//! Just enough HTTP/1.1 for etcd's JSON gateway: a POST of a JSON body on a
-//! kept-alive connection, plain or TLS (with a client certificate), and
-//! its answer, sized by Content-Length or chunked.
+//! A connection to one etcd member's JSON gateway, plain or TLS (with a
+//! client certificate), kept alive from one POST to the next, each bounded
+//! by a deadline.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,12 +10,15 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
-/// The largest answer read: a page of keys is far smaller, and a larger
-/// one is a broken peer.
-const MAX_BODY: usize = 64 << 20;
+use crate::http;
 
-/// The longest status or header line read.
-const MAX_LINE: usize = 64 * 1024;
+/// What an answer may be: a page of keys is far smaller than its body's
+/// limit, and a larger one is a broken peer.
+const LIMITS: http::Limits = http::Limits {
+    line: 64 * 1024,
+    headers: 128,
+    body: 64 << 20,
+};
 
 /// A connection to one endpoint.
 pub struct Connection {
@@ -114,104 +117,8 @@ impl Connection {
         let tcp = self.stream.get_ref().tcp();
         tcp.set_read_timeout(Some(wait))?;
         tcp.set_write_timeout(Some(wait))?;
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            self.host,
-            body.len()
-        );
-        let stream = self.stream.get_mut();
-        stream.write_all(head.as_bytes())?;
-        stream.write_all(body)?;
-        stream.flush()?;
-        self.read_answer()
-    }
-
-    fn read_answer(&mut self) -> io::Result<(u16, Vec<u8>)> {
-        let status_line = self.line()?;
-        let status: u16 = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .ok_or_else(|| bad(format!("not an HTTP answer: {status_line:?}")))?;
-        let mut length = None;
-        let mut chunked = false;
-        loop {
-            let line = self.line()?;
-            if line.is_empty() {
-                break;
-            }
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("content-length") {
-                length = Some(
-                    value
-                        .parse::<usize>()
-                        .map_err(|_| bad("bad Content-Length".into()))?,
-                );
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = value.eq_ignore_ascii_case("chunked");
-            }
-        }
-        let body = if chunked {
-            self.chunks()?
-        } else {
-            let length =
-                length.ok_or_else(|| bad("an answer with neither length nor chunks".into()))?;
-            self.exactly(length)?
-        };
-        Ok((status, body))
-    }
-
-    fn chunks(&mut self) -> io::Result<Vec<u8>> {
-        let mut body = Vec::new();
-        loop {
-            let size_line = self.line()?;
-            let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
-                .map_err(|_| bad(format!("bad chunk size {size_line:?}")))?;
-            if size == 0 {
-                // Trailers, then the empty line that ends the answer.
-                while !self.line()?.is_empty() {}
-                return Ok(body);
-            }
-            if body.len().saturating_add(size) > MAX_BODY {
-                return Err(bad("an answer of more than 64 MiB".into()));
-            }
-            body.extend_from_slice(&self.exactly(size)?);
-            if !self.line()?.is_empty() {
-                return Err(bad("a chunk not followed by its line end".into()));
-            }
-        }
-    }
-
-    fn exactly(&mut self, length: usize) -> io::Result<Vec<u8>> {
-        if length > MAX_BODY {
-            return Err(bad(format!("an answer of {length} bytes")));
-        }
-        let mut bytes = vec![0; length];
-        self.stream.read_exact(&mut bytes)?;
-        Ok(bytes)
-    }
-
-    /// One line, without its line end; an end of stream is an error.
-    fn line(&mut self) -> io::Result<String> {
-        let mut line = Vec::new();
-        // Read no further than a line may be long.
-        let read = (&mut self.stream)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if read == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the connection closed",
-            ));
-        }
-        if line.len() > MAX_LINE {
-            return Err(bad("a line too long".into()));
-        }
-        let line = String::from_utf8(line).map_err(|_| bad("a line that is not UTF-8".into()))?;
-        Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+        http::write_post(self.stream.get_mut(), &self.host, path, body)?;
+        http::read_response(&mut self.stream, LIMITS)
     }
 }
 
@@ -225,13 +132,10 @@ fn remaining(deadline: Instant) -> io::Result<Duration> {
     }
 }
 
-fn bad(reason: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, reason)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::BufRead;
     use std::net::TcpListener;
 
     /// Serves one connection with the answers given, each after reading

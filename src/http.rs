@@ -1,0 +1,376 @@
+//! Just enough HTTP/1.1 for the two peers the plugins talk to: a server
+//! answering Docker's plugin client (a request's method, path and body,
+//! and an answer) and a client of etcd's JSON gateway (a POST, and its
+//! answer's status and body). Both sides frame messages the same way: a
+//! start line, headers, a body sized by Content-Length or chunked, on a
+//! connection that may be kept alive; every line, header count and body
+//! bounded.
+
+use std::io::{self, BufRead, Read, Write};
+
+/// How much a reader takes before it calls the peer broken.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The longest start or header line.
+    pub line: usize,
+    /// The most header lines one message may have.
+    pub headers: usize,
+    /// The largest body.
+    pub body: usize,
+}
+
+/// One request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub body: Vec<u8>,
+    /// Whether the client wants the connection closed after the answer.
+    pub close: bool,
+}
+
+/// The statuses a server answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Answered, whether the request succeeded or not: libnetwork reads
+    /// a failure from the body.
+    Ok,
+    /// Not a request this reader takes.
+    BadRequest,
+    /// A path the API does not have.
+    NotFound,
+}
+
+/// What a message's headers say of its body and its connection.
+struct Head {
+    length: Option<usize>,
+    chunked: bool,
+    /// `Connection: close` (`Some(true)`) or `keep-alive` (`Some(false)`).
+    close: Option<bool>,
+}
+
+/// Reads the next request from `input`; `None` when the client closed
+/// the connection between requests. A request that breaks the rules (or
+/// the limits) is an `InvalidData` error: answer 400 and close.
+pub fn read_request(input: &mut impl BufRead, limits: Limits) -> io::Result<Option<Request>> {
+    let Some(line) = read_line(input, limits)? else {
+        return Ok(None);
+    };
+    let mut parts = line.split(' ');
+    let (Some(method), Some(path), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(invalid(format!("not a request line: {line:?}")));
+    };
+    let http_1_0 = match version {
+        "HTTP/1.1" => false,
+        "HTTP/1.0" => true,
+        _ => return Err(invalid(format!("unsupported version {version:?}"))),
+    };
+    let head = read_head(input, limits)?;
+    // A request without a length has no body.
+    let body = read_body(input, &head, head.length.unwrap_or(0), limits)?;
+    Ok(Some(Request {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        body,
+        close: head.close.unwrap_or(http_1_0),
+    }))
+}
+
+/// Writes an answer with a body of `content_type`.
+pub fn write_response(
+    out: &mut impl Write,
+    status: Status,
+    content_type: &str,
+    body: &[u8],
+    close: bool,
+) -> io::Result<()> {
+    let status = match status {
+        Status::Ok => "200 OK",
+        Status::BadRequest => "400 Bad Request",
+        Status::NotFound => "404 Not Found",
+    };
+    let connection = if close { "close" } else { "keep-alive" };
+    let mut answer = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(body);
+    out.write_all(&answer)?;
+    out.flush()
+}
+
+/// Writes a POST of JSON `body` to `path` on `host`, the connection kept.
+pub fn write_post(out: &mut impl Write, host: &str, path: &str, body: &[u8]) -> io::Result<()> {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    out.write_all(head.as_bytes())?;
+    out.write_all(body)?;
+    out.flush()
+}
+
+/// Reads an answer: its status and its body. The connection closing
+/// before it is whole is an `UnexpectedEof` error; an answer that breaks
+/// the rules or the limits, `InvalidData`.
+pub fn read_response(input: &mut impl BufRead, limits: Limits) -> io::Result<(u16, Vec<u8>)> {
+    let line = read_line(input, limits)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the connection closed"))?;
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| invalid(format!("not an HTTP answer: {line:?}")))?;
+    let head = read_head(input, limits)?;
+    // An answer read up to the connection's end would not let it be kept.
+    let length = match (head.length, head.chunked) {
+        (Some(length), _) => length,
+        (None, true) => 0,
+        (None, false) => return Err(invalid("an answer with neither length nor chunks".into())),
+    };
+    Ok((status, read_body(input, &head, length, limits)?))
+}
+
+/// The header lines, up to the empty line that ends them.
+fn read_head(input: &mut impl BufRead, limits: Limits) -> io::Result<Head> {
+    let mut head = Head {
+        length: None,
+        chunked: false,
+        close: None,
+    };
+    for _ in 0..=limits.headers {
+        let line =
+            read_line(input, limits)?.ok_or_else(|| invalid("the headers end early".into()))?;
+        if line.is_empty() {
+            return Ok(head);
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| invalid(format!("not a header: {line:?}")))?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            let n: usize = value
+                .parse()
+                .map_err(|_| invalid(format!("Content-Length {value:?}")))?;
+            head.length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            head.chunked = value.eq_ignore_ascii_case("chunked");
+            if !head.chunked {
+                return Err(invalid(format!("Transfer-Encoding {value:?}")));
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            if value.eq_ignore_ascii_case("close") {
+                head.close = Some(true);
+            } else if value.eq_ignore_ascii_case("keep-alive") {
+                head.close = Some(false);
+            }
+        }
+    }
+    Err(invalid(format!("more than {} headers", limits.headers)))
+}
+
+/// The body the head announces: chunked, or `length` bytes.
+fn read_body(
+    input: &mut impl BufRead,
+    head: &Head,
+    length: usize,
+    limits: Limits,
+) -> io::Result<Vec<u8>> {
+    if head.chunked {
+        read_chunked(input, limits)
+    } else {
+        read_exactly(input, length, limits.body)
+    }
+}
+
+/// A line without its CRLF (or LF); `None` at the end of the input before
+/// any byte of it.
+fn read_line(input: &mut impl BufRead, limits: Limits) -> io::Result<Option<String>> {
+    let mut line = Vec::new();
+    input
+        .by_ref()
+        .take(limits.line as u64 + 1)
+        .read_until(b'\n', &mut line)?;
+    if line.is_empty() {
+        return Ok(None);
+    }
+    if line.pop() != Some(b'\n') {
+        return Err(invalid(if line.len() >= limits.line {
+            format!("a line longer than {} bytes", limits.line)
+        } else {
+            "the connection closed inside a line".into()
+        }));
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    String::from_utf8(line)
+        .map(Some)
+        .map_err(|_| invalid("a line that is not UTF-8".into()))
+}
+
+fn read_exactly(input: &mut impl Read, length: usize, max: usize) -> io::Result<Vec<u8>> {
+    if length > max {
+        return Err(invalid(format!("a body of {length} bytes")));
+    }
+    let mut body = vec![0; length];
+    input.read_exact(&mut body)?;
+    Ok(body)
+}
+
+fn read_chunked(input: &mut impl BufRead, limits: Limits) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line = read_line(input, limits)?.ok_or_else(|| invalid("a chunk is missing".into()))?;
+        let size = line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size, 16)
+            .map_err(|_| invalid(format!("a chunk size {size:?}")))?;
+        if size == 0 {
+            // Trailers, up to the empty line.
+            while !read_line(input, limits)?.unwrap_or_default().is_empty() {}
+            return Ok(body);
+        }
+        if size > limits.body - body.len() {
+            return Err(invalid(format!("a body over {} bytes", limits.body)));
+        }
+        body.extend(read_exactly(input, size, limits.body)?);
+        if read_line(input, limits)?.as_deref() != Some("") {
+            return Err(invalid("a chunk longer than its size".into()));
+        }
+    }
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Docker's requests are a few hundred bytes.
+    const LIMITS: Limits = Limits {
+        line: 8 * 1024,
+        headers: 128,
+        body: 1 << 20,
+    };
+
+    fn read(text: &[u8]) -> io::Result<Option<Request>> {
+        read_request(&mut io::Cursor::new(text), LIMITS)
+    }
+
+    #[test]
+    fn a_go_client_request_is_read_and_the_next_one_after_it() {
+        let two = b"POST /IpamDriver.RequestPool HTTP/1.1\r\nHost: plugin\r\nUser-Agent: Go-http-client/1.1\r\nContent-Length: 2\r\nAccept: application/vnd.docker.plugins.v1.2+json\r\n\r\n{}POST /Plugin.Activate HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut input = io::Cursor::new(&two[..]);
+        let first = read_request(&mut input, LIMITS).unwrap().unwrap();
+        assert_eq!(
+            first,
+            Request {
+                method: "POST".into(),
+                path: "/IpamDriver.RequestPool".into(),
+                body: b"{}".to_vec(),
+                close: false,
+            }
+        );
+        let second = read_request(&mut input, LIMITS).unwrap().unwrap();
+        assert_eq!(
+            (second.path.as_str(), second.body.len()),
+            ("/Plugin.Activate", 0)
+        );
+        assert_eq!(read_request(&mut input, LIMITS).unwrap(), None);
+    }
+
+    #[test]
+    fn chunked_bodies_and_connection_close_are_understood() {
+        let request = read(b"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3;x=1\r\n{\"a\r\n4\r\n\":1}\r\n0\r\nTrailer: t\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(request.body, b"{\"a\":1}");
+        assert!(request.close);
+        let old = read(b"POST /a HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(old.close);
+        let kept = read(b"POST /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!kept.close);
+    }
+
+    #[test]
+    fn broken_or_oversized_requests_are_refused() {
+        let huge_chunk = format!(
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n{:x}\r\n",
+            usize::MAX
+        );
+        let long_line = format!("POST /{} HTTP/1.1\r\n\r\n", "a".repeat(LIMITS.line));
+        let many_headers = format!(
+            "POST / HTTP/1.1\r\n{}\r\n",
+            "A: b\r\n".repeat(LIMITS.headers + 1)
+        );
+        for bad in [
+            &b"GARBAGE\r\n\r\n"[..],
+            b"POST / HTTP/2\r\n\r\n",
+            b"POST / HTTP/1.1\r\nno colon\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n{}",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x",
+            long_line.as_bytes(),
+            many_headers.as_bytes(),
+            huge_chunk.as_bytes(),
+        ] {
+            assert!(read(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn answers_carry_their_length_and_whether_the_connection_stays() {
+        let mut out = Vec::new();
+        write_response(&mut out, Status::Ok, "application/json", b"{}", false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(text.contains("Content-Length: 2\r\n"), "{text}");
+        assert!(text.contains("Connection: keep-alive\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\n{}"), "{text}");
+    }
+
+    #[test]
+    fn an_answer_is_read_by_its_length_or_its_chunks_and_a_broken_one_refused() {
+        let mut two = io::Cursor::new(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n"[..]);
+        assert_eq!(
+            read_response(&mut two, LIMITS).unwrap(),
+            (200, b"{}".to_vec())
+        );
+        assert_eq!(
+            read_response(&mut two, LIMITS).unwrap(),
+            (503, b"{\"a\":1}".to_vec())
+        );
+        let closed = read_response(&mut two, LIMITS).unwrap_err();
+        assert_eq!(closed.kind(), io::ErrorKind::UnexpectedEof);
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\n\r\n"[..],
+            b"garbage\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{}",
+            b"HTTP/1.1 200 OK\r\nContent-",
+        ] {
+            let e = read_response(&mut io::Cursor::new(bad), LIMITS);
+            assert!(e.is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn a_post_says_its_length() {
+        let mut out = Vec::new();
+        write_post(&mut out, "127.0.0.1", "/v3/kv/range", b"{}").unwrap();
+        assert_eq!(
+            out,
+            b"POST /v3/kv/range HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        );
+    }
+}
