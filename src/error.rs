@@ -1,10 +1,14 @@
-//! The crate's one error type: every way an invocation can fail, and the
-//! CNI error object each one is reported as. Failures of the protocol
-//! itself (environment, input, versions) are [`cni::Error`]s within it.
+//! The one reply type: every way an invocation can fail, composed of the
+//! protocol's failures ([`cni::Error`]) and each part's own, and the table
+//! of the CNI error code each one is reported with.
 
 use std::io;
 
-use crate::cni::{self, Command};
+use crate::cni;
+use crate::da_pool::PoolError;
+use crate::delegated::{Failure, StackError};
+use crate::docker::DockerError;
+use crate::etcd::EtcdError;
 
 /// CNI error codes: the specification's where one fits, ours from 100 up.
 /// The README's error-code table lists each one.
@@ -35,16 +39,29 @@ pub mod code {
     pub const NOT_AVAILABLE: u32 = 50;
 }
 
-/// Why a stack must not name the plugin itself: every delegate gets the
-/// same configuration, so it would start itself for ever.
-const STACK_HOLDS_ITSELF: &str = "a stack cannot hold the plugin that runs it";
-
-/// Everything that can make an invocation fail.
+/// Everything that can make an invocation fail: the protocol's failures,
+/// each part's own, and what the parts share.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The protocol: the environment, the input, a version.
     #[error(transparent)]
     Cni(#[from] cni::Error),
+
+    /// ipam-delegated's stack: a delegate not found, or failed.
+    #[error(transparent)]
+    Stack(#[from] StackError),
+
+    /// ipam-da-pool: an address not given, not held, not now.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+
+    /// The etcd cluster a store is kept in.
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+
+    /// The Docker driver: a request it cannot serve.
+    #[error(transparent)]
+    Docker(#[from] DockerError),
 
     /// A termination request came while the plugin was waiting, not
     /// running a delegate.
@@ -74,109 +91,13 @@ pub enum Error {
         error: io::Error,
     },
 
-    /// Agent mode's network configuration file cannot be used.
+    /// A network configuration file given on a command line cannot be used.
     #[error("{}: {reason}", path.display())]
     ConfigFile {
         /// The file given with --config.
         path: std::path::PathBuf,
         /// What is wrong with it.
         reason: String,
-    },
-
-    /// The etcd cluster cannot answer now: unreachable, no quorum, out of
-    /// time. Nothing of the command is half done: try again later.
-    #[error("the etcd cluster ({endpoints}) cannot answer now: {reason}; try again later")]
-    EtcdUnavailable {
-        endpoints: String,
-        /// What the last endpoint tried did.
-        reason: String,
-    },
-
-    /// No member of the etcd cluster would complete TLS with this client:
-    /// certificates to fix, not a cluster to wait for.
-    #[error("TLS with the etcd cluster failed ({endpoint}: {reason}): check \"ipam.pool.etcd.tls\" and the members' certificates")]
-    EtcdTls { endpoint: String, reason: String },
-
-    /// The etcd cluster refused a request (its HTTP status and message).
-    #[error("the etcd cluster refused a request ({status}): {message}")]
-    EtcdRefused { status: u16, message: String },
-
-    /// The network's local records were moved into etcd by `ipam-da-pool
-    /// import`: this node must be configured for the cluster now. Until
-    /// it is, try again later.
-    #[error("this network's reservations were moved into etcd ({marker} says so): the node's configuration must name the etcd cluster now; try again later (remove that file to allocate from local files again)")]
-    Moved {
-        /// The marker file `import` left.
-        marker: std::path::PathBuf,
-    },
-
-    /// The Docker driver cannot serve a request as Docker put it.
-    #[error("{0}")]
-    Docker(String),
-
-    /// A pool has no free address.
-    #[error("pool {pool:?} has no free address")]
-    PoolExhausted { pool: String },
-
-    /// The address asked for cannot be given; nothing was claimed.
-    #[error("{address} cannot be given from pool {pool:?}: {why}")]
-    AddressUnavailable {
-        address: String,
-        pool: String,
-        why: String,
-    },
-
-    /// CHECK: an address of the previous result is not the attachment's.
-    #[error("{address} is not held by {id}/{ifname}: {why}")]
-    NotHeld {
-        address: String,
-        id: String,
-        ifname: String,
-        why: String,
-    },
-
-    /// Other nodes kept changing what the command needed: try again later.
-    #[error("{0}: try again later")]
-    Busy(String),
-
-    /// STATUS: an ADD could not succeed now.
-    #[error("not available: {0}")]
-    NotAvailable(String),
-
-    /// A delegate is this plugin itself, which would run itself forever.
-    #[error("delegate {name:?} is ipam-delegated itself ({how}): {STACK_HOLDS_ITSELF}")]
-    SelfReference {
-        name: String,
-        /// How it was found out.
-        how: String,
-    },
-
-    /// This plugin was started as a delegate by itself.
-    #[error("ipam-delegated was started as a delegate of ipam-delegated (pid {parent}): {STACK_HOLDS_ITSELF}")]
-    Recursion {
-        /// The pid of the ipam-delegated that started this one.
-        parent: String,
-    },
-
-    /// A delegate is in none of the CNI_PATH directories.
-    #[error("delegate {name:?} is not an executable file in any CNI_PATH directory (searched {searched})")]
-    DelegateNotFound {
-        name: String,
-        /// The directories searched, as a list for the message.
-        searched: String,
-    },
-
-    /// A delegate was run and failed. A CNI error object it printed is
-    /// reported as it printed it; any other failure names the delegate.
-    #[error("{}", match failure {
-        Failure::Reported { msg, .. } if !msg.is_empty() => msg.clone(),
-        _ => format!("{delegate} ({command}): {failure}"),
-    })]
-    Delegate {
-        /// The name as configured in `ipam.delegates`.
-        delegate: String,
-        command: Command,
-        failure: Failure,
     },
 
     /// An ADD failed and undoing it failed too; `error` is what is reported.
@@ -198,100 +119,50 @@ pub enum Error {
     },
 }
 
-/// How one delegate call failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Failure {
-    /// The delegate exited non-zero and printed a CNI error object, kept as printed.
-    #[error("failed with code {code}: {msg}")]
-    Reported {
-        code: u32,
-        msg: String,
-        details: String,
-    },
-    /// The process could not be started.
-    #[error("could not be started: {0}")]
-    NotStarted(#[source] io::Error),
-    /// The delegate exited non-zero without a CNI error object on stdout.
-    #[error("exited with status {status} and no CNI error object")]
-    Exited {
-        status: i32,
-        /// The start of whatever it printed.
-        stdout: String,
-    },
-    /// The delegate was killed by a signal.
-    #[error("was killed by signal {0}")]
-    Killed(i32),
-    /// The delegate printed more than the cap (in bytes) and was stopped.
-    #[error("printed more than {0} bytes on stdout and was stopped")]
-    TooMuchOutput(usize),
-    /// The delegate succeeded but printed something that is not a JSON object.
-    #[error("printed something that is not a JSON object: {reason}")]
-    NotObject {
-        /// What is wrong with it.
-        reason: String,
-        /// The start of what it printed.
-        stdout: String,
-    },
-    /// The last delegate's result cannot be the reply: not in a version
-    /// the plugin can convert from, or not convertible.
-    #[error("{0}")]
-    Reply(#[source] cni::ConversionError),
-    /// An ADD succeeded but printed no result.
-    #[error("succeeded but printed no result")]
-    NoResult,
-    /// It ran past `ipam.timeout` and was killed with everything it started.
-    #[error("did not finish within {0:?} and was killed")]
-    TimedOut(std::time::Duration),
-    /// A termination request stopped it.
-    #[error("was stopped: the plugin received signal {0}")]
-    Interrupted(i32),
-    /// It finished in the grace a termination request gives, but the ADD
-    /// it was the last step of is undone all the same: the runtime that
-    /// asked the plugin to stop will not take the address.
-    #[error("finished after the plugin received signal {0}; its ADD is undone")]
-    FinishedAfterStop(i32),
-    /// A termination request came before it was started, so it was not.
-    #[error("was not run: the plugin had received signal {0}")]
-    NotRun(i32),
-    /// Reading its stdout, or waiting for it, failed.
-    #[error("I/O error while supervising it: {0}")]
-    Io(#[source] io::Error),
-}
-
 impl Error {
     /// The CNI error code this error is reported with.
     pub fn code(&self) -> u32 {
         match self {
             Error::Cni(e) => e.code(),
+            Error::Stack(e) => match e {
+                StackError::SelfReference { .. } | StackError::Recursion { .. } => {
+                    code::INVALID_CONFIG
+                }
+                StackError::NotFound { .. } => code::DELEGATE_NOT_FOUND,
+                StackError::Failed { failure, .. } => match failure {
+                    Failure::Reported { code, .. } => *code,
+                    Failure::NotStarted(_) => code::DELEGATE_NOT_STARTED,
+                    Failure::Exited { .. } => code::DELEGATE_EXITED,
+                    Failure::Killed(_) => code::DELEGATE_KILLED,
+                    Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
+                    Failure::NotObject { .. } | Failure::NoResult => code::DECODING_FAILURE,
+                    Failure::Reply(e) => e.code(),
+                    Failure::TimedOut(_) => code::TRY_AGAIN_LATER,
+                    Failure::Interrupted(_)
+                    | Failure::FinishedAfterStop(_)
+                    | Failure::NotRun(_) => code::INTERRUPTED,
+                    Failure::Io(_) => code::IO_FAILURE,
+                },
+            },
+            Error::Pool(e) => match e {
+                PoolError::Exhausted { .. } => code::POOL_EXHAUSTED,
+                PoolError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
+                PoolError::NotHeld { .. } => code::NOT_HELD,
+                PoolError::NotAvailable(_) => code::NOT_AVAILABLE,
+                PoolError::Busy(_) | PoolError::Moved { .. } => code::TRY_AGAIN_LATER,
+            },
+            Error::Etcd(e) => match e {
+                EtcdError::Unavailable { .. } => code::TRY_AGAIN_LATER,
+                EtcdError::Refused { .. } | EtcdError::Tls { .. } => code::IO_FAILURE,
+            },
+            Error::Docker(e) => match e {
+                DockerError::Request(_) => code::INVALID_CONFIG,
+                DockerError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
+            },
             Error::Files { .. } => code::IO_FAILURE,
             Error::Interrupted { .. } => code::INTERRUPTED,
             Error::LockTimeout { .. } => code::TRY_AGAIN_LATER,
-            Error::ConfigFile { .. }
-            | Error::SelfReference { .. }
-            | Error::Recursion { .. }
-            | Error::Docker(_) => code::INVALID_CONFIG,
-            Error::DelegateNotFound { .. } => code::DELEGATE_NOT_FOUND,
-            Error::EtcdUnavailable { .. } => code::TRY_AGAIN_LATER,
-            Error::EtcdRefused { .. } | Error::EtcdTls { .. } => code::IO_FAILURE,
-            Error::PoolExhausted { .. } => code::POOL_EXHAUSTED,
-            Error::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
-            Error::NotHeld { .. } => code::NOT_HELD,
-            Error::NotAvailable(_) => code::NOT_AVAILABLE,
-            Error::Busy(_) | Error::Moved { .. } => code::TRY_AGAIN_LATER,
-            Error::Delegate { failure, .. } => match failure {
-                Failure::Reported { code, .. } => *code,
-                Failure::NotStarted(_) => code::DELEGATE_NOT_STARTED,
-                Failure::Exited { .. } => code::DELEGATE_EXITED,
-                Failure::Killed(_) => code::DELEGATE_KILLED,
-                Failure::TooMuchOutput(_) => code::DELEGATE_OUTPUT_TOO_LARGE,
-                Failure::NotObject { .. } | Failure::NoResult => code::DECODING_FAILURE,
-                Failure::Reply(e) => e.code(),
-                Failure::TimedOut(_) => code::TRY_AGAIN_LATER,
-                Failure::Interrupted(_) | Failure::FinishedAfterStop(_) | Failure::NotRun(_) => {
-                    code::INTERRUPTED
-                }
-                Failure::Io(_) => code::IO_FAILURE,
-            },
+            Error::ConfigFile { .. } => code::INVALID_CONFIG,
             Error::RollbackFailed { error, .. } => error.code(),
             Error::Several { first, .. } => first.code(),
         }
@@ -303,7 +174,7 @@ impl Error {
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::Interrupted { .. } | Error::LockTimeout { .. } => true,
-            Error::Delegate { failure, .. } => matches!(
+            Error::Stack(StackError::Failed { failure, .. }) => matches!(
                 failure,
                 Failure::TimedOut(_)
                     | Failure::Interrupted(_)
@@ -327,10 +198,10 @@ impl Error {
     pub(crate) fn never_ran(&self) -> bool {
         matches!(
             self,
-            Error::Delegate {
+            Error::Stack(StackError::Failed {
                 failure: Failure::NotRun(_),
                 ..
-            }
+            })
         )
     }
 
@@ -339,7 +210,7 @@ impl Error {
     /// that came with this one.
     pub fn details(&self) -> String {
         match self {
-            Error::Delegate { failure, .. } => match failure {
+            Error::Stack(StackError::Failed { failure, .. }) => match failure {
                 Failure::Reported { details, .. } => details.clone(),
                 Failure::Exited { stdout, .. } | Failure::NotObject { stdout, .. }
                     if !stdout.is_empty() =>
@@ -364,11 +235,11 @@ impl Error {
     /// and for the lists in `details`.
     pub fn summary(&self) -> String {
         match self {
-            Error::Delegate {
+            Error::Stack(StackError::Failed {
                 delegate,
                 command,
                 failure,
-            } => format!("{delegate} ({command}): {failure}"),
+            }) => format!("{delegate} ({command}): {failure}"),
             Error::RollbackFailed { error, .. } => error.summary(),
             Error::Several { first, .. } => first.summary(),
             _ => self.to_string(),
@@ -433,13 +304,15 @@ fn list<'a>(own: String, heading: &str, listed: impl Iterator<Item = &'a Error>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::Command;
 
     fn delegate(name: &str, failure: Failure) -> Error {
-        Error::Delegate {
+        StackError::Failed {
             delegate: name.into(),
             command: Command::Add,
             failure,
         }
+        .into()
     }
 
     fn reported(code: u32) -> Failure {
@@ -505,7 +378,7 @@ mod tests {
     #[test]
     fn no_rollback_failures_leave_the_error_as_it_was() {
         let e = delegate("b", Failure::NoResult).with_rollback(Vec::new());
-        assert!(matches!(e, Error::Delegate { .. }));
+        assert!(matches!(e, Error::Stack(StackError::Failed { .. })));
     }
 
     #[test]
@@ -537,7 +410,7 @@ mod tests {
     fn one_failure_is_reported_as_itself_and_none_is_success() {
         assert!(Error::from_failures(Vec::new()).is_ok());
         let e = Error::from_failures(vec![delegate("a", Failure::NoResult)]).unwrap_err();
-        assert!(matches!(e, Error::Delegate { .. }));
+        assert!(matches!(e, Error::Stack(StackError::Failed { .. })));
         assert_eq!(e.code(), code::DECODING_FAILURE);
     }
 }

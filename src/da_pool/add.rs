@@ -9,6 +9,7 @@ use tracing::warn;
 use super::holds::{sweep_ended_holds, workload_hold};
 use super::settings::{invalid, Settings};
 use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
+use super::PoolError;
 use super::{reply, search, ATTEMPTS};
 use crate::addr::Addr;
 use crate::cni::NetConf;
@@ -68,15 +69,15 @@ pub(super) fn add(
                         match search::choose_free(store, pool, start, &chosen) {
                             // Holds whose time is up keep addresses until
                             // someone needs them: now.
-                            Err(Error::PoolExhausted { .. }) if !swept => {
+                            Err(Error::Pool(PoolError::Exhausted { .. })) if !swept => {
                                 swept = true;
                                 if sweep_ended_holds(store)? > 0 {
                                     lost += 1;
                                     break;
                                 }
-                                return Err(Error::PoolExhausted {
+                                return Err(Error::from(PoolError::Exhausted {
                                     pool: pool.name.clone(),
-                                });
+                                }));
                             }
                             found => found?,
                         }
@@ -102,9 +103,9 @@ pub(super) fn add(
         }
         lost += 1;
     }
-    Err(Error::Busy(format!(
+    Err(Error::from(PoolError::Busy(format!(
         "other attachments took the addresses chosen, {ATTEMPTS} times over"
-    )))
+    ))))
 }
 
 /// The address asked for in each pool, if one is: the pool's own
@@ -137,22 +138,22 @@ fn requested(
                     requested[*i].map(|a| a.to_string()).unwrap_or_default()
                 ),
             };
-            return Err(Error::AddressUnavailable {
+            return Err(Error::from(PoolError::AddressUnavailable {
                 address: address.to_string(),
                 pool: names(),
                 why,
-            });
+            }));
         };
         requested[*free] = Some(*address);
     }
     for (i, address) in requested.iter().enumerate() {
         if let Some(address) = address {
             if requested[..i].contains(&Some(*address)) {
-                return Err(Error::AddressUnavailable {
+                return Err(Error::from(PoolError::AddressUnavailable {
                     address: address.to_string(),
                     pool: names(),
                     why: "two pools are asked for it: an attachment holds an address once".into(),
-                });
+                }));
             }
         }
     }
@@ -166,14 +167,14 @@ fn still_asked(holding: &Holding, pools: &[Pool], requested: &[Option<Addr>]) ->
         let Some(asked) = asked else { continue };
         if !holding.held.iter().any(|h| h.address == *asked) {
             let held: Vec<String> = holding.held.iter().map(|h| h.address.to_string()).collect();
-            return Err(Error::AddressUnavailable {
+            return Err(Error::from(PoolError::AddressUnavailable {
                 address: asked.to_string(),
                 pool: pool.name.clone(),
                 why: format!(
                     "the attachment holds {} already: DEL it first",
                     held.join(", ")
                 ),
-            });
+            }));
         }
     }
     Ok(())
@@ -251,10 +252,12 @@ fn check_requested(
     address: Addr,
     owner: &Owner,
 ) -> Result<Addr, Error> {
-    let refuse = |why: String| Error::AddressUnavailable {
-        address: address.to_string(),
-        pool: pool.name.clone(),
-        why,
+    let refuse = |why: String| {
+        Error::from(PoolError::AddressUnavailable {
+            address: address.to_string(),
+            pool: pool.name.clone(),
+            why,
+        })
     };
     if let Some(why) = pool.refusal(address) {
         return Err(refuse(why));
@@ -284,9 +287,9 @@ fn check_requested(
             _ => return Err(refuse(format!("it is held by {holder}"))),
         }
     }
-    Err(Error::Busy(format!(
+    Err(Error::from(PoolError::Busy(format!(
         "{address}'s record changed under every one of {ATTEMPTS} attempts to read it"
-    )))
+    ))))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! someone needs its addresses.
 
 use super::store::{self, Hold, Owner, Store};
+use super::PoolError;
 use super::ATTEMPTS;
 use crate::error::Error;
 
@@ -24,12 +25,12 @@ pub(super) fn workload_hold(store: &dyn Store, owner: &Owner) -> Result<Option<H
             if store.holding(id, &owner.ifname)?.is_some() {
                 let addresses: Vec<String> =
                     hold.held.iter().map(|h| h.address.to_string()).collect();
-                return Err(Error::Busy(format!(
+                return Err(Error::from(PoolError::Busy(format!(
                     "workload {workload}'s addresses ({}) are held by its container {id} ({}) on node {}, not deleted yet",
                     addresses.join(", "),
                     owner.ifname,
                     hold.node
-                )));
+                ))));
             }
         }
         if hold.ends(false).is_some_and(|end| end > store::now()) {
@@ -39,9 +40,9 @@ pub(super) fn workload_hold(store: &dyn Store, owner: &Owner) -> Result<Option<H
             return Ok(None);
         }
     }
-    Err(Error::Busy(format!(
+    Err(Error::from(PoolError::Busy(format!(
         "workload {workload}'s hold changed under every one of {ATTEMPTS} attempts to read it"
-    )))
+    ))))
 }
 
 /// The holds whose time is up (their container gone, their `stickyFor`

@@ -11,6 +11,7 @@
 
 mod add;
 mod cli;
+mod error;
 mod holds;
 mod nodes;
 mod reply;
@@ -33,6 +34,8 @@ use settings::{Settings, StoreSettings};
 use status::status;
 use store::{etcd, local, Owner, Store};
 use teardown::{check, del, gc, nothing_held, valid_attachments};
+
+pub use error::PoolError;
 
 /// Runs the command line `args` (without the program name), for when the
 /// binary is not run as a CNI plugin.
@@ -90,7 +93,7 @@ impl Plugin for Allocator {
 
     fn status(&self, _env: &Environment, net: NetConf) -> Result<(), Error> {
         let settings = Settings::from_net(&net)?;
-        let not_available = |e: Error| Error::NotAvailable(e.to_string());
+        let not_available = |e: Error| Error::from(PoolError::NotAvailable(e.to_string()));
         match open_existing(&settings, &net.name).map_err(not_available)? {
             Some(store) => status(&*store, &settings),
             // A local store with no records: every pool is free.

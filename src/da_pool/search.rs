@@ -4,6 +4,7 @@
 //! when the pool may be exhausted, through every range in order.
 
 use super::store::{Held, Store};
+use super::PoolError;
 use crate::addr::Addr;
 use crate::error::Error;
 use crate::pools::Pool;
@@ -99,9 +100,9 @@ pub fn choose_free(
     if let Some(free) = free_in(range, range.start, start)? {
         return Ok(free);
     }
-    Err(Error::PoolExhausted {
+    Err(Error::from(PoolError::Exhausted {
         pool: pool.name.clone(),
-    })
+    }))
 }
 
 /// An address of `pool` drawn at random, every address alike among the

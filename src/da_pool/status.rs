@@ -7,13 +7,14 @@ use super::holds::ended_holds;
 use super::search;
 use super::settings::{invalid, Settings};
 use super::store::Store;
+use super::PoolError;
 use crate::error::Error;
 use crate::pools::Pool;
 
 /// STATUS: the store answers, and every pool the configuration defines or
 /// names as a default has a free address; else why not, as code 50.
 pub(super) fn status(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
-    ready(store, settings).map_err(|e| Error::NotAvailable(e.to_string()))
+    ready(store, settings).map_err(|e| Error::from(PoolError::NotAvailable(e.to_string())))
 }
 
 fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
@@ -31,7 +32,7 @@ fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
         match search::choose_free(store, pool, start, &[]) {
             // An ADD would give back a hold whose time is up, and take
             // its address: STATUS writes nothing, but says so.
-            Err(Error::PoolExhausted { .. })
+            Err(Error::Pool(PoolError::Exhausted { .. }))
                 if ended_holds(store)?
                     .iter()
                     .flat_map(|h| &h.held)

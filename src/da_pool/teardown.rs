@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::holds::sweep_ended_holds;
 use super::settings::{invalid, Settings};
 use super::store::{self, Holding, Owner, Store};
+use super::PoolError;
 use super::ATTEMPTS;
 use crate::addr::Addr;
 use crate::cni::NetConf;
@@ -22,20 +23,20 @@ pub(super) fn del(store: &dyn Store, owner: &Owner) -> Result<(), Error> {
             return Ok(());
         }
     }
-    Err(Error::Busy(format!(
+    Err(Error::from(PoolError::Busy(format!(
         "{}/{}'s record changed under every one of {ATTEMPTS} attempts to release it",
         owner.id, owner.ifname
-    )))
+    ))))
 }
 
 /// CHECK fails for an attachment that holds nothing here.
 pub(super) fn nothing_held(owner: &Owner) -> Error {
-    Error::NotHeld {
+    Error::from(PoolError::NotHeld {
         address: "any address".into(),
         id: owner.id.clone(),
         ifname: owner.ifname.clone(),
         why: "the attachment holds no address in this network".into(),
-    }
+    })
 }
 
 /// CHECK: every address the attachment's record lists must be in the
@@ -47,11 +48,13 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
         .member("prevResult")
         .and_then(|raw| serde_json::from_str(raw.get()).ok())
         .ok_or_else(|| invalid("CHECK needs the ADD's result as \"prevResult\"".into()))?;
-    let not_held = |address: String, why: String| Error::NotHeld {
-        address,
-        id: owner.id.clone(),
-        ifname: owner.ifname.clone(),
-        why,
+    let not_held = |address: String, why: String| {
+        Error::from(PoolError::NotHeld {
+            address,
+            id: owner.id.clone(),
+            ifname: owner.ifname.clone(),
+            why,
+        })
     };
     let mut listed = Vec::new();
     for ip in prev["ips"].as_array().into_iter().flatten() {

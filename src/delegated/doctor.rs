@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::agent;
 use super::chain::{self, Delegate};
 use super::config::{self, Config};
+use super::StackError;
 use crate::cni;
 use crate::error::Error;
 use crate::sys;
@@ -66,7 +67,7 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
     {
         let (path, versions, verdict) = match found {
             Ok(delegate) => check_delegate(&delegate, &config, timeout),
-            Err(e @ Error::SelfReference { .. }) => (
+            Err(e @ Error::Stack(StackError::SelfReference { .. })) => (
                 "(this plugin)".into(),
                 String::new(),
                 Err(format!("{e}; remove it from ipam.delegates")),
@@ -112,10 +113,10 @@ fn check_delegate(
     let path = delegate.path.display().to_string();
     let name = &delegate.name;
     if chain::is_copy_of_this_plugin(&delegate.path) {
-        let copy = Error::SelfReference {
+        let copy = Error::from(StackError::SelfReference {
             name: name.clone(),
             how: format!("{path} is a copy of it"),
-        };
+        });
         return (
             path,
             String::new(),

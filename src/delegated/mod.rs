@@ -10,6 +10,7 @@ pub(crate) mod chain;
 mod cli;
 pub mod config;
 mod doctor;
+mod error;
 
 use std::io::Write;
 
@@ -18,6 +19,7 @@ use tracing::warn;
 /// For the fuzz targets: what a delegate's exit status and output amount to.
 pub use chain::{judge, Printed};
 pub(crate) use cli::DOCKER_PLUGIN;
+pub use error::{Failure, StackError};
 
 /// Runs the command line `args` (without the program name), for when the
 /// binary is not run as a CNI plugin.
@@ -58,9 +60,9 @@ impl Delegated {
         net: NetConf<'a>,
     ) -> Result<(Stack<'a>, Vec<Found>), Error> {
         if let Some(parent) = &self.parent {
-            return Err(Error::Recursion {
+            return Err(Error::from(StackError::Recursion {
                 parent: parent.clone(),
-            });
+            }));
         }
         let config = Config::from_net(net)?;
         let found = chain::resolve_each(&config.delegates, &env.path);

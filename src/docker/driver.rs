@@ -14,6 +14,7 @@ use tracing::{info, warn};
 
 use super::networks::{self, Network};
 use super::pools::{PoolId, Requests};
+use super::DockerError;
 use crate::addr::{Addr, Family, Subnet};
 use crate::delegated::agent::state::{self, Attachment};
 use crate::delegated::agent::{self, Request, Setup};
@@ -54,13 +55,16 @@ struct Body(serde_json::Map<String, Value>);
 
 impl Body {
     fn parse(bytes: &[u8]) -> Result<Body, Error> {
-        let value: Value = serde_json::from_slice(bytes)
-            .map_err(|e| Error::Docker(format!("the request is not JSON: {e}")))?;
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+            Error::from(DockerError::Request(format!(
+                "the request is not JSON: {e}"
+            )))
+        })?;
         match value {
             Value::Object(members) => Ok(Body(members)),
-            other => Err(Error::Docker(format!(
+            other => Err(Error::from(DockerError::Request(format!(
                 "the request is not a JSON object: {other}"
-            ))),
+            )))),
         }
     }
 
@@ -69,9 +73,9 @@ impl Body {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(""),
             Some(Value::String(text)) => Ok(text),
-            Some(other) => Err(Error::Docker(format!(
+            Some(other) => Err(Error::from(DockerError::Request(format!(
                 "\"{key}\" must be a string, not {other}"
-            ))),
+            )))),
         }
     }
 
@@ -83,14 +87,14 @@ impl Body {
                 .iter()
                 .map(|(key, value)| match value {
                     Value::String(text) => Ok((key.clone(), text.clone())),
-                    other => Err(Error::Docker(format!(
+                    other => Err(Error::from(DockerError::Request(format!(
                         "option {key:?} must be a string, not {other}"
-                    ))),
+                    )))),
                 })
                 .collect(),
-            Some(other) => Err(Error::Docker(format!(
+            Some(other) => Err(Error::from(DockerError::Request(format!(
                 "\"Options\" must be an object, not {other}"
-            ))),
+            )))),
         }
     }
 }
@@ -185,35 +189,39 @@ impl Driver {
         let (asked_pool, sub_pool) = (request.text("Pool")?, request.text("SubPool")?);
         let v6 = request.0.get("V6") == Some(&Value::Bool(true));
         if let Some(unknown) = options.keys().find(|key| *key != "network") {
-            return Err(Error::Docker(format!(
+            return Err(Error::from(DockerError::Request(format!(
                 "unknown IPAM option {unknown:?}: this driver takes --ipam-opt network=NAME"
-            )));
+            ))));
         }
         let net = networks::find(&self.config, options.get("network").map(String::as_str))?;
         let subnet = if asked_pool.is_empty() {
             if !sub_pool.is_empty() {
-                return Err(Error::Docker("an --ip-range needs a --subnet".into()));
+                return Err(Error::from(DockerError::Request(
+                    "an --ip-range needs a --subnet".into(),
+                )));
             }
             net.declared_subnet(if v6 { Family::V6 } else { Family::V4 })?
         } else {
-            Subnet::parse(asked_pool)
-                .map_err(|e| Error::Docker(format!("--subnet {asked_pool}: {e}")))?
+            Subnet::parse(asked_pool).map_err(|e| {
+                Error::from(DockerError::Request(format!("--subnet {asked_pool}: {e}")))
+            })?
         };
         let range = match sub_pool {
             "" => None,
             text => {
-                let range = Subnet::parse(text)
-                    .map_err(|e| Error::Docker(format!("--ip-range {text}: {e}")))?;
+                let range = Subnet::parse(text).map_err(|e| {
+                    Error::from(DockerError::Request(format!("--ip-range {text}: {e}")))
+                })?;
                 if !subnet.covers(&range) {
-                    return Err(Error::Docker(format!(
+                    return Err(Error::from(DockerError::Request(format!(
                         "--ip-range {range} is not inside --subnet {subnet}"
-                    )));
+                    ))));
                 }
                 let (first, last) = range.host_bounds_in(&subnet);
                 if first > last {
-                    return Err(Error::Docker(format!(
+                    return Err(Error::from(DockerError::Request(format!(
                         "--ip-range {range} holds no address a host of {subnet} may have"
-                    )));
+                    ))));
                 }
                 Some(range)
             }
@@ -221,17 +229,17 @@ impl Driver {
         let declared = net.subnets();
         if !net.takes("ipRanges") {
             if range.is_some() {
-                return Err(Error::Docker(format!(
+                return Err(Error::from(DockerError::Request(format!(
                     "an --ip-range is given to the stack as the ipRanges capability, which network {:?}'s plugin does not take (\"capabilities\": {{\"ipRanges\": true}})",
                     net.name
-                )));
+                ))));
             }
             if !declared.is_empty() && !declared.contains(&subnet) {
-                return Err(Error::Docker(format!(
+                return Err(Error::from(DockerError::Request(format!(
                     "network {:?} declares {}, not {subnet}, and its plugin does not take the ipRanges capability through which the stack could be given it",
                     net.name,
                     networks::list(&declared)
-                )));
+                ))));
             }
         }
         let pool = PoolId {
@@ -279,10 +287,12 @@ impl Driver {
     fn request_address(&self, request: &Body) -> Result<(Value, (String, String)), Error> {
         let pool = PoolId::parse(request.text("PoolID")?)?;
         let options = request.options()?;
-        let unavailable = |address: &str, why: String| Error::AddressUnavailable {
-            address: address.to_owned(),
-            pool: pool.to_string(),
-            why,
+        let unavailable = |address: &str, why: String| {
+            Error::from(DockerError::AddressUnavailable {
+                address: address.to_owned(),
+                pool: pool.to_string(),
+                why,
+            })
         };
         let asked = match request.text("Address")? {
             "" => None,
@@ -303,10 +313,10 @@ impl Driver {
         let setup = Setup::new(&request_for(&net, &id, asked), &stdin)?;
         let state = setup.network()?;
         if !Requests::read(&state)?.holds(&pool) {
-            return Err(Error::Docker(format!(
+            return Err(Error::from(DockerError::Request(format!(
                 "pool {pool} was not requested from this driver, or its state (under {}) was lost",
                 agent::state_root(&setup.config).display()
-            )));
+            ))));
         }
         let delegates = setup.find_all()?;
         let result = setup.chain(&setup.config.net).add(&delegates)?;
@@ -347,9 +357,11 @@ impl Driver {
     /// already.
     fn release_address(&self, pool: &str, address: &str) -> Result<(), Error> {
         let pool = PoolId::parse(pool)?;
-        let ip: IpAddr = address
-            .parse()
-            .map_err(|_| Error::Docker(format!("{address:?} is not an address")))?;
+        let ip: IpAddr = address.parse().map_err(|_| {
+            Error::from(DockerError::Request(format!(
+                "{address:?} is not an address"
+            )))
+        })?;
         let address = Addr::new(ip);
         let net = networks::find(&self.config, Some(&pool.network))?;
         let state = lock(&net)?;
@@ -499,14 +511,13 @@ fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr
         }
     };
     if let Some(asked) = asked {
-        return given
-            .contains(&asked)
-            .then_some(asked)
-            .ok_or_else(|| Error::AddressUnavailable {
+        return given.contains(&asked).then_some(asked).ok_or_else(|| {
+            Error::from(DockerError::AddressUnavailable {
                 address: asked.to_string(),
                 pool: pool.to_string(),
                 why: format!("the stack gave {} instead", listed()),
-            });
+            })
+        });
     }
     let within = pool.range.as_ref().unwrap_or(&pool.subnet);
     given
@@ -514,11 +525,11 @@ fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr
         .copied()
         .find(|addr| within.contains(*addr))
         .ok_or_else(|| {
-            Error::Docker(format!(
+            Error::from(DockerError::Request(format!(
                 "the stack gave {}, outside pool {pool}: network {:?}'s delegates must give addresses from {within}",
                 listed(),
                 pool.network
-            ))
+            )))
         })
 }
 
@@ -576,15 +587,15 @@ mod tests {
 
     #[test]
     fn failures_reach_docker_with_their_code_and_details() {
-        let e = Error::Delegate {
+        let e = Error::from(crate::delegated::StackError::Failed {
             delegate: "ipam-da-x".into(),
             command: crate::cni::Command::Add,
-            failure: crate::error::Failure::Reported {
+            failure: crate::delegated::Failure::Reported {
                 code: 11,
                 msg: "pool busy".into(),
                 details: "line one\nline two".into(),
             },
-        };
+        });
         assert_eq!(
             message(&e),
             "ipam-da-x (ADD): failed with code 11: pool busy (CNI error code 11): line one line two"

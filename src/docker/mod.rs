@@ -25,6 +25,23 @@ use crate::args;
 use crate::delegated::DOCKER_PLUGIN;
 use crate::dir::Dir;
 use crate::error::Error;
+
+/// A request the Docker driver cannot serve. The reply type gives each its
+/// code.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// Not as the driver can serve it, as Docker put it.
+    #[error("{0}")]
+    Request(String),
+
+    /// The address asked for cannot be given from the pool.
+    #[error("{address} cannot be given from pool {pool:?}: {why}")]
+    AddressUnavailable {
+        address: String,
+        pool: String,
+        why: String,
+    },
+}
 use crate::http::{self, Status};
 use crate::sys::{poll, pollfd, Lock};
 use crate::{cni, signals};
@@ -105,8 +122,11 @@ fn options(given: &args::Options) -> Result<Options, String> {
 fn serve(options: &Options) -> Result<(), Error> {
     crate::logging::for_service();
     // Before any thread: they all inherit the blocked signals.
-    signals::watch()
-        .map_err(|e| Error::Docker(format!("SIGTERM and SIGINT cannot be taken: {e}")))?;
+    signals::watch().map_err(|e| {
+        Error::from(DockerError::Request(format!(
+            "SIGTERM and SIGINT cannot be taken: {e}"
+        )))
+    })?;
     let (networks, skipped) = networks::load(&options.config)?;
     for reason in &skipped {
         warn!("skipped {reason}");

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 use tracing::debug;
 
+use super::DockerError;
 use crate::addr::{Family, Subnet};
 use crate::delegated::config;
 use crate::error::Error;
@@ -73,17 +74,17 @@ impl Network {
         };
         match of_family.as_slice() {
             [one] => Ok(*one),
-            [] => Err(Error::Docker(format!(
+            [] => Err(Error::from(DockerError::Request(format!(
                 "network {:?} ({}) declares no {version} subnet (in ipam.subnet, ipam.ranges or ipam.pool): give one with --subnet",
                 self.name,
                 self.file.display()
-            ))),
-            several => Err(Error::Docker(format!(
+            )))),
+            several => Err(Error::from(DockerError::Request(format!(
                 "network {:?} ({}) declares several {version} subnets ({}): pick one with --subnet",
                 self.name,
                 self.file.display(),
                 list(several)
-            ))),
+            )))),
         }
     }
 
@@ -144,21 +145,21 @@ pub fn find(path: &Path, name: Option<&str>) -> Result<Network, Error> {
     match name {
         Some(name) => match networks.iter().position(|n| n.name == name) {
             Some(i) => Ok(networks.swap_remove(i)),
-            None => Err(Error::Docker(format!(
+            None => Err(Error::from(DockerError::Request(format!(
                 "no network {name:?} uses ipam-delegated in {} (found: {}){}",
                 path.display(),
                 names(&networks),
                 skipped_note()
-            ))),
+            )))),
         },
         None if networks.len() == 1 => Ok(networks.remove(0)),
-        None => Err(Error::Docker(format!(
+        None => Err(Error::from(DockerError::Request(format!(
             "{} holds {} networks that use ipam-delegated ({}): name one with --ipam-opt network=NAME{}",
             path.display(),
             networks.len(),
             names(&networks),
             skipped_note()
-        ))),
+        )))),
     }
 }
 

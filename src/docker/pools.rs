@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::DockerError;
 use crate::addr::Subnet;
 use crate::delegated::agent::state;
 use crate::error::Error;
@@ -28,7 +29,11 @@ impl PoolId {
     /// Reads `NETWORK/SUBNET[/RANGE]` (`kube/10.1.0.0/16/10.1.2.0/24`): a
     /// network name has no '/', and each subnet has exactly one.
     pub fn parse(text: &str) -> Result<PoolId, Error> {
-        let bad = || Error::Docker(format!("{text:?} is not a pool of this driver"));
+        let bad = || {
+            Error::from(DockerError::Request(format!(
+                "{text:?} is not a pool of this driver"
+            )))
+        };
         let parts: Vec<&str> = text.split('/').collect();
         let subnet = |at: usize| {
             Subnet::parse(&format!("{}/{}", parts[at], parts[at + 1])).map_err(|_| bad())
@@ -82,15 +87,16 @@ impl Requests {
             return Ok(Requests::default());
         };
         serde_json::from_slice(&bytes).map(Requests).map_err(|e| {
-            Error::Docker(format!(
+            Error::from(DockerError::Request(format!(
                 "the driver's record of pools ({RECORD} in the network's state directory) is damaged: {e}"
-            ))
+            )))
         })
     }
 
     /// Stores it, whole.
     pub fn write(&self, network: &state::Network) -> Result<(), Error> {
-        let bytes = serde_json::to_vec(&self.0).map_err(|e| Error::Docker(e.to_string()))?;
+        let bytes = serde_json::to_vec(&self.0)
+            .map_err(|e| Error::from(DockerError::Request(e.to_string())))?;
         network.write_record(RECORD, &bytes)
     }
 

@@ -20,6 +20,28 @@ use serde_json::{json, Value};
 use crate::error::Error;
 use connection::Connection;
 
+/// How the etcd cluster fails a call. The reply type gives each its code.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// The cluster cannot answer now: unreachable, no quorum, out of
+    /// time. Nothing of the command is half done: try again later.
+    #[error("the etcd cluster ({endpoints}) cannot answer now: {reason}; try again later")]
+    Unavailable {
+        endpoints: String,
+        /// What the last endpoint tried did.
+        reason: String,
+    },
+
+    /// No member of the cluster would complete TLS with this client:
+    /// certificates to fix, not a cluster to wait for.
+    #[error("TLS with the etcd cluster failed ({endpoint}: {reason}): check \"ipam.pool.etcd.tls\" and the members' certificates")]
+    Tls { endpoint: String, reason: String },
+
+    /// The cluster refused a request (its HTTP status and message).
+    #[error("the etcd cluster refused a request ({status}): {message}")]
+    Refused { status: u16, message: String },
+}
+
 /// How long one call may take unless the settings say.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -399,7 +421,11 @@ impl Client {
     pub fn revoke_lease(&self, id: i64) -> Result<(), Error> {
         match self.call("/v3/lease/revoke", &json!({"ID": id.to_string()})) {
             // Gone already: what revoking it was for.
-            Err(Error::EtcdRefused { message, .. }) if message.contains("not found") => Ok(()),
+            Err(Error::Etcd(EtcdError::Refused { message, .. }))
+                if message.contains("not found") =>
+            {
+                Ok(())
+            }
             other => other.map(drop),
         }
     }
@@ -432,9 +458,9 @@ impl Client {
                 let share = (self.settings.timeout / 4).max(MIN_TRY);
                 let try_deadline = deadline.min(Instant::now() + share);
                 match self.call_one(index, path, &body, try_deadline) {
-                    Err(Error::EtcdUnavailable { reason, .. }) => last_error = reason,
+                    Err(Error::Etcd(EtcdError::Unavailable { reason, .. })) => last_error = reason,
                     // Perhaps this member's certificate only: the next.
-                    Err(tls @ Error::EtcdTls { .. }) => tls_failed.push(tls),
+                    Err(tls @ Error::Etcd(EtcdError::Tls { .. })) => tls_failed.push(tls),
                     answered => return answered,
                 }
             }
@@ -470,10 +496,10 @@ impl Client {
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>());
             match tls {
-                Some(tls) => Error::EtcdTls {
+                Some(tls) => Error::from(EtcdError::Tls {
                     endpoint: at,
                     reason: tls.to_string(),
-                },
+                }),
                 None => self.unavailable(format!("{at}: {e}")),
             }
         };
@@ -513,15 +539,15 @@ impl Client {
         if TRANSIENT.contains(&code) || status == 503 {
             Err(self.unavailable(message))
         } else {
-            Err(Error::EtcdRefused { status, message })
+            Err(Error::from(EtcdError::Refused { status, message }))
         }
     }
 
     fn unavailable(&self, reason: String) -> Error {
-        Error::EtcdUnavailable {
+        Error::from(EtcdError::Unavailable {
             endpoints: self.settings.described(),
             reason,
-        }
+        })
     }
 }
 
@@ -556,9 +582,11 @@ fn kvs(answer: &Value) -> Result<Vec<Kv>, Error> {
         .map(|kv| {
             let field = |name: &str| kv.get(name).and_then(Value::as_str).unwrap_or("");
             let decoded = |name: &str| {
-                decode(field(name)).ok_or_else(|| Error::EtcdRefused {
-                    status: 200,
-                    message: format!("a {name} that is not base64"),
+                decode(field(name)).ok_or_else(|| {
+                    Error::from(EtcdError::Refused {
+                        status: 200,
+                        message: format!("a {name} that is not base64"),
+                    })
                 })
             };
             Ok(Kv {

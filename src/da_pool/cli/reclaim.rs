@@ -13,6 +13,7 @@ use crate::cni::NetConf;
 use crate::da_pool::nodes;
 use crate::da_pool::settings::Settings;
 use crate::da_pool::store::{etcd, Store};
+use crate::da_pool::PoolError;
 use crate::error::Error;
 
 /// `reclaim`.
@@ -85,9 +86,9 @@ fn run(options: &Reclaim) -> Result<bool, Error> {
     let targets: Vec<String> = match &options.node {
         Some(node) => {
             if states.get(node).is_some_and(|s| s.alive) {
-                return Err(Error::Busy(format!(
+                return Err(Error::from(PoolError::Busy(format!(
                     "node {node} is registered: its keeper renews its lease, so it is alive; stop its keeper (or let its lease end) first"
-                )));
+                ))));
             }
             vec![node.clone()]
         }

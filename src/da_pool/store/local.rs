@@ -35,6 +35,7 @@ use serde_json::Value;
 
 use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
+use crate::da_pool::PoolError;
 use crate::dir::{Dir, Durability};
 use crate::error::Error;
 use crate::sys::Lock;
@@ -326,9 +327,9 @@ impl Store for Local {
             .contains(MOVED)
             .map_err(|e| self.network.error(e))?
         {
-            return Err(Error::Moved {
+            return Err(Error::from(PoolError::Moved {
                 marker: self.network.path().join(MOVED),
-            });
+            }));
         }
         if let Some(sticky) = sticky {
             return self.claim_for_workload(owner, held, sticky);

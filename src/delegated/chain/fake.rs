@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::{Call, Delegate, Limits, Runner};
 use crate::cni::Command;
-use crate::error::Failure;
+use crate::delegated::Failure;
 
 /// How a fake delegate answers.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use std::process::ExitStatus;
 use serde_json::Value;
 
 use crate::cni::{self, Command};
-use crate::error::Failure;
+use crate::delegated::Failure;
 
 /// How much of a delegate's stdout an error or a warning quotes.
 const EXCERPT_LEN: usize = 512;
@@ -109,6 +109,7 @@ fn excerpt(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delegated::StackError;
     use crate::error::{code, Error};
 
     fn exited(code: i32) -> ExitStatus {
@@ -120,11 +121,11 @@ mod tests {
     }
 
     fn code_of(failure: Failure) -> u32 {
-        Error::Delegate {
+        Error::from(StackError::Failed {
             delegate: "d".into(),
             command: Command::Add,
             failure,
-        }
+        })
         .code()
     }
 

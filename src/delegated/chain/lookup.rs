@@ -4,6 +4,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::delegated::StackError;
 use crate::error::Error;
 use crate::sys;
 
@@ -27,18 +28,20 @@ pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, 
     names
         .iter()
         .map(|name| match find(name, &absolute) {
-            Some((path, id)) if this_plugin == Some(id) => Err(Error::SelfReference {
-                name: name.clone(),
-                how: format!("{} is the same file", path.display()),
-            }),
+            Some((path, id)) if this_plugin == Some(id) => {
+                Err(Error::from(StackError::SelfReference {
+                    name: name.clone(),
+                    how: format!("{} is the same file", path.display()),
+                }))
+            }
             Some((path, _)) => Ok(Delegate {
                 name: name.clone(),
                 path,
             }),
-            None => Err(Error::DelegateNotFound {
+            None => Err(Error::from(StackError::NotFound {
                 name: name.clone(),
                 searched: list_dirs(dirs),
-            }),
+            })),
         })
         .collect()
 }

@@ -18,7 +18,8 @@ pub use process::Processes;
 pub use rules::Chain;
 
 use crate::cni::Command;
-use crate::error::{Error, Failure};
+use crate::delegated::{Failure, StackError};
+use crate::error::Error;
 
 /// Set in every delegate's environment, to the plugin's pid. An
 /// ipam-delegated that finds it set was started by itself: its stack names
@@ -104,10 +105,10 @@ pub fn supported_versions(
 impl Delegate {
     /// `failure` of this delegate running `command`, as an error naming it.
     fn failed(&self, command: Command, failure: Failure) -> Error {
-        Error::Delegate {
+        Error::from(StackError::Failed {
             delegate: self.name.clone(),
             command,
             failure,
-        }
+        })
     }
 }

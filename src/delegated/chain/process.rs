@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 use super::judge::{judge, Printed};
 use super::{Call, Delegate, Limits, Runner, PARENT_VARIABLE};
 use crate::cni::Command;
-use crate::error::Failure;
+use crate::delegated::Failure;
 use crate::signals;
 use crate::sys::{self, poll, pollfd};
 

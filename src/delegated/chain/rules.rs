@@ -10,7 +10,8 @@ use tracing::warn;
 
 use super::{Call, Delegate, Limits, Runner};
 use crate::cni::{self, Command, NetConf};
-use crate::error::{Error, Failure};
+use crate::delegated::Failure;
+use crate::error::Error;
 
 /// A configuration's stack, run by `runner`.
 pub struct Chain<'a, R> {
@@ -265,6 +266,7 @@ impl<'a> Thread<'a> {
 mod tests {
     use super::super::fake::{delegates, Answer, Fake};
     use super::*;
+    use crate::delegated::StackError;
     use crate::error::code;
 
     const CONFIG: &str = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ipam-delegated","delegates":["a","b","c"]},"x":1.50}"#;
@@ -457,10 +459,10 @@ mod tests {
             .answer("b", Command::Del, Answer::Fails(11, "busy"));
         let found = vec![
             Ok(delegates(&["a"]).remove(0)),
-            Err(Error::DelegateNotFound {
+            Err(Error::from(StackError::NotFound {
                 name: "gone".into(),
                 searched: "/x".into(),
-            }),
+            })),
             Ok(delegates(&["b"]).remove(0)),
             Ok(delegates(&["c"]).remove(0)),
         ];
@@ -624,10 +626,10 @@ mod tests {
     fn gc_runs_the_delegates_found_and_reports_the_missing_one() {
         let (net, fake) = (net(), Fake::default());
         let found = vec![
-            Err(Error::DelegateNotFound {
+            Err(Error::from(StackError::NotFound {
                 name: "gone".into(),
                 searched: "/x".into(),
-            }),
+            })),
             Ok(delegates(&["b"]).remove(0)),
         ];
         let error = Chain::new(&net, &fake, None).gc(b"{}", found).unwrap_err();
