@@ -6,19 +6,18 @@
 //! later.
 
 mod connection;
+mod settings;
 
 use std::cell::RefCell;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
 use serde_json::{json, Value};
 
 use crate::error::Error;
 use connection::Connection;
+pub use settings::Settings;
 
 /// How the etcd cluster fails a call. The reply type gives each its code.
 #[derive(Debug, thiserror::Error)]
@@ -42,12 +41,6 @@ pub enum EtcdError {
     Refused { status: u16, message: String },
 }
 
-/// How long one call may take unless the settings say.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where keys go unless the settings say.
-const DEFAULT_PREFIX: &str = "/ipam-da-pool";
-
 /// The least time one try at one member gets, within the call's timeout.
 const MIN_TRY: Duration = Duration::from_millis(500);
 
@@ -60,200 +53,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// gRPC codes that mean "not now" rather than "no": deadline exceeded,
 /// resource exhausted, aborted, unavailable.
 const TRANSIENT: [u64; 4] = [4, 8, 10, 14];
-
-/// How to reach a cluster: `{"endpoints", "prefix"?, "tls"?: {"ca", "cert"?,
-/// "key"?}, "timeout"?}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    /// The members' client addresses, tried in turn.
-    pub endpoints: Vec<Endpoint>,
-    /// Every key the pools keep starts with it.
-    pub prefix: String,
-    /// The CA, and this client's certificate, for HTTPS endpoints.
-    pub tls: Option<TlsFiles>,
-    /// How long one call may take, across endpoints.
-    pub timeout: Duration,
-}
-
-/// One member's client address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    /// A name or an address (IPv6 without brackets).
-    pub host: String,
-    /// The client port.
-    pub port: u16,
-    /// Whether it speaks HTTPS.
-    pub tls: bool,
-}
-
-/// PEM files: the CA that signed the members' certificates, and this
-/// client's certificate and key, when the cluster asks for one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The CA's certificate(s).
-    pub ca: PathBuf,
-    /// This client's certificate and key, if the cluster asks for one.
-    pub client: Option<(PathBuf, PathBuf)>,
-}
-
-impl Settings {
-    /// Reads the settings; the error says which one is wrong.
-    pub fn parse(value: &Value) -> Result<Settings, String> {
-        let object = value.as_object().ok_or("must be an object")?;
-        let tls = match object.get("tls") {
-            None => None,
-            Some(tls) => Some(TlsFiles::parse(tls)?),
-        };
-        let endpoints = object
-            .get("endpoints")
-            .and_then(Value::as_array)
-            .filter(|list| !list.is_empty())
-            .ok_or("\"endpoints\" must be a non-empty array of addresses")?
-            .iter()
-            .map(|endpoint| {
-                let text = endpoint
-                    .as_str()
-                    .ok_or_else(|| format!("endpoint {endpoint} is not a string"))?;
-                Endpoint::parse(text, tls.is_some())
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        if endpoints.iter().any(|e| e.tls) && tls.is_none() {
-            return Err("an https endpoint needs \"tls\" with the cluster's \"ca\"".into());
-        }
-        let prefix = match object.get("prefix") {
-            None => DEFAULT_PREFIX.to_owned(),
-            Some(Value::String(prefix)) if prefix.starts_with('/') && !prefix.ends_with('/') => {
-                prefix.clone()
-            }
-            Some(other) => {
-                return Err(format!(
-                    "\"prefix\" must start with '/' and not end with one, not {other}"
-                ))
-            }
-        };
-        let timeout = match object.get("timeout") {
-            None => DEFAULT_TIMEOUT,
-            Some(seconds) => seconds
-                .as_f64()
-                .filter(|s| (0.001..=3600.0).contains(s))
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    format!("\"timeout\" must be seconds from 0.001 to 3600, not {seconds}")
-                })?,
-        };
-        Ok(Settings {
-            endpoints,
-            prefix,
-            tls,
-            timeout,
-        })
-    }
-
-    /// The endpoints, as a list for messages.
-    pub fn described(&self) -> String {
-        let list: Vec<String> = self
-            .endpoints
-            .iter()
-            .map(|e| {
-                format!(
-                    "{}://{}:{}",
-                    if e.tls { "https" } else { "http" },
-                    e.host,
-                    e.port
-                )
-            })
-            .collect();
-        list.join(", ")
-    }
-}
-
-impl Endpoint {
-    /// `http://HOST:PORT`, `https://HOST:PORT`, or `HOST:PORT` (TLS when
-    /// the settings have `tls`); an IPv6 host in brackets.
-    fn parse(text: &str, tls_by_default: bool) -> Result<Endpoint, String> {
-        let (tls, rest) = match text.split_once("://") {
-            Some(("http", rest)) => (false, rest),
-            Some(("https", rest)) => (true, rest),
-            Some((scheme, _)) => {
-                return Err(format!(
-                    "endpoint {text}: scheme {scheme} is neither http nor https"
-                ))
-            }
-            None => (tls_by_default, text),
-        };
-        let rest = rest.trim_end_matches('/');
-        let bad = || format!("endpoint {text} is not HOST:PORT");
-        let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = port.parse().map_err(|_| bad())?;
-        if host.is_empty() || host.contains('/') {
-            return Err(bad());
-        }
-        Ok(Endpoint {
-            host: host.to_owned(),
-            port,
-            tls,
-        })
-    }
-}
-
-impl TlsFiles {
-    fn parse(value: &Value) -> Result<TlsFiles, String> {
-        let path = |key: &str| -> Result<Option<PathBuf>, String> {
-            match value.get(key) {
-                None => Ok(None),
-                Some(Value::String(path)) => Ok(Some(path.into())),
-                Some(other) => Err(format!("\"tls.{key}\" must be a file's path, not {other}")),
-            }
-        };
-        let ca = path("ca")?.ok_or(
-            "\"tls\" needs \"ca\", the file of the CA that signed the members' certificates",
-        )?;
-        let client = match (path("cert")?, path("key")?) {
-            (Some(cert), Some(key)) => Some((cert, key)),
-            (None, None) => None,
-            _ => return Err("\"tls.cert\" and \"tls.key\" go together".into()),
-        };
-        Ok(TlsFiles { ca, client })
-    }
-
-    /// The TLS client configuration these files make: the CA the only
-    /// root trusted, the client certificate presented if there is one.
-    fn load(&self) -> Result<Arc<ClientConfig>, String> {
-        let read_failed =
-            |path: &PathBuf, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-        let mut roots = RootCertStore::empty();
-        for cert in
-            CertificateDer::pem_file_iter(&self.ca).map_err(|e| read_failed(&self.ca, &e))?
-        {
-            let cert = cert.map_err(|e| read_failed(&self.ca, &e))?;
-            roots.add(cert).map_err(|e| read_failed(&self.ca, &e))?;
-        }
-        if roots.is_empty() {
-            return Err(format!("{}: no certificate in it", self.ca.display()));
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots);
-        let config = match &self.client {
-            None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
-                let chain = CertificateDer::pem_file_iter(cert)
-                    .map_err(|e| read_failed(cert, &e))?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| read_failed(cert, &e))?;
-                let key_der =
-                    PrivateKeyDer::from_pem_file(key).map_err(|e| read_failed(key, &e))?;
-                builder
-                    .with_client_auth_cert(chain, key_der)
-                    .map_err(|e| read_failed(cert, &e))?
-            }
-        };
-        Ok(Arc::new(config))
-    }
-}
 
 /// A key and its value, as a range read them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -665,41 +464,6 @@ mod tests {
         assert_eq!(prefix_end(b"/a/"), b"/a0");
         assert_eq!(prefix_end(b"a\xff"), b"b");
         assert_eq!(prefix_end(b"\xff"), b"\0");
-    }
-
-    #[test]
-    fn settings_are_checked_and_named() {
-        let s = Settings::parse(&json!({"endpoints": ["127.0.0.1:2379", "http://[::1]:2379"]}))
-            .unwrap();
-        assert_eq!(s.endpoints[1].host, "::1");
-        assert_eq!(
-            (s.prefix.as_str(), s.timeout),
-            (DEFAULT_PREFIX, DEFAULT_TIMEOUT)
-        );
-        let s = Settings::parse(&json!({"endpoints": ["10.0.0.1:2379"], "tls": {"ca": "/ca.pem", "cert": "/c.pem", "key": "/k.pem"}})).unwrap();
-        assert!(s.endpoints[0].tls, "TLS settings make TLS the default");
-        for (settings, said) in [
-            (json!({"endpoints": []}), "\"endpoints\""),
-            (
-                json!({"endpoints": ["ftp://x:1"]}),
-                "neither http nor https",
-            ),
-            (json!({"endpoints": ["x"]}), "not HOST:PORT"),
-            (json!({"endpoints": ["https://x:1"]}), "needs \"tls\""),
-            (
-                json!({"endpoints": ["x:1"], "tls": {"cert": "/c"}}),
-                "needs \"ca\"",
-            ),
-            (
-                json!({"endpoints": ["x:1"], "tls": {"ca": "/a", "cert": "/c"}}),
-                "go together",
-            ),
-            (json!({"endpoints": ["x:1"], "prefix": "p/"}), "\"prefix\""),
-            (json!({"endpoints": ["x:1"], "timeout": 0}), "\"timeout\""),
-        ] {
-            let e = Settings::parse(&settings).unwrap_err();
-            assert!(e.contains(said), "{settings}: {e}");
-        }
     }
 
     #[test]

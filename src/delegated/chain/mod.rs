@@ -9,6 +9,7 @@ mod judge;
 mod lookup;
 mod process;
 mod rules;
+mod supervise;
 
 use std::time::Duration;
 
