@@ -20,6 +20,8 @@
 //! Run with `cargo bench --bench pools`; needs Debian's
 //! containernetworking-plugins and etcd-server (./.ci/test installs them).
 
+// The tests' harness, of which the bench uses the etcd clusters.
+#[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "support/static_build.rs"]

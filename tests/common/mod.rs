@@ -1,11 +1,6 @@
 //! Test harness: a private CNI_PATH of scripted and real delegates, the
 //! built plugin run against it, and what each delegate recorded.
 
-// Each test file uses a different part of this module.
-#![allow(dead_code)]
-
-pub mod agent;
-pub mod docker;
 pub mod etcd;
 
 use std::collections::HashMap;

@@ -3,8 +3,7 @@
 //! many processes at once in a small pool, and allocators killed at random
 //! instants. The stress figures are printed on stderr.
 
-mod common;
-
+use crate::common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
@@ -13,7 +12,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     pool_config, run_plugin, run_program, spawn_program, temp_dir, Env, Stack, ALLOCATOR, SELECTOR,
 };
 use serde_json::{json, Value};

@@ -2,9 +2,8 @@
 //! flavours; the debug log file only in the `verbose` flavour (run the
 //! suite with `--features verbose` for those tests).
 
-mod common;
-
-use common::{config, temp_dir, Answer, Stack};
+use crate::common;
+use crate::common::{config, temp_dir, Answer, Stack};
 
 /// A stack whose second delegate fails with a message spanning lines.
 fn failing_stack() -> Stack {

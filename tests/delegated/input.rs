@@ -1,9 +1,7 @@
 //! Every bad input, through the built binary: its code, the
 //! thing named in the message, the reply's cniVersion, and no delegate run.
 
-mod common;
-
-use common::{config, run_plugin, Answer, Env, Stack};
+use crate::common::{config, run_plugin, Answer, Env, Stack};
 
 /// A stack with one scripted delegate `a` that would record any call.
 fn stack() -> Stack {

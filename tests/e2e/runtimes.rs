@@ -15,8 +15,7 @@
 //! tests are ignored unless asked for with --include-ignored, as ./.ci/test
 //! does.
 
-mod common;
-
+use crate::common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,7 +23,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     recorded_calls, recorded_env, recorded_stdin, temp_dir, write_answer, Answer, TempDir,
     ALLOCATOR, PLUGIN, SELECTOR,
 };

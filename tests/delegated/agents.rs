@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::{run_cli, temp_dir, Answer, Env, Outcome, Stack, TempDir};
+use crate::common::{run_cli, temp_dir, Answer, Env, Outcome, Stack, TempDir};
 
 /// A stack and the files an agent uses: its conflist, host-local's store
 /// and agent mode's state directory.

@@ -2,13 +2,12 @@
 //! about text, --help and --version, usage errors, and agent mode's
 //! options; and a CNI invocation, which never reads its arguments.
 
-mod common;
-
+use crate::common;
 use std::fs;
 use std::path::Path;
 
-use common::agent::fixture_agent;
-use common::{config, run_cli, run_plugin, temp_dir, Answer, Env, Stack};
+use crate::agents::fixture_agent;
+use crate::common::{config, run_cli, run_plugin, temp_dir, Answer, Env, Stack};
 use serde_json::json;
 
 #[test]

@@ -3,15 +3,14 @@
 //! two reservations for one ID), GC keeping agents' attachments, state
 //! that links cannot redirect, and plugins built on libcni 1.2.
 
-mod common;
-
-use common::agent::{fixture_agent, Agent};
+use crate::agents::{fixture_agent, Agent};
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::{real_plugins, run_cli, run_plugin, Answer, Env, Stack};
+use crate::common::{real_plugins, run_cli, run_plugin, Answer, Env, Stack};
 use serde_json::{json, Value};
 
 fn host_local_agent() -> Agent {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{temp_dir, TempDir, PLUGIN};
+use crate::common::{temp_dir, TempDir, PLUGIN};
 
 /// Debian's dockerd and the client of the same version.
 const DOCKERD: &str = "/usr/sbin/dockerd";

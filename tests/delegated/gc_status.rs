@@ -2,9 +2,8 @@
 //! command needs. Debian's libcni (1.1.2) predates GC, so these drive the
 //! plugin through its environment as a 1.1 runtime would.
 
-mod common;
-
-use common::{config, run_plugin, with_state_dir, Answer, Stack};
+use crate::common;
+use crate::common::{config, run_plugin, with_state_dir, Answer, Stack};
 use serde_json::json;
 
 /// A 1.1.0 GC input as libcni builds it: the runtime's attachments included.

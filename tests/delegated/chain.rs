@@ -3,9 +3,8 @@
 //! can fail, rollback, and the threading of results through ADD, DEL and
 //! CHECK.
 
-mod common;
-
-use common::{config, with_prev, Answer, Stack};
+use crate::common;
+use crate::common::{config, with_prev, Answer, Stack};
 use serde_json::json;
 
 /// The `ipam` value of step 2 of the original ipam-delegated README's

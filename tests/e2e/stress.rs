@@ -5,15 +5,13 @@
 //! the number of cycles (64 by default; fixtures/stress.sh runs 500).
 //! Prints its figures on stderr.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{real_plugins, run_plugin, start_plugin, temp_dir, Stack};
+use crate::common::{real_plugins, run_plugin, start_plugin, temp_dir, Stack};
 use serde_json::json;
 
 /// One container's address and the time it surely held it: from the end

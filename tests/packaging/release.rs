@@ -1,8 +1,7 @@
 //! What a release ships beside the binaries: its notes are the version's
 //! own CHANGELOG section (.ci/release-notes, run by the release workflow).
 
-mod common;
-
+use crate::common;
 use std::process::Command;
 
 fn notes(version: &str, changelog: &str) -> std::process::Output {

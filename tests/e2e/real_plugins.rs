@@ -2,13 +2,12 @@
 //! run. Ignored unless asked for with --include-ignored (./.ci/test does),
 //! since they need containernetworking-plugins installed.
 
-mod common;
-
+use crate::common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use common::{real_plugins, run_plugin, temp_dir, Answer, Stack};
+use crate::common::{real_plugins, run_plugin, temp_dir, Answer, Stack};
 use serde_json::{json, Value};
 
 /// A host-local-backed config: host-local reads `ranges` and `dataDir`

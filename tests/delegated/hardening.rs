@@ -4,14 +4,13 @@
 //! runtime that asks the plugin to stop. Time bounds are generous: seconds
 //! where the work takes milliseconds.
 
-mod common;
-
+use crate::common;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{config, run_plugin, Answer, Outcome, Stack, PLUGIN};
+use crate::common::{config, run_plugin, Answer, Outcome, Stack, PLUGIN};
 use serde_json::json;
 
 /// A result the scripted delegates print.

@@ -2,8 +2,7 @@
 //! 20.10), with host-local and with the pool allocator behind it: the
 //! addresses containers get come from the stack's stores, and go back.
 
-mod common;
-
+use crate::common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -11,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use common::docker::{read_answer, send, Dockerd, Driver, IMAGE};
-use common::{real_plugins, run_program, temp_dir, Env, TempDir, ALLOCATOR, PLUGIN};
+use crate::common::{real_plugins, run_program, temp_dir, Env, TempDir, ALLOCATOR, PLUGIN};
+use crate::dockerd::{read_answer, send, Dockerd, Driver, IMAGE};
 
 const NEEDS: &str = "needs root, docker.io, busybox-static and containernetworking-plugins";
 

@@ -1,12 +1,11 @@
 //! The operator's doctor and the command line's own options, through the
 //! built binary.
 
-mod common;
-
+use crate::common;
 use std::fs;
 use std::path::Path;
 
-use common::{run_cli, Answer, Env, Stack, PLUGIN};
+use crate::common::{run_cli, Answer, Env, Stack, PLUGIN};
 use serde_json::json;
 
 /// A stack of scripted delegates that answer VERSION like real plugins,

@@ -10,14 +10,12 @@
 //! the kill uses strace's fault injection. Ignored unless asked for with
 //! --include-ignored (./.ci/test installs both and does).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::etcd::Cluster;
-use common::{run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATOR};
+use crate::common::etcd::Cluster;
+use crate::common::{run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATOR};
 use serde_json::{json, Value};
 
 /// The key prefix every test uses; each cluster is its own.

@@ -9,15 +9,14 @@
 //! Ignored unless asked for with --include-ignored (./.ci/test installs
 //! etcd-server and openssl and does).
 
-mod common;
-
+use crate::common;
 use std::fs;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::etcd::{Certificates, Cluster};
-use common::{run_plugin, run_program, temp_dir, Env, Stack, ALLOCATOR};
+use crate::common::etcd::{Certificates, Cluster};
+use crate::common::{run_plugin, run_program, temp_dir, Env, Stack, ALLOCATOR};
 use serde_json::{json, Value};
 
 /// The key prefix every test uses; each cluster is its own.
