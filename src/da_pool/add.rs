@@ -10,7 +10,7 @@ use super::holds::{sweep_ended_holds, workload_hold};
 use super::settings::{invalid, Settings};
 use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
 use super::PoolError;
-use super::{reply, search, ATTEMPTS};
+use super::{result, search, ATTEMPTS};
 use crate::addr::Addr;
 use crate::cni::NetConf;
 use crate::error::Error;
@@ -40,7 +40,7 @@ pub(super) fn add(
         if let Some(holding) = store.holding(&owner.id, &owner.ifname)? {
             if holds_all(store, &holding)? {
                 still_asked(&holding, &pools, &requested)?;
-                return reply::reply(store, net, settings, &pools, &holding.held);
+                return result::build(store, net, settings, &pools, &holding.held);
             }
             // A claim cut short (the allocator killed between its record
             // and its addresses): what it got is given back, and the ADD
@@ -99,7 +99,7 @@ pub(super) fn add(
             prior: hold.as_ref(),
         });
         if store.claim(owner, &chosen, claim.as_ref())? {
-            return reply::reply(store, net, settings, &pools, &chosen);
+            return result::build(store, net, settings, &pools, &chosen);
         }
         lost += 1;
     }

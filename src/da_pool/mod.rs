@@ -14,7 +14,7 @@ mod cli;
 mod error;
 mod holds;
 mod nodes;
-mod reply;
+mod result;
 mod search;
 mod settings;
 mod status;

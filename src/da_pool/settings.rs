@@ -1,7 +1,8 @@
 //! ipam-da-pool's settings, read from `ipam.pool` (the original convention:
-//! delegate `ipam-dX-NAME` reads `ipam.NAME`), and the pools an ADD asks
-//! for, from `prevResult.pools`; all of it read and checked whole before
-//! anything is claimed.
+//! delegate `ipam-dX-NAME` reads `ipam.NAME`): the pools it defines, its
+//! default ones, where its records are kept and whose they are, and how
+//! long a workload's addresses stay held; all of it read and checked whole
+//! before anything is claimed.
 
 use std::path::PathBuf;
 

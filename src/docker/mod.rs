@@ -1,9 +1,12 @@
 //! `ipam-delegated docker-plugin` (the `ipam-delegated-docker` binary):
 //! the CNI stack as a libnetwork remote IPAM driver, so that Docker
 //! networks draw their addresses from the same stack (and pools, and etcd
-//! cluster) as the CNI runtimes. This module owns its command line and
-//! the socket: where it is, who may use it, serving each connection in a
-//! thread of its own, and stopping cleanly on SIGTERM.
+//! cluster) as the CNI runtimes. It is built on ipam-delegated's agent
+//! mode (`delegated::agent`): every address Docker asks for is an
+//! attachment agent mode runs through the stack and keeps in its state.
+//! This module owns its command line and the socket: where it is, who may
+//! use it, serving each connection in a thread of its own, and stopping
+//! cleanly on SIGTERM.
 
 mod driver;
 mod networks;

@@ -152,12 +152,12 @@ fn a_bad_timeout_or_config_is_named() {
 
 #[test]
 #[ignore = "needs Debian's containernetworking-plugins"]
-fn the_readmes_nomad_and_multus_examples_pass_the_doctor() {
+fn the_docs_nomad_and_multus_examples_pass_the_doctor() {
     let plugins = common::real_plugins();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let stack = Stack::new().with_pool_plugins();
     stack.link("host-local", &plugins.join("host-local"));
-    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    let shown_in = fs::read_to_string(root.join("docs/runtimes.md")).unwrap();
     for (fixture, indent) in [("nomad.conflist", ""), ("multus.json", "    ")] {
         let path = root.join("fixtures/conflists").join(fixture);
         let (ok, report) = doctor(&stack, path.to_str().unwrap());
@@ -169,8 +169,8 @@ fn the_readmes_nomad_and_multus_examples_pass_the_doctor() {
             .map(|l| format!("{indent}{l}"))
             .collect();
         assert!(
-            readme.contains(&shown.join("\n")),
-            "README lacks {fixture} as it is"
+            shown_in.contains(&shown.join("\n")),
+            "docs/runtimes.md lacks {fixture} as it is"
         );
     }
 }

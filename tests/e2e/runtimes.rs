@@ -3,7 +3,7 @@
 //! these tests create: libcni itself (what containerd's CRI plugin, CRI-O
 //! and cnitool call plugins through), podman with its CNI backend, and
 //! containerd through `ctr run --cni`. Each runs an example conflist of
-//! fixtures/conflists/ (shown in the README), made private to the test.
+//! fixtures/conflists/ (shown in docs/runtimes.md), made private to the test.
 //!
 //! Nothing touches this machine's own network or state: the runtimes, and
 //! so the bridges, run inside a network namespace standing in for the host,
@@ -976,9 +976,9 @@ impl Drop for MountPoints {
 }
 
 #[test]
-fn the_readme_shows_the_conflists_these_tests_run() {
+fn the_docs_show_the_conflists_these_tests_run() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    let shown_in = fs::read_to_string(root.join("docs/runtimes.md")).unwrap();
     for fixture in [
         "containerd",
         "crio",
@@ -991,8 +991,8 @@ fn the_readme_shows_the_conflists_these_tests_run() {
             .unwrap();
         let block = format!("```json\n{}\n```", text.trim_end());
         assert!(
-            readme.contains(&block),
-            "README lacks fixtures/conflists/{fixture}.conflist as it is"
+            shown_in.contains(&block),
+            "docs/runtimes.md lacks fixtures/conflists/{fixture}.conflist as it is"
         );
     }
 }

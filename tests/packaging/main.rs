@@ -7,5 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod links;
 mod release;
 mod size;
+mod units;

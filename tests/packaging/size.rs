@@ -14,7 +14,7 @@ fn the_static_plugin_stays_within_1_5_mib() {
     let size = std::fs::metadata(&plugin).unwrap().len();
     assert!(
         size <= LIMIT,
-        "{} is {size} bytes, over {LIMIT}: see the README's Performance section for what each part costs",
+        "{} is {size} bytes, over {LIMIT}: see docs/performance.md for what each part costs",
         plugin.display()
     );
 }

@@ -15,7 +15,7 @@ use crate::pools::Pool;
 
 /// The result of an ADD that gives `held` (from `pools`, or as a pool is
 /// defined now if it was held before).
-pub fn reply(
+pub fn build(
     store: &dyn Store,
     net: &NetConf,
     settings: &Settings,
