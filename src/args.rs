@@ -227,6 +227,13 @@ impl Verb {
         Ok(options)
     }
 
+    /// For tests: [`Verb::parse`] of `words`.
+    #[cfg(test)]
+    pub fn parse_words(&self, words: &[&str]) -> Result<Options, String> {
+        let args: Vec<OsString> = words.iter().map(OsString::from).collect();
+        self.parse(&args)
+    }
+
     /// Its usage, as `program` runs it, and what it does.
     pub fn usage(&self, program: &str) -> String {
         format!(
@@ -298,20 +305,10 @@ mod tests {
         run: |_| Ok(ExitCode::SUCCESS),
     };
 
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
-
     #[test]
     fn options_take_their_values_in_either_form_and_flags_none() {
         let options = VERB
-            .parse(&args(&[
-                "--config",
-                "a",
-                "10.1.0.5",
-                "--dry-run",
-                "--config=b",
-            ]))
+            .parse_words(&["--config", "a", "10.1.0.5", "--dry-run", "--config=b"])
             .unwrap();
         assert_eq!(options.value("--config"), Some("b"));
         assert!(options.flag("--dry-run"));
@@ -335,14 +332,14 @@ mod tests {
             (&["--dry-run=yes"], "unknown option \"--dry-run=yes\""),
             (&["-x"], "unknown option \"-x\""),
         ] {
-            assert_eq!(VERB.parse(&args(list)).unwrap_err(), problem, "{list:?}");
+            assert_eq!(VERB.parse_words(list).unwrap_err(), problem, "{list:?}");
         }
         let no_operands = Verb {
             operands: false,
             ..VERB
         };
         assert_eq!(
-            no_operands.parse(&args(&["10.1.0.5"])).unwrap_err(),
+            no_operands.parse_words(&["10.1.0.5"]).unwrap_err(),
             "unknown option \"10.1.0.5\""
         );
     }

@@ -173,13 +173,11 @@ fn docker_plugin(options: &Options) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsString;
     use std::path::PathBuf;
 
     /// The request `ensure` makes of `list`.
     fn request(list: &[&str]) -> Result<Request, String> {
-        let args: Vec<OsString> = list.iter().map(OsString::from).collect();
-        agent_request(&PROGRAM.verbs[0].parse(&args)?)
+        agent_request(&PROGRAM.verbs[0].parse_words(list)?)
     }
 
     #[test]

@@ -400,25 +400,23 @@ fn socket_error(socket: &Path, error: io::Error) -> Error {
 mod tests {
     use super::*;
 
-    fn parse_options(list: &[OsString]) -> Result<Options, String> {
-        DOCKER_PLUGIN.parse(list).and_then(|given| options(&given))
-    }
-
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
+    fn parse_options(list: &[&str]) -> Result<Options, String> {
+        DOCKER_PLUGIN
+            .parse_words(list)
+            .and_then(|given| options(&given))
     }
 
     #[test]
     fn docker_plugin_serves_docker_s_directory_unless_told_otherwise() {
-        let options = parse_options(&args(&["--config", "/etc/cni/net.d"])).unwrap();
+        let options = parse_options(&["--config", "/etc/cni/net.d"]).unwrap();
         assert_eq!(options.config, PathBuf::from("/etc/cni/net.d"));
         assert_eq!(
             options.socket,
             PathBuf::from("/run/docker/plugins/ipam-delegated.sock")
         );
-        let named = parse_options(&args(&["--name=cni", "--config=f"])).unwrap();
+        let named = parse_options(&["--name=cni", "--config=f"]).unwrap();
         assert_eq!(named.socket, PathBuf::from("/run/docker/plugins/cni.sock"));
-        let at = parse_options(&args(&["--config", "f", "--socket", "/x/y.sock"])).unwrap();
+        let at = parse_options(&["--config", "f", "--socket", "/x/y.sock"]).unwrap();
         assert_eq!(at.socket, PathBuf::from("/x/y.sock"));
         for (list, problem) in [
             (&["--name", "x"][..], "--config is required"),
@@ -436,7 +434,7 @@ mod tests {
                 "unknown option \"--bogus\"",
             ),
         ] {
-            let problem_found = parse_options(&args(list)).unwrap_err();
+            let problem_found = parse_options(list).unwrap_err();
             assert!(problem_found.contains(problem), "{list:?}: {problem_found}");
         }
     }

@@ -27,18 +27,22 @@ fn markdown_files(dir: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
+/// The lines outside fenced code blocks.
+fn outside_fences(text: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    text.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            return false;
+        }
+        !fenced
+    })
+}
+
 /// The text outside fenced code blocks and code spans, where links are.
 fn prose(text: &str) -> String {
     let mut out = String::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in outside_fences(text) {
         // Code spans: every other backtick-delimited part.
         for (i, part) in line.split('`').enumerate() {
             if i % 2 == 0 {
@@ -80,15 +84,7 @@ fn links(text: &str) -> Vec<String> {
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut anchors = BTreeSet::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in outside_fences(text) {
         for key in ["<a id=\"", "<a name=\""] {
             if let Some(at) = line.find(key) {
                 let name = &line[at + key.len()..];

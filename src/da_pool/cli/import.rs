@@ -227,8 +227,7 @@ mod tests {
 
     /// `VERB`'s options, as the command line `list` gives them.
     fn parse(list: &[&str]) -> Result<Import, String> {
-        let args: Vec<std::ffi::OsString> = list.iter().map(Into::into).collect();
-        VERB.parse(&args).and_then(|given| options(&given))
+        VERB.parse_words(list).and_then(|given| options(&given))
     }
 
     #[test]
