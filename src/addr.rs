@@ -201,6 +201,9 @@ impl fmt::Display for Block {
     }
 }
 
+/// The keys of a range, as host-local reads them.
+pub const RANGE_KEYS: [&str; 5] = ["subnet", "rangeStart", "rangeEnd", "gateway", "exclude"];
+
 impl Range {
     /// Reads and checks a range, `{"subnet", "rangeStart"?, "rangeEnd"?,
     /// "gateway"?, "exclude"?}`, whole: the subnet a network address of a
@@ -214,6 +217,13 @@ impl Range {
         let object = value
             .as_object()
             .ok_or_else(|| "must be an object with a \"subnet\"".to_owned())?;
+        // A misspelt "exclude" would hand out what it meant to keep back.
+        if let Some(key) = object.keys().find(|k| !RANGE_KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown key {key:?}: a range has {}",
+                RANGE_KEYS.map(|k| format!("{k:?}")).join(", ")
+            ));
+        }
         let subnet = object
             .get("subnet")
             .and_then(Value::as_str)
@@ -612,6 +622,14 @@ mod tests {
             (
                 json!({"subnet": "10.1.0.0/24", "exclude": [5]}),
                 "\"exclude\" 5 is not a string",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "exlude": ["10.1.0.5"]}),
+                "unknown key \"exlude\": a range has \"subnet\", \"rangeStart\"",
+            ),
+            (
+                json!({"subnet": "10.1.0.0/24", "rangeStrat": "10.1.0.9"}),
+                "unknown key \"rangeStrat\"",
             ),
         ] {
             let error = refused(value.clone());

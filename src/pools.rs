@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
-use crate::addr::{Addr, Range};
+use crate::addr::{Addr, Range, RANGE_KEYS};
 use crate::cni::{self, Environment, Error, NetConf};
 
 /// A pool: a name, the ranges it gives addresses from, all of one IP
@@ -219,12 +219,8 @@ impl Wanted {
             Some(_) => {
                 let mut range = object.clone();
                 if let Some(fields) = range.as_object_mut() {
-                    fields.retain(|key, _| {
-                        matches!(
-                            key.as_str(),
-                            "subnet" | "gateway" | "rangeStart" | "rangeEnd" | "exclude"
-                        )
-                    });
+                    // The object's other members are for other delegates.
+                    fields.retain(|key, _| RANGE_KEYS.contains(&key.as_str()));
                 }
                 let mut definition = Map::new();
                 definition.insert("ranges".into(), Value::Array(vec![range]));

@@ -13,6 +13,7 @@ mod add;
 mod cli;
 mod error;
 mod holds;
+mod identity;
 mod nodes;
 mod result;
 mod search;

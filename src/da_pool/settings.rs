@@ -13,6 +13,23 @@ use crate::error::Error;
 use crate::etcd;
 use crate::pools::{self, Pool};
 
+use super::identity;
+
+/// The keys of `ipam.pool`.
+const KEYS: [&str; 11] = [
+    "pools",
+    "default",
+    "routes",
+    "etcd",
+    "dataDir",
+    "node",
+    "nodeNameFile",
+    "gcGraceSeconds",
+    "sticky",
+    "stickyFor",
+    "nodeTTL",
+];
+
 /// Where the local store keeps its files unless `ipam.pool.dataDir` says.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-pool";
 
@@ -76,6 +93,13 @@ impl Settings {
     /// of them giving one address.
     pub fn from_net(net: &NetConf) -> Result<Settings, Error> {
         let pool = pool_object(net)?;
+        // A misspelt key would leave what it meant to set unset, unnoticed.
+        if let Some(key) = pool.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(invalid(format!(
+                "unknown key \"ipam.pool.{key}\": \"ipam.pool\" has {}",
+                KEYS.map(|k| format!("{k:?}")).join(", ")
+            )));
+        }
         let mut settings = Settings::store_only(net)?;
         settings.pools = match pool.get("pools") {
             None => Vec::new(),
@@ -202,7 +226,15 @@ impl Settings {
             },
         };
         let node = match pool.get("node") {
-            None => hostname()?,
+            None => identity::pinned(&match pool.get("nodeNameFile") {
+                None => PathBuf::from(identity::DEFAULT_NODE_NAME_FILE),
+                Some(Value::String(file)) if file.starts_with('/') => file.into(),
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "\"ipam.pool.nodeNameFile\" must be an absolute file name, not {other}"
+                    )))
+                }
+            })?,
             Some(Value::String(node)) if cni::is_identifier(node) => node.clone(),
             Some(other) => {
                 return Err(invalid(format!(
@@ -324,20 +356,6 @@ pub fn workload(env: &Environment, settings: &Settings) -> Option<String> {
     Some(values.join("/"))
 }
 
-/// This node's name: the host's.
-fn hostname() -> Result<String, Error> {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_default();
-    if cni::is_identifier(&name) {
-        Ok(name)
-    } else {
-        Err(invalid(format!(
-            "the host name {name:?} cannot name a node: set \"ipam.pool.node\""
-        )))
-    }
-}
-
 /// A configuration error (code 7) saying `reason`.
 pub fn invalid(reason: String) -> Error {
     cni::Error::InvalidConfig(reason).into()
@@ -444,6 +462,46 @@ mod tests {
         assert!(e.to_string().contains("absolute"), "{e}");
         let e = settings(json!({"node": "../n"})).unwrap_err();
         assert!(e.to_string().contains("\"ipam.pool.node\""), "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_key_is_refused_wherever_it_is() {
+        for (pool, said) in [
+            (
+                json!({"defualt": "blue"}),
+                "unknown key \"ipam.pool.defualt\"",
+            ),
+            (
+                json!({"pools": {"blue": [{"subnet": "10.1.0.0/24", "exlude": ["10.1.0.5"]}]}}),
+                "pool \"blue\": range 0: unknown key \"exlude\"",
+            ),
+            (
+                json!({"pools": {"blue": {"ranges": [{"subnet": "10.1.0.0/24"}], "resrved": []}}}),
+                "pool \"blue\": unknown key \"resrved\"",
+            ),
+        ] {
+            let mut pool = pool;
+            pool["node"] = json!("a");
+            let e = settings(pool).unwrap_err();
+            assert_eq!(e.code(), 7);
+            assert!(e.to_string().contains(said), "{e}");
+        }
+    }
+
+    #[test]
+    fn without_a_node_the_pinned_name_is_read_from_the_file_given() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("node-name");
+        std::fs::write(&file, "pinned-1\n").unwrap();
+        let s = settings(json!({"nodeNameFile": file})).unwrap();
+        assert_eq!(s.node, "pinned-1");
+        let s = settings(json!({"nodeNameFile": file, "node": "set-1"})).unwrap();
+        assert_eq!(s.node, "set-1", "an explicit node wins");
+        let e = settings(json!({"nodeNameFile": "node-name"})).unwrap_err();
+        assert!(
+            e.to_string().contains("must be an absolute file name"),
+            "{e}"
+        );
     }
 
     #[test]
