@@ -148,7 +148,7 @@ impl Error {
                 PoolError::Exhausted { .. } => code::POOL_EXHAUSTED,
                 PoolError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
                 PoolError::NotHeld { .. } => code::NOT_HELD,
-                PoolError::NotAvailable(_) => code::NOT_AVAILABLE,
+                PoolError::NotAvailable(_) | PoolError::Fenced(_) => code::NOT_AVAILABLE,
                 PoolError::Busy(_) | PoolError::Moved { .. } => code::TRY_AGAIN_LATER,
             },
             Error::Etcd(e) => match e {

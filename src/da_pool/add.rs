@@ -101,6 +101,10 @@ pub(super) fn add(
         if store.claim(owner, &chosen, claim.as_ref())? {
             return result::build(store, net, settings, &pools, &chosen);
         }
+        // Looked for only now: a fence makes every claim of the node fail.
+        if let Some(fenced) = store.fenced(&owner.node)? {
+            return Err(fenced.into());
+        }
         lost += 1;
     }
     Err(Error::from(PoolError::Busy(format!(

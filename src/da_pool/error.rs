@@ -1,6 +1,6 @@
 //! How ipam-da-pool refuses: a pool with no free address, an address
 //! that cannot be given or is not held, a store that is not ready or
-//! moved, other nodes in the way. The reply type gives each its code.
+//! moved, other nodes in the way, this node fenced. The reply type gives each its code.
 
 /// A refusal of the allocator.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +29,11 @@ pub enum PoolError {
     /// Other nodes kept changing what the command needed: try again later.
     #[error("{0}: try again later")]
     Busy(String),
+
+    /// `reclaim` gave back what this node held while it was out of reach:
+    /// its ADDs and STATUS are refused until an operator readmits it.
+    #[error("{0}")]
+    Fenced(String),
 
     /// STATUS: an ADD could not succeed now.
     #[error("not available: {0}")]

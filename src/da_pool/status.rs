@@ -1,6 +1,6 @@
-//! STATUS: whether an ADD could succeed now: the store answers, and every
-//! pool the configuration defines or names as a default has a free
-//! address.
+//! STATUS: whether an ADD could succeed now: the store answers, the node
+//! is not fenced, and every pool the configuration defines or names as a
+//! default has a free address.
 
 use super::add::find_pool;
 use super::holds::ended_holds;
@@ -19,6 +19,9 @@ pub(super) fn status(store: &dyn Store, settings: &Settings) -> Result<(), Error
 
 fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
     store.ping()?;
+    if let Some(fenced) = store.fenced(&settings.node)? {
+        return Err(fenced.into());
+    }
     let mut pools: Vec<Pool> = settings.pools.clone();
     for name in &settings.default {
         if !pools.iter().any(|p| p.name == *name) {

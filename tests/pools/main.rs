@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cluster;
 mod etcd;
 mod local;
 mod operating;

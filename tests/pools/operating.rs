@@ -19,10 +19,10 @@ use crate::common::{run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATO
 use serde_json::{json, Value};
 
 /// The key prefix every test uses; each cluster is its own.
-const PREFIX: &str = "/ipamd-ops";
+pub(crate) const PREFIX: &str = "/ipamd-ops";
 
 /// The allocator's settings for the etcd store of `cluster`.
-fn on_etcd(cluster: &Cluster) -> Value {
+pub(crate) fn on_etcd(cluster: &Cluster) -> Value {
     json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 5}})
 }
 
@@ -34,7 +34,7 @@ fn on_files(dir: &Path) -> Value {
 /// Network "pods" of ipam-da-pool alone on `store`, as node `node`: its
 /// default pool "pods" 10.70.0.0/28 (.1 the gateway, .2 to .14 given),
 /// `extra` added to its settings.
-fn pods(store: &Value, node: &str, extra: Value) -> String {
+pub(crate) fn pods(store: &Value, node: &str, extra: Value) -> String {
     let mut pool = store.clone();
     pool["node"] = json!(node);
     pool["default"] = json!("pods");
@@ -47,12 +47,12 @@ fn pods(store: &Value, node: &str, extra: Value) -> String {
 }
 
 /// Addresses follow pods, keyed as Kubernetes names them.
-fn sticky(duration: &str) -> Value {
+pub(crate) fn sticky(duration: &str) -> Value {
     json!({"sticky": ["K8S_POD_NAMESPACE", "K8S_POD_NAME"], "stickyFor": duration})
 }
 
 /// `CNI_ARGS` of pod `namespace/name`, and `IP=` if an address is asked for.
-fn pod(workload: &str, ip: Option<&str>) -> String {
+pub(crate) fn pod(workload: &str, ip: Option<&str>) -> String {
     let (namespace, name) = workload.split_once('/').unwrap();
     let mut args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}");
     if let Some(ip) = ip {
@@ -62,7 +62,7 @@ fn pod(workload: &str, ip: Option<&str>) -> String {
 }
 
 /// Runs the allocator as a runtime would, for container `id`.
-fn cni(command: &str, config: &str, id: &str, args: &str) -> Outcome {
+pub(crate) fn cni(command: &str, config: &str, id: &str, args: &str) -> Outcome {
     let mut env = Env(vec![
         ("CNI_COMMAND".into(), command.into()),
         ("CNI_CONTAINERID".into(), id.into()),
@@ -77,36 +77,36 @@ fn cni(command: &str, config: &str, id: &str, args: &str) -> Outcome {
 }
 
 /// ADD for container `id`: the address given.
-fn add(config: &str, id: &str, args: &str) -> String {
+pub(crate) fn add(config: &str, id: &str, args: &str) -> String {
     let out = cni("ADD", config, id, args);
     assert!(out.status.success(), "ADD {id}: {out:?}");
     address_of(&out.json())
 }
 
-fn address_of(result: &Value) -> String {
+pub(crate) fn address_of(result: &Value) -> String {
     let address = result["ips"][0]["address"].as_str().unwrap();
     address.split('/').next().unwrap().to_owned()
 }
 
-fn del(config: &str, id: &str) {
+pub(crate) fn del(config: &str, id: &str) {
     let out = cni("DEL", config, id, "");
     assert!(out.status.success(), "DEL {id}: {out:?}");
 }
 
 /// Runs an operator's command of the allocator.
-fn operator(args: &[&str]) -> Outcome {
+pub(crate) fn operator(args: &[&str]) -> Outcome {
     run_program(ALLOCATOR, Path::new("/"), args, &Env(Vec::new()), b"")
 }
 
 /// Writes `config` into `dir` as the file operators point at.
-fn config_file(dir: &Path, name: &str, config: &str) -> PathBuf {
+pub(crate) fn config_file(dir: &Path, name: &str, config: &str) -> PathBuf {
     let file = dir.join(name);
     std::fs::write(&file, config).unwrap();
     file
 }
 
 /// Waits until `done` holds, or fails saying `what` after `limit`.
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !done() {
         assert!(Instant::now() < deadline, "waited {limit:?} for {what}");
@@ -184,13 +184,13 @@ impl Drop for Keeper {
 }
 
 /// Whether node `node` is registered (its keeper's lease alive).
-fn registered(cluster: &Cluster, node: &str) -> bool {
+pub(crate) fn registered(cluster: &Cluster, node: &str) -> bool {
     let key = format!("{PREFIX}/nodes/{node}/alive");
     cluster.keys(&key).contains(&key)
 }
 
 /// The containers and workloads whose records the network keeps.
-fn holders(cluster: &Cluster) -> Vec<String> {
+pub(crate) fn holders(cluster: &Cluster) -> Vec<String> {
     let mut found: Vec<String> = cluster
         .keys(&format!("{PREFIX}/networks/pods/"))
         .iter()
@@ -257,8 +257,13 @@ fn reclaim_gives_back_exactly_what_a_dead_node_held_and_never_touches_a_live_one
     // Seen too recently: nothing yet, and that is no failure.
     let out = reclaim(&["--dead-for", "1h", "--json"]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(out.json(), json!({"released": [], "nodes": []}));
-    // check names it once it is dead long enough.
+    assert_eq!(
+        out.json(),
+        json!({"released": [], "nodes": [], "fenced": []})
+    );
+    // check names it once it has been gone long enough, counted from when
+    // that reclaim first saw it gone.
+    std::thread::sleep(Duration::from_millis(1_100));
     let out = operator(&[
         "check",
         "--config",
@@ -270,7 +275,7 @@ fn reclaim_gives_back_exactly_what_a_dead_node_held_and_never_touches_a_live_one
     assert!(!out.status.success());
     let findings = out.json()["findings"].to_string();
     assert!(
-        findings.contains("node node-b holds 1 attachment(s) and 1 sticky hold(s), but its keeper's lease is gone"),
+        findings.contains("node node-b holds 1 attachment(s) and 1 sticky hold(s), but its keeper's registration is gone since"),
         "{findings}"
     );
     // A dry run says what would go, and changes nothing.
@@ -516,7 +521,7 @@ fn an_allocator_killed_between_its_two_records_is_named_by_check_and_repaired_by
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "c1/eth0 (node node-a) lists 10.70.0.3, which has no record: it could be given to another\n\
-         network pods: 2 attachment(s), 0 hold(s), 1 address record(s), 1 finding(s)\n"
+         network pods (this node: node-a): 2 attachment(s), 0 hold(s), 1 address record(s), 1 finding(s)\n"
     );
     let out = operator(&["release", "--config", file, "--container", "c1"]);
     assert_eq!(

@@ -3,8 +3,8 @@
 //! attachment or a workload's hold whose addresses are not recorded as
 //! its own, an address record nothing can free (torn, or neither its
 //! attachment nor its workload's hold lists it), one address listed twice,
-//! attachments the runtime no longer knows, and what nodes hold whose
-//! keeper is gone since long. Each finding is a sentence naming what to
+//! attachments the runtime no longer knows, what nodes hold whose
+//! keeper is gone since long, and the nodes `reclaim` fenced. Each finding is a sentence naming what to
 //! look at. The records are read without a lock, while ADDs and DELs go
 //! on: a finding between two records is read again before it is named,
 //! so that a record made or removed between the reads is not one.
@@ -15,13 +15,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::show::utc;
 use super::{dead_for, finish, open_unlocked, Opened, DEFAULT_DEAD_FOR};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::nodes;
 use crate::da_pool::settings::{Settings, StoreSettings};
-use crate::da_pool::store::{self, Hold, Holding, Owner, Store};
+use crate::da_pool::store::{self, utc, Hold, Holding, Owner, Store};
 use crate::error::Error;
 use crate::pools::Pool;
 
@@ -44,8 +43,9 @@ an address held outside every range of its pool (a range shrunk
 since), an attachment or a workload's hold whose address is not
 recorded as its own, an address record nothing can free (torn,
 or its attachment or hold gone), an address listed twice, on
-etcd what nodes hold whose keeper's lease is gone and that were
-last seen longer than DURATION ago (15m by default), and, with
+etcd what nodes hold whose keeper's registration has been gone
+for DURATION (15m by default; counted as reclaim counts it) and
+the nodes reclaim fenced, and, with
 FILE (a JSON array of {\"containerID\", \"ifname\"}, as the
 runtime lists them for GC), attachments not in it. Exit status
 1 when it finds anything. It takes no lock.
@@ -103,33 +103,44 @@ fn run(options: &Check) -> Result<bool, Error> {
             addresses: Vec::new(),
         },
     };
-    let dead = match &settings.store {
+    let (dead, fences) = match &settings.store {
         StoreSettings::Etcd(cluster) => {
             let client = crate::etcd::Client::new(cluster.clone())?;
             let now = store::now();
-            nodes::dead(&nodes::states(&client)?, options.dead_for)
+            let states = nodes::states(&client)?;
+            let dead = nodes::dead(&client, &states, options.dead_for)?
                 .into_iter()
-                .map(|(node, seen)| DeadNode {
+                .map(|(node, since)| DeadNode {
                     node,
-                    last_seen: format!("at {}, {} ago", utc(seen), ago(now.saturating_sub(seen))),
+                    gone: format!(
+                        "since {}, {} ago",
+                        utc(since),
+                        ago(now.saturating_sub(since))
+                    ),
                 })
-                .collect()
+                .collect();
+            let fences: Vec<nodes::Fence> = states
+                .into_values()
+                .filter_map(|state| state.fence)
+                .collect();
+            (dead, fences)
         }
-        StoreSettings::Local { .. } => Vec::new(),
+        StoreSettings::Local { .. } => (Vec::new(), Vec::new()),
     };
-    let findings = findings(
+    let mut findings = findings(
         store.as_deref(),
         &settings,
         &records,
         valid.as_deref(),
         &dead,
     )?;
+    findings.extend(fences.iter().map(|fence| fence.refusal().to_string()));
     let mut out = std::io::stdout().lock();
     if options.json {
         let _ = writeln!(
             out,
             "{}",
-            serde_json::json!({"network": name, "findings": findings})
+            serde_json::json!({"network": name, "node": settings.node, "findings": findings})
         );
     } else {
         for finding in &findings {
@@ -137,7 +148,8 @@ fn run(options: &Check) -> Result<bool, Error> {
         }
         let _ = writeln!(
             out,
-            "network {name}: {} attachment(s), {} hold(s), {} address record(s), {} finding(s)",
+            "network {name} (this node: {}): {} attachment(s), {} hold(s), {} address record(s), {} finding(s)",
+            settings.node,
             records.holdings.len(),
             records.holds.len(),
             records.addresses.len(),
@@ -191,11 +203,11 @@ pub struct Records {
     pub addresses: Vec<(Addr, Option<Owner>)>,
 }
 
-/// A node whose keeper's registration is gone: its name, and when it was
-/// last seen (seconds since the epoch) and how long ago, as text.
+/// A node whose keeper's registration is gone: its name, and since when
+/// and how long ago, as text.
 pub struct DeadNode {
     pub node: String,
-    pub last_seen: String,
+    pub gone: String,
 }
 
 /// Everything wrong with the records, in the order found.
@@ -353,8 +365,8 @@ pub fn findings(
         let kept = unbound.iter().filter(|h| h.node == node.node).count();
         if attachments + kept > 0 {
             findings.push(format!(
-                "node {} holds {attachments} attachment(s) and {kept} sticky hold(s), but its keeper's lease is gone and it was last seen {}: `ipam-da-pool reclaim` frees them",
-                node.node, node.last_seen
+                "node {} holds {attachments} attachment(s) and {kept} sticky hold(s), but its keeper's registration is gone {}: `ipam-da-pool reclaim` frees them",
+                node.node, node.gone
             ));
         }
     }
@@ -524,7 +536,7 @@ mod tests {
         let valid: Vec<Attachment> = vec![("ok".into(), "eth0".into())];
         let dead = [DeadNode {
             node: "b".into(),
-            last_seen: "at 2026-11-24T10:00:00Z, 2h ago".into(),
+            gone: "since 2026-11-24T10:00:00Z, 2h ago".into(),
         }];
         let found = findings(Some(&store), &settings, &records, Some(&valid), &dead).unwrap();
         let expected = [
@@ -541,7 +553,7 @@ mod tests {
             "workload ns/web-0 (eth0, node b) lists 10.4.0.10, whose record says thief/eth0 (node a) holds it",
             "workload ns/web-0 (eth0, node b) lists 10.4.0.11, which has no record: it could be given to another",
             "10.4.0.12 is held for workload ns/web-0 (eth0, node b), whose hold does not list it: nothing will free it",
-            "node b holds 0 attachment(s) and 1 sticky hold(s), but its keeper's lease is gone and it was last seen at 2026-11-24T10:00:00Z, 2h ago: `ipam-da-pool reclaim` frees them",
+            "node b holds 0 attachment(s) and 1 sticky hold(s), but its keeper's registration is gone since 2026-11-24T10:00:00Z, 2h ago: `ipam-da-pool reclaim` frees them",
         ];
         for sentence in expected {
             assert!(

@@ -1,14 +1,16 @@
 //! ipam-da-pool's command line, for when it is not run as a CNI plugin (no
 //! CNI_COMMAND): an operator's verbs, one file each: `show`, `check` and
 //! `release`, the report, audit and repair of a network's pools;
-//! `node-keeper` and `reclaim`, a node's registration in etcd and what a
-//! dead node held given back; `import`, the upgrade from the local store
+//! `node-keeper`, `reclaim` and `readmit`, a node's registration in etcd,
+//! what a dead node held given back and the fence that puts on it lifted;
+//! `import`, the upgrade from the local store
 //! to etcd. What they share is here: reading the network they are given,
 //! and saying how they went.
 
 mod check;
 mod import;
 mod node_keeper;
+mod readmit;
 mod reclaim;
 mod release;
 mod show;
@@ -40,6 +42,7 @@ reads its settings from ipam.pool, and then reads no arguments.
         release::VERB,
         node_keeper::VERB,
         reclaim::VERB,
+        readmit::VERB,
         import::VERB,
     ],
     notes: "\
@@ -171,7 +174,7 @@ impl Released<'_> {
 }
 
 /// Prints what was given back (or, dry, would be), as text or JSON.
-fn print_released(released: &[Released], dry_run: bool, json: bool, extra: Option<(&str, Value)>) {
+fn print_released(released: &[Released], dry_run: bool, json: bool, extra: Value) {
     let mut out = std::io::stdout().lock();
     let (verb, key) = if dry_run {
         ("would release", "wouldRelease")
@@ -181,8 +184,8 @@ fn print_released(released: &[Released], dry_run: bool, json: bool, extra: Optio
     if json {
         let list: Vec<Value> = released.iter().map(Released::json).collect();
         let mut object = serde_json::json!({ key: list });
-        if let Some((name, value)) = extra {
-            object[name] = value;
+        if let (Some(object), Value::Object(extra)) = (object.as_object_mut(), extra) {
+            object.extend(extra);
         }
         let _ = writeln!(out, "{object}");
     } else {

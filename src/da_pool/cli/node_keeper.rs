@@ -17,10 +17,12 @@ pub(super) const VERB: Verb = Verb {
     options: &[Opt::value("--config"), Opt::value("--network")],
     operands: false,
     help: "\
-Keeps this node (ipam.pool.node) registered in the etcd cluster
-the configuration names: a key under a lease of ipam.pool.nodeTTL
-seconds (60 by default), renewed every third of it, and when it
-was last seen. Runs until SIGTERM or SIGINT, then withdraws the
+Keeps this node (ipam.pool.node, or the name pinned at first
+use) registered in the etcd cluster the configuration names: a
+key under a lease of ipam.pool.nodeTTL seconds (60 by default),
+renewed every third of it by a keep-alive that writes nothing.
+While `reclaim` has the node fenced, says so as an error at
+every renewal. Runs until SIGTERM or SIGINT, then withdraws the
 registration and exits 0. Logs to stderr.
 ",
     run: |given| Ok(finish(run(&options(given)?))),

@@ -32,12 +32,15 @@ pub(super) const VERB: Verb = Verb {
     operands: false,
     help: "\
 On etcd: gives back what every node holds in the network whose
-keeper's registration is gone and that was last seen longer
-than DURATION ago (15m by default; a node never registered is
-left alone), or what node NAME holds (one decommissioned):
+keeper's registration has been gone for DURATION (15m by
+default), counted by this machine's clock from when a reclaim
+or check first saw it gone (a node never registered is left
+alone), or what node NAME holds (one decommissioned):
 attachments and sticky holds. A node whose registration is
-there is never touched, not even named. Prints what it released
-(with --dry-run, what it would release).
+there is never touched, not even named. A node given back from
+is fenced in the same transactions: its ADDs and STATUS are
+refused until `readmit` lifts the fence. Prints what it
+released (with --dry-run, what it would release).
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
@@ -81,8 +84,6 @@ fn run(options: &Reclaim) -> Result<bool, Error> {
     let settings = Settings::from_net(&net)?;
     let client = cluster_of(&settings, &options.config, "reclaim")?;
     let states = nodes::states(&client)?;
-    let mut store = etcd::Etcd::new(client, &net.name);
-    let (holdings, holds) = (store.holdings()?, store.holds()?);
     let targets: Vec<String> = match &options.node {
         Some(node) => {
             if states.get(node).is_some_and(|s| s.alive) {
@@ -92,11 +93,13 @@ fn run(options: &Reclaim) -> Result<bool, Error> {
             }
             vec![node.clone()]
         }
-        None => nodes::dead(&states, options.dead_for)
+        None => nodes::dead(&client, &states, options.dead_for)?
             .into_iter()
             .map(|(node, _)| node)
             .collect(),
     };
+    let mut store = etcd::Etcd::new(client, &net.name);
+    let (holdings, holds) = (store.holdings()?, store.holds()?);
     let mut outcomes = Vec::new();
     for node in &targets {
         outcomes.push(nodes::reclaim(
@@ -115,13 +118,25 @@ fn run(options: &Reclaim) -> Result<bool, Error> {
         })
         .collect();
     let skipped: usize = outcomes.iter().map(|done| done.skipped).sum();
-    print_released(
-        &released,
-        options.dry_run,
-        options.json,
-        Some(("nodes", serde_json::json!(targets))),
-    );
+    let fenced: Vec<&String> = targets
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, done)| !done.holdings.is_empty() || !done.holds.is_empty())
+        .map(|(node, _)| node)
+        .collect();
+    let mut extra = serde_json::json!({"nodes": targets});
+    if !options.dry_run {
+        extra["fenced"] = serde_json::json!(fenced);
+    }
+    print_released(&released, options.dry_run, options.json, extra);
     let mut err = std::io::stderr().lock();
+    for node in fenced.iter().filter(|_| !options.dry_run) {
+        let _ = writeln!(
+            err,
+            "ipam-da-pool: node {node} is fenced: its ADDs and STATUS are refused until it is drained and `ipam-da-pool readmit --config {} --node {node}` lifts the fence",
+            options.config.display()
+        );
+    }
     if skipped > 0 {
         let _ = writeln!(
             err,

@@ -201,7 +201,12 @@ fn run(options: &Release) -> Result<bool, Error> {
             released.push(Released::Hold(hold));
         }
     }
-    print_released(&released, options.dry_run, options.json, None);
+    print_released(
+        &released,
+        options.dry_run,
+        options.json,
+        serde_json::Value::Null,
+    );
     let matched = !chosen.is_empty() || !chosen_holds.is_empty();
     if !matched {
         let _ = writeln!(

@@ -16,7 +16,7 @@ use super::{finish, open_unlocked, Opened};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::settings::Settings;
-use crate::da_pool::store::{Hold, Holding, Store};
+use crate::da_pool::store::{utc, Hold, Holding, Store};
 use crate::error::Error;
 use crate::pools::Pool;
 
@@ -102,8 +102,11 @@ fn run(options: &Show) -> Result<bool, Error> {
     };
     let reports = report(store.as_deref(), &settings, &holdings, &holds)?;
     let printed = match options.format {
-        Format::Text => text(&name, &reports, options.addresses),
-        Format::Json => format!("{}\n", json(&name, &reports, options.addresses)),
+        Format::Text => text(&name, &settings.node, &reports, options.addresses),
+        Format::Json => format!(
+            "{}\n",
+            json(&name, &settings.node, &reports, options.addresses)
+        ),
         Format::Prometheus => prometheus(&name, &reports),
     };
     // A reader that went away (`| head`) has what it wanted.
@@ -265,10 +268,11 @@ pub fn report(
     Ok(reports)
 }
 
-/// The report as lines of text; with `addresses`, each held address too.
-pub fn text(network: &str, reports: &[PoolReport], addresses: bool) -> String {
+/// The report as lines of text, as node `node` reads it; with
+/// `addresses`, each held address too.
+pub fn text(network: &str, node: &str, reports: &[PoolReport], addresses: bool) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "network {network}");
+    let _ = writeln!(out, "network {network} (this node: {node})");
     for pool in reports {
         let size = pool
             .size
@@ -318,7 +322,7 @@ pub fn text(network: &str, reports: &[PoolReport], addresses: bool) -> String {
 }
 
 /// The report as one JSON object; with `addresses`, each held address too.
-pub fn json(network: &str, reports: &[PoolReport], addresses: bool) -> Value {
+pub fn json(network: &str, node: &str, reports: &[PoolReport], addresses: bool) -> Value {
     let pools: Vec<Value> = reports
         .iter()
         .map(|pool| {
@@ -356,7 +360,7 @@ pub fn json(network: &str, reports: &[PoolReport], addresses: bool) -> Value {
             object
         })
         .collect();
-    json!({"network": network, "pools": pools})
+    json!({"network": network, "node": node, "pools": pools})
 }
 
 /// One figure of a pool, if it has it.
@@ -415,33 +419,6 @@ fn number(count: u128) -> Value {
         Ok(n) => json!(n),
         Err(_) => json!(count as f64),
     }
-}
-
-/// `seconds` since the epoch as an RFC 3339 time in UTC.
-pub(super) fn utc(seconds: u64) -> String {
-    let days = seconds / 86_400;
-    let rest = seconds % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
-    )
 }
 
 #[cfg(test)]
@@ -580,7 +557,8 @@ mod tests {
         );
         assert_eq!((reports[1].size, reports[1].free()), (Some(253), Some(252)));
         assert_eq!((reports[2].size, reports[2].free()), (None, None));
-        let text = text("n", &reports, true);
+        let text = text("n", "a", &reports, true);
+        assert!(text.starts_with("network n (this node: a)\n"), "{text}");
         assert!(text.contains("  pool blue: size 8, used 5, free 4, reserved 1, sticky 1\n    node a: 1 used\n    node b: 4 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
         assert!(
             text.contains("\n    10.4.0.6 w1/eth0 workload ns/web-0 node b since "),
@@ -596,7 +574,8 @@ mod tests {
             ),
             "{text}"
         );
-        let value = json("n", &reports, true);
+        let value = json("n", "a", &reports, true);
+        assert_eq!(value["node"], "a");
         assert_eq!(value["pools"][0]["nodes"], json!({"a": 1, "b": 4}));
         assert_eq!(value["pools"][0]["sticky"], 1);
         assert_eq!(value["pools"][0]["addresses"][1]["containerID"], "c2");
@@ -607,7 +586,7 @@ mod tests {
         );
         assert!(held["until"].as_str().unwrap().ends_with('Z'));
         assert_eq!(value["pools"][2]["size"], Value::Null);
-        assert!(json("n", &reports, false)["pools"][0]
+        assert!(json("n", "a", &reports, false)["pools"][0]
             .get("addresses")
             .is_none());
     }
@@ -648,13 +627,6 @@ mod tests {
             !out.contains("ipam_da_pool_size{network=\"n\",pool=\"inline\"}"),
             "no size for an unknown pool"
         );
-    }
-
-    #[test]
-    fn times_are_rfc_3339_in_utc() {
-        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(utc(1_795_438_282), "2026-11-23T12:51:22Z");
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! PREFIX/pools/NAME                                a pool defined centrally
 //! ```
 //!
+//! A claim also needs its node not fenced (`PREFIX/nodes/NODE/fenced`,
+//! see `nodes`).
+//!
 //! Each address is one key of the network, whatever pool names it,
 //! written with its attachment's record in one transaction that fails if
 //! any of those keys exists: two nodes can never hold one address, and a
@@ -20,6 +23,7 @@ use serde_json::Value;
 
 use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
+use crate::da_pool::{nodes, PoolError};
 use crate::error::Error;
 use crate::etcd::{Client, Compare, Op};
 
@@ -41,6 +45,8 @@ pub struct Etcd {
     network: String,
     /// What every transaction also needs to hold.
     guard: Vec<Compare>,
+    /// What every transaction also does.
+    also: Vec<Op>,
 }
 
 impl Etcd {
@@ -51,13 +57,16 @@ impl Etcd {
             client,
             network,
             guard: Vec::new(),
+            also: Vec::new(),
         }
     }
 
-    /// Sets what every change from now on also needs to hold (`reclaim`:
-    /// the node's registration is still absent).
-    pub fn set_guard(&mut self, guard: Vec<Compare>) {
+    /// Sets what every change from now on also needs to hold and also
+    /// does (`reclaim`: the node's registration is still absent, and the
+    /// node is fenced).
+    pub fn set_guard(&mut self, guard: Vec<Compare>, also: Vec<Op>) {
         self.guard = guard;
+        self.also = also;
     }
 
     /// The client the store talks through.
@@ -68,7 +77,19 @@ impl Etcd {
     /// Runs `ops` if the guard and `compares` hold.
     fn txn(&self, mut compares: Vec<Compare>, ops: &[Op]) -> Result<bool, Error> {
         compares.extend(self.guard.iter().cloned());
-        self.client.txn(&compares, ops)
+        if self.also.is_empty() {
+            return self.client.txn(&compares, ops);
+        }
+        let mut ops = ops.to_vec();
+        ops.extend(self.also.iter().cloned());
+        self.client.txn(&compares, &ops)
+    }
+
+    /// What a claim of `owner`'s needs: its node not fenced (a fence
+    /// written after the ADD looked makes the claim fail).
+    fn unfenced(&self, owner: &Owner) -> Compare {
+        let prefix = &self.client.settings().prefix;
+        Compare::Absent(nodes::node_key(prefix, &owner.node, "fenced"))
     }
 
     fn hold_key(&self, workload: &str, ifname: &str) -> Vec<u8> {
@@ -138,6 +159,7 @@ impl Etcd {
         let hold = self.hold_key(sticky.workload, &owner.ifname);
         let mut compares = vec![
             Compare::Absent(attachment.clone()),
+            self.unfenced(owner),
             match sticky.prior {
                 Some(prior) => Compare::Unchanged(hold.clone(), prior.revision),
                 None => Compare::Absent(hold.clone()),
@@ -277,7 +299,7 @@ impl Store for Etcd {
             return self.claim_for_workload(owner, held, sticky);
         }
         let attachment = self.attachment_key(&owner.id, &owner.ifname);
-        let mut compares = vec![Compare::Absent(attachment.clone())];
+        let mut compares = vec![Compare::Absent(attachment.clone()), self.unfenced(owner)];
         let mut ops = vec![Op::Put(attachment, store::attachment_record(owner, held))];
         for h in held {
             let key = self.address_key(h.address);
@@ -374,6 +396,10 @@ impl Store for Etcd {
             ))
             .into()
         })
+    }
+
+    fn fenced(&self, node: &str) -> Result<Option<PoolError>, Error> {
+        Ok(nodes::fence(&self.client, node)?.map(|fence| fence.refusal()))
     }
 
     fn ping(&self) -> Result<(), Error> {

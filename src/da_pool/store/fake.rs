@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{Held, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
+use crate::da_pool::PoolError;
 use crate::error::Error;
 
 /// More addresses than any test's search may look at.
@@ -28,6 +29,8 @@ pub struct Fake {
     pub looked_at: Cell<u128>,
     /// Whether it stands for a local store (one node's records only).
     pub local: bool,
+    /// Fenced nodes, each with what its refusal says.
+    pub fences: RefCell<HashMap<String, String>>,
 }
 
 impl Fake {
@@ -99,6 +102,10 @@ impl Store for Fake {
     fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
         if self.losing_claims.get() > 0 {
             self.losing_claims.set(self.losing_claims.get() - 1);
+            return Ok(false);
+        }
+        // As etcd's claim: a fenced node's claim fails.
+        if self.fences.borrow().contains_key(&owner.node) {
             return Ok(false);
         }
         let key = (owner.id.clone(), owner.ifname.clone());
@@ -229,6 +236,15 @@ impl Store for Fake {
 
     fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error> {
         Ok(self.pools.get(name).cloned())
+    }
+
+    fn fenced(&self, node: &str) -> Result<Option<PoolError>, Error> {
+        Ok(self
+            .fences
+            .borrow()
+            .get(node)
+            .cloned()
+            .map(PoolError::Fenced))
     }
 
     fn ping(&self) -> Result<(), Error> {

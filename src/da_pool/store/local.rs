@@ -459,6 +459,11 @@ impl Store for Local {
         Ok(None)
     }
 
+    fn fenced(&self, _node: &str) -> Result<Option<PoolError>, Error> {
+        // One node, no reclaim: never fenced.
+        Ok(None)
+    }
+
     fn ping(&self) -> Result<(), Error> {
         // Locked and open: it answers.
         Ok(())

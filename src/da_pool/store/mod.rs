@@ -11,6 +11,7 @@ pub mod local;
 use serde_json::{json, Value};
 
 use crate::addr::Addr;
+use crate::da_pool::PoolError;
 use crate::error::Error;
 
 /// Who holds an address: an attachment (container ID and interface) on a
@@ -268,6 +269,10 @@ pub trait Store {
     /// `PREFIX/pools/NAME`), if it does.
     fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error>;
 
+    /// Why `node` may not claim, if it may not: `reclaim` gave back what
+    /// it held, and fenced it (etcd only).
+    fn fenced(&self, node: &str) -> Result<Option<PoolError>, Error>;
+
     /// Whether the store can answer now.
     fn ping(&self) -> Result<(), Error>;
 
@@ -417,6 +422,33 @@ pub fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// `seconds` since the epoch as an RFC 3339 time in UTC.
+pub fn utc(seconds: u64) -> String {
+    let days = seconds / 86_400;
+    let rest = seconds % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
 /// An attachment's name in a store: `ID:IFNAME`, a ':' being in neither.
 pub fn attachment_name(id: &str, ifname: &str) -> String {
     format!("{id}:{ifname}")
@@ -548,6 +580,13 @@ mod tests {
         );
         // A hold's record is neither an attachment's nor an address's.
         assert_eq!(read_holding(&hold_record(&hold), 0), None);
+    }
+
+    #[test]
+    fn times_are_rfc_3339_in_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_438_282), "2026-11-23T12:51:22Z");
     }
 
     #[test]

@@ -1,0 +1,97 @@
+//! `ipam-da-pool readmit`: lifts the fence `reclaim` put on a node, once
+//! an operator has drained it.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::{cluster_of, finish, load_network};
+use crate::args::{Opt, Options, Verb};
+use crate::cni::NetConf;
+use crate::da_pool::nodes;
+use crate::da_pool::settings::Settings;
+use crate::da_pool::store::utc;
+use crate::da_pool::PoolError;
+use crate::error::Error;
+use crate::etcd::{Compare, Op};
+
+/// `readmit`.
+pub(super) const VERB: Verb = Verb {
+    name: "readmit",
+    synopsis: "--config PATH [--network NAME] --node NAME [--dry-run]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--network"),
+        Opt::value("--node"),
+        Opt::flag("--dry-run"),
+    ],
+    operands: false,
+    help: "\
+On etcd: lifts the fence `reclaim` put on node NAME when it gave
+back what the node held, so that its ADDs and STATUS succeed
+again. Run it once the node is drained: a container it still
+runs may use an address given to another since. Exit status 1
+when the node is not fenced.
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// `readmit`'s options.
+#[derive(Debug, PartialEq)]
+struct Readmit {
+    config: PathBuf,
+    network: Option<String>,
+    node: String,
+    dry_run: bool,
+}
+
+fn options(given: &Options) -> Result<Readmit, String> {
+    Ok(Readmit {
+        config: given.path("--config").ok_or("readmit needs --config")?,
+        network: given.value("--network").map(String::from),
+        node: given
+            .value("--node")
+            .ok_or("readmit needs --node: the node to readmit")?
+            .to_owned(),
+        dry_run: given.flag("--dry-run"),
+    })
+}
+
+/// Lifts node's fence: whether there was one.
+fn run(options: &Readmit) -> Result<bool, Error> {
+    let raw = load_network(&options.config, options.network.as_deref())?;
+    let settings = Settings::from_net(&NetConf::parse(&raw)?)?;
+    let client = cluster_of(&settings, &options.config, "readmit")?;
+    let node = &options.node;
+    let mut err = std::io::stderr().lock();
+    let Some(fence) = nodes::fence(&client, node)? else {
+        let _ = writeln!(
+            err,
+            "ipam-da-pool: node {node} is not fenced: nothing to lift"
+        );
+        return Ok(false);
+    };
+    let verb = if options.dry_run {
+        "would lift"
+    } else {
+        "lifted"
+    };
+    if !options.dry_run {
+        let key = nodes::node_key(&client.settings().prefix, node, "fenced");
+        let lifted = client.txn(
+            &[Compare::Unchanged(key.clone(), fence.revision)],
+            &[Op::Delete(key)],
+        )?;
+        if !lifted {
+            return Err(PoolError::Busy(format!(
+                "node {node}'s fence changed while it was lifted (reclaimed again?)"
+            ))
+            .into());
+        }
+    }
+    let _ = writeln!(
+        std::io::stdout(),
+        "{verb} the fence on node {node} (reclaimed at {})",
+        utc(fence.at)
+    );
+    Ok(true)
+}

@@ -1,0 +1,285 @@
+//! A cluster's ordinary life on etcd clusters the tests start: a host
+//! renamed keeps its node's name; a node whose clock is slow is not
+//! reclaimed early; a node reclaimed is fenced until an operator readmits
+//! it; a misspelt key in a pool defined in etcd is refused.
+//!
+//! Ignored unless asked for with --include-ignored: they need Debian's
+//! etcd-server, libfaketime (package faketime) and root for a UTS
+//! namespace (./.ci/test installs them and runs as root).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::etcd::Cluster;
+use crate::common::{run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATOR};
+use crate::operating::{
+    add, cni, config_file, del, holders, on_etcd, operator, pod, pods, registered, wait_for, PREFIX,
+};
+
+/// `config` without `ipam.pool.node`, its name pinned in `file`.
+fn unnamed(config: &str, file: &Path) -> String {
+    let mut config: Value = serde_json::from_str(config).unwrap();
+    let pool = config["ipam"]["pool"].as_object_mut().unwrap();
+    pool.remove("node");
+    pool.insert("nodeNameFile".into(), json!(file));
+    config.to_string()
+}
+
+/// Runs the allocator as a runtime on a host named `host` (its own UTS
+/// namespace), for container `id`.
+fn cni_on_host(host: &str, command: &str, config: &str, id: &str) -> Outcome {
+    let env = Env(vec![
+        ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+        ("CNI_COMMAND".into(), command.into()),
+        ("CNI_CONTAINERID".into(), id.into()),
+        ("CNI_NETNS".into(), "/var/run/netns/cluster".into()),
+        ("CNI_IFNAME".into(), "eth0".into()),
+        ("CNI_PATH".into(), "/nonexistent".into()),
+    ]);
+    on_host(host, &[ALLOCATOR], &env, config.as_bytes())
+}
+
+/// Runs `command` in a UTS namespace of its own whose host name is `host`.
+fn on_host(host: &str, command: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
+    let mut args = vec![
+        "--uts",
+        "--",
+        "sh",
+        "-c",
+        "hostname \"$0\" && exec \"$@\"",
+        host,
+    ];
+    args.extend_from_slice(command);
+    run_program("unshare", Path::new("/"), &args, env, stdin)
+}
+
+#[test]
+#[ignore = "needs etcd-server and root (a UTS namespace)"]
+fn a_renamed_host_keeps_its_pinned_node_name_and_its_gc_frees_what_it_made_before() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("rename");
+    let file = dir.path().join("state/node-name");
+    let extra = json!({"gcGraceSeconds": 0, "nodeTTL": 2});
+    let config = unnamed(&pods(&on_etcd(&cluster), "unused", extra), &file);
+    let out = cni_on_host("host-before", "ADD", &config, "c1");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "host-before\n");
+    // Renamed: its records, its GC and its keeper keep the pinned name.
+    let out = cni_on_host("host-after", "ADD", &config, "c2");
+    assert!(out.status.success(), "{out:?}");
+    let nodes: Vec<String> = cluster
+        .values(&format!("{PREFIX}/networks/pods/attachments/"))
+        .iter()
+        .map(|(_, record)| {
+            let record: Value = serde_json::from_str(record).unwrap();
+            record["node"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(nodes, ["host-before", "host-before"]);
+    let mut gc: Value = serde_json::from_str(&config).unwrap();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "c2", "ifname": "eth0"}]);
+    let out = cni_on_host("host-after", "GC", &gc.to_string(), "");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(holders(&cluster), ["attachments/c2:eth0"], "c1 freed by GC");
+    let conflist = config_file(dir.path(), "pods.conf", &config);
+    let env = Env(vec![(
+        "PATH".into(),
+        "/usr/sbin:/usr/bin:/sbin:/bin".into(),
+    )]);
+    let keeper = std::thread::spawn(move || {
+        let args = ["node-keeper", "--config", conflist.to_str().unwrap()];
+        let mut command = vec!["timeout", "-s", "TERM", "3", ALLOCATOR];
+        command.extend_from_slice(&args);
+        on_host("host-after", &command, &env, b"")
+    });
+    wait_for(
+        "the pinned name registered",
+        Duration::from_secs(10),
+        || registered(&cluster, "host-before"),
+    );
+    let out = keeper.join().unwrap();
+    assert!(
+        out.stderr.contains("node host-before registered"),
+        "{out:?}"
+    );
+    assert!(!registered(&cluster, "host-after"));
+    let out = operator(&[
+        "show",
+        "--config",
+        dir.path().join("pods.conf").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.starts_with("network pods (this node: host-before)"),
+        "{said}"
+    );
+}
+
+/// Where Debian's libfaketime is.
+fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|entry| Some(entry.ok()?.path().join("faketime/libfaketime.so.1")))
+        .find(|path| path.exists());
+    found.expect("libfaketime (Debian's package faketime) is installed")
+}
+
+#[test]
+#[ignore = "needs etcd-server and faketime"]
+fn a_slow_clock_never_makes_a_node_dead_early_and_a_reclaimed_node_is_fenced_until_readmitted() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("fence");
+    let store = on_etcd(&cluster);
+    let on = |node: &str| pods(&store, node, json!({"nodeTTL": 2}));
+    let (a_file, b_file) = (
+        config_file(dir.path(), "node-a.conf", &on("node-a")),
+        config_file(dir.path(), "node-b.conf", &on("node-b")),
+    );
+    let b1 = add(&on("node-b"), "b1", "");
+    add(&on("node-a"), "a1", "");
+    // node-b's keeper runs half an hour behind; then it is killed.
+    let log = dir.path().join("keeper-b.log");
+    let env = Env(vec![
+        ("LD_PRELOAD".into(), libfaketime().display().to_string()),
+        ("FAKETIME".into(), "-30m".into()),
+        ("DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ]);
+    let mut keeper = spawn_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["node-keeper", "--config", b_file.to_str().unwrap()],
+        &env,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    wait_for("node-b registered", Duration::from_secs(10), || {
+        registered(&cluster, "node-b")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
+    wait_for("node-b's lease to end", Duration::from_secs(15), || {
+        !registered(&cluster, "node-b")
+    });
+    let reclaim = |dead_for: &str| {
+        operator(&[
+            "reclaim",
+            "--config",
+            a_file.to_str().unwrap(),
+            "--dead-for",
+            dead_for,
+            "--json",
+        ])
+    };
+    // Its clock says it was last here 30 minutes ago: that does not count.
+    let out = reclaim("15m");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.json()["nodes"], json!([]), "{out:?}");
+    let gone = format!("{PREFIX}/nodes/node-b/gone");
+    assert!(
+        cluster.keys(&gone).contains(&gone),
+        "the first sight is kept"
+    );
+    std::thread::sleep(Duration::from_millis(2_100));
+    let out = reclaim("2s");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.json()["nodes"], json!(["node-b"]));
+    assert_eq!(out.json()["fenced"], json!(["node-b"]));
+    assert!(out.stderr.contains("readmit --config"), "{}", out.stderr);
+    assert_eq!(holders(&cluster), ["attachments/a1:eth0"]);
+    // Its address goes to node-a; node-b, still running b1, is fenced.
+    let taken = add(&on("node-a"), "a2", &format!("IP={b1}"));
+    assert_eq!(taken, b1);
+    let refused = |out: &Outcome| {
+        let error = out.assert_error(50);
+        let said = error["msg"].as_str().unwrap().to_owned();
+        assert!(said.contains("node node-b is fenced"), "{said}");
+        assert!(
+            said.contains("`ipam-da-pool reclaim` gave back its addresses"),
+            "{said}"
+        );
+        assert!(
+            said.contains("ipam-da-pool readmit --config PATH --node node-b"),
+            "{said}"
+        );
+    };
+    refused(&cni("STATUS", &on("node-b"), "", ""));
+    refused(&cni("ADD", &on("node-b"), "b2", ""));
+    // Its DEL succeeds, and node-a keeps the address.
+    del(&on("node-b"), "b1");
+    assert_eq!(
+        holders(&cluster),
+        ["attachments/a1:eth0", "attachments/a2:eth0"]
+    );
+    // Its keeper, back, says so at every renewal.
+    let log = dir.path().join("keeper-b-again.log");
+    let mut keeper = spawn_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["node-keeper", "--config", b_file.to_str().unwrap()],
+        &Env(Vec::new()),
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    wait_for("two renewals logged", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.matches("error: node node-b is fenced").count() >= 2
+    });
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
+    assert!(
+        !cluster.keys(&gone).contains(&gone),
+        "registering again clears the first sight"
+    );
+    let out = operator(&["check", "--config", a_file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("node node-b is fenced"), "{said}");
+    // readmit: a dry run changes nothing; then the fence is lifted.
+    let readmit = |extra: &[&str]| {
+        let mut args = vec![
+            "readmit",
+            "--config",
+            a_file.to_str().unwrap(),
+            "--node",
+            "node-b",
+        ];
+        args.extend_from_slice(extra);
+        operator(&args)
+    };
+    let out = readmit(&["--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("would lift the fence on node node-b"));
+    refused(&cni("STATUS", &on("node-b"), "", ""));
+    let out = readmit(&[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("lifted the fence on node node-b"));
+    cni("STATUS", &on("node-b"), "", "").assert_silent_success();
+    add(&on("node-b"), "b3", &pod("ns/web-0", None));
+    let out = readmit(&[]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("node node-b is not fenced"), "{out:?}");
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn a_misspelt_key_in_a_pool_defined_in_etcd_is_refused_naming_it() {
+    let cluster = Cluster::start(1, None);
+    cluster.put(
+        &format!("{PREFIX}/pools/central"),
+        r#"[{"subnet": "10.71.0.0/24", "exlude": ["10.71.0.2/31"]}]"#,
+    );
+    let mut config: Value =
+        serde_json::from_str(&pods(&on_etcd(&cluster), "node-a", json!({}))).unwrap();
+    config["ipam"]["pool"]["default"] = json!("central");
+    let out = cni("ADD", &config.to_string(), "c1", "");
+    let error = out.assert_error(7);
+    let said = error["msg"].as_str().unwrap();
+    assert!(
+        said.contains("pool \"central\": range 0: unknown key \"exlude\""),
+        "{said}"
+    );
+    assert_eq!(holders(&cluster), Vec::<String>::new());
+}
