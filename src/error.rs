@@ -153,7 +153,9 @@ impl Error {
             },
             Error::Etcd(e) => match e {
                 EtcdError::Unavailable { .. } => code::TRY_AGAIN_LATER,
-                EtcdError::Refused { .. } | EtcdError::Tls { .. } => code::IO_FAILURE,
+                EtcdError::Refused { .. } | EtcdError::Tls { .. } | EtcdError::Auth { .. } => {
+                    code::IO_FAILURE
+                }
             },
             Error::Docker(e) => match e {
                 DockerError::Request(_) => code::INVALID_CONFIG,

@@ -102,10 +102,19 @@ pub fn write_response(
     out.flush()
 }
 
-/// Writes a POST of JSON `body` to `path` on `host`, the connection kept.
-pub fn write_post(out: &mut impl Write, host: &str, path: &str, body: &[u8]) -> io::Result<()> {
+/// Writes a POST of JSON `body` to `path` on `host`, the connection kept,
+/// with an `Authorization` header if one is given.
+pub fn write_post(
+    out: &mut impl Write,
+    host: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> io::Result<()> {
+    let authorization =
+        authorization.map_or(String::new(), |value| format!("Authorization: {value}\r\n"));
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     out.write_all(head.as_bytes())?;
@@ -367,10 +376,13 @@ mod tests {
     #[test]
     fn a_post_says_its_length() {
         let mut out = Vec::new();
-        write_post(&mut out, "127.0.0.1", "/v3/kv/range", b"{}").unwrap();
+        write_post(&mut out, "127.0.0.1", "/v3/kv/range", None, b"{}").unwrap();
         assert_eq!(
             out,
             b"POST /v3/kv/range HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
         );
+        let mut out = Vec::new();
+        write_post(&mut out, "h", "/p", Some("tok.1"), b"{}").unwrap();
+        assert!(out.starts_with(b"POST /p HTTP/1.1\r\nHost: h\r\nAuthorization: tok.1\r\n"));
     }
 }

@@ -238,8 +238,17 @@ pub fn keep(client: &Client, node: &str, ttl: u64, log: &mut dyn Write) -> Resul
 /// Says on `log`, as an error, that `node` is fenced, if it is: a read,
 /// which adds nothing to etcd's history.
 fn say_fence(client: &Client, node: &str, log: &mut dyn Write) {
-    if let Ok(Some(fence)) = fence(client, node) {
-        let _ = writeln!(log, "ipam-da-pool node-keeper: error: {}", fence.refusal());
+    match fence(client, node) {
+        Ok(None) => {}
+        Ok(Some(fence)) => {
+            let _ = writeln!(log, "ipam-da-pool node-keeper: error: {}", fence.refusal());
+        }
+        Err(e) => {
+            let _ = writeln!(
+                log,
+                "ipam-da-pool node-keeper: cannot read whether node {node} is fenced: {e}"
+            );
+        }
     }
 }
 

@@ -105,11 +105,12 @@ impl Connection {
         })
     }
 
-    /// POSTs `body` to `path` and reads the answer before `deadline`: its
-    /// status and its body.
+    /// POSTs `body` to `path`, with `token` if one is given, and reads the
+    /// answer before `deadline`: its status and its body.
     pub fn post(
         &mut self,
         path: &str,
+        token: Option<&str>,
         body: &[u8],
         deadline: Instant,
     ) -> io::Result<(u16, Vec<u8>)> {
@@ -117,7 +118,7 @@ impl Connection {
         let tcp = self.stream.get_ref().tcp();
         tcp.set_read_timeout(Some(wait))?;
         tcp.set_write_timeout(Some(wait))?;
-        http::write_post(self.stream.get_mut(), &self.host, path, body)?;
+        http::write_post(self.stream.get_mut(), &self.host, path, token, body)?;
         http::read_response(&mut self.stream, LIMITS)
     }
 }
@@ -176,15 +177,19 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
         assert_eq!(
-            connection.post("/v3/kv/range", b"{}", deadline).unwrap(),
+            connection
+                .post("/v3/kv/range", None, b"{}", deadline)
+                .unwrap(),
             (200, b"{}".to_vec())
         );
         let (status, body) = connection
-            .post("/v3/kv/range", b"{\"k\":1}", deadline)
+            .post("/v3/kv/range", None, b"{\"k\":1}", deadline)
             .unwrap();
         assert_eq!((status, body.as_slice()), (503, &b"{\"a\":1}"[..]));
         // The peer has closed: the next request fails, it does not hang.
-        assert!(connection.post("/v3/kv/range", b"{}", deadline).is_err());
+        assert!(connection
+            .post("/v3/kv/range", None, b"{}", deadline)
+            .is_err());
     }
 
     #[test]
@@ -195,7 +200,7 @@ mod tests {
         let deadline = started + Duration::from_millis(300);
         let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
         let error = connection
-            .post("/v3/kv/range", b"{}", deadline)
+            .post("/v3/kv/range", None, b"{}", deadline)
             .unwrap_err();
         assert!(
             matches!(

@@ -1,9 +1,10 @@
 //! A client of etcd's v3 API through its JSON gateway: the cluster's
 //! settings (endpoints, key prefix, TLS with a client certificate, a
-//! timeout), one kept-alive connection that moves on to the next endpoint
-//! when one fails, and the calls the pools make (range, txn), each bounded
-//! by the timeout. A cluster that cannot answer is code 11: try again
-//! later.
+//! timeout, a user and its password), one kept-alive connection that
+//! moves on to the next endpoint when one fails, a sign-in renewed when
+//! its token expires, and the calls the pools make (range, txn, leases),
+//! each bounded by the timeout. A cluster that cannot answer is code 11:
+//! try again later; a refusal that waiting would not change is not.
 
 mod connection;
 mod settings;
@@ -39,6 +40,11 @@ pub enum EtcdError {
     /// The cluster refused a request (its HTTP status and message).
     #[error("the etcd cluster refused a request ({status}): {message}")]
     Refused { status: u16, message: String },
+
+    /// The cluster refused this client's authentication or the user's
+    /// permissions: credentials to fix, not a cluster to wait for.
+    #[error("etcd authentication failed ({message}): check \"ipam.pool.etcd.username\", \"passwordFile\" and the user's role")]
+    Auth { message: String },
 }
 
 /// The least time one try at one member gets, within the call's timeout.
@@ -53,6 +59,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// gRPC codes that mean "not now" rather than "no": deadline exceeded,
 /// resource exhausted, aborted, unavailable.
 const TRANSIENT: [u64; 4] = [4, 8, 10, 14];
+
+/// gRPC codes of a refused authentication: permission denied,
+/// unauthenticated.
+const AUTH: [u64; 2] = [7, 16];
 
 /// A key and its value, as a range read them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +99,10 @@ pub struct Client {
     settings: Settings,
     tls: Option<Arc<ClientConfig>>,
     connection: RefCell<Option<(usize, Connection)>>,
+    /// The user and password to sign in with, if the settings name one.
+    credentials: Option<(String, String)>,
+    /// The token of the last sign-in, until the cluster says it expired.
+    token: RefCell<Option<String>>,
 }
 
 impl Client {
@@ -101,10 +115,23 @@ impl Client {
                 crate::cni::Error::InvalidConfig(format!("\"ipam.pool.etcd.tls\": {reason}"))
             })?),
         };
+        let credentials = match &settings.credentials {
+            None => None,
+            Some((user, file)) => Some((
+                user.clone(),
+                settings::read_password(file).map_err(|reason| {
+                    crate::cni::Error::InvalidConfig(format!(
+                        "\"ipam.pool.etcd.passwordFile\": {reason}"
+                    ))
+                })?,
+            )),
+        };
         Ok(Client {
             settings,
             tls,
             connection: RefCell::new(None),
+            credentials,
+            token: RefCell::new(None),
         })
     }
 
@@ -237,8 +264,53 @@ impl Client {
     /// during an election, a member cut off from the quorum) gives way to
     /// the next: every request the pools make is safe to send twice, since
     /// they read again what a transaction's outcome was.
+    ///
+    /// With credentials, the call carries the token of a sign-in, made
+    /// first if there is none; a token the cluster says is no longer
+    /// valid (etcd's simple tokens expire) is replaced by a new sign-in,
+    /// once.
     fn call(&self, path: &str, request: &Value) -> Result<Value, Error> {
         let body = request.to_string().into_bytes();
+        let Some((user, password)) = &self.credentials else {
+            return self.exchange(path, &body, None);
+        };
+        let mut signed_in_again = false;
+        loop {
+            let token = self.token.borrow().clone();
+            let token = match token {
+                Some(token) => token,
+                None => {
+                    let sign_in = json!({"name": user, "password": password}).to_string();
+                    match self.exchange("/v3/auth/authenticate", sign_in.as_bytes(), None) {
+                        // Credentials for a cluster that asks for none.
+                        Err(Error::Etcd(EtcdError::Refused { message, .. }))
+                            if message.contains("authentication is not enabled") =>
+                        {
+                            return self.exchange(path, &body, None);
+                        }
+                        answer => {
+                            let token = answer?["token"].as_str().unwrap_or_default().to_owned();
+                            *self.token.borrow_mut() = Some(token.clone());
+                            token
+                        }
+                    }
+                }
+            };
+            match self.exchange(path, &body, Some(&token)) {
+                Err(Error::Etcd(EtcdError::Auth { message }))
+                    if message.contains("invalid auth token") && !signed_in_again =>
+                {
+                    signed_in_again = true;
+                    self.token.borrow_mut().take();
+                }
+                answered => return answered,
+            }
+        }
+    }
+
+    /// [`Client::call`]'s exchange with the cluster: `body` POSTed with
+    /// `token`, if any.
+    fn exchange(&self, path: &str, body: &[u8], token: Option<&str>) -> Result<Value, Error> {
         let deadline = Instant::now() + self.settings.timeout;
         let count = self.settings.endpoints.len();
         let mut first = self
@@ -256,7 +328,7 @@ impl Client {
                 // the rest.
                 let share = (self.settings.timeout / 4).max(MIN_TRY);
                 let try_deadline = deadline.min(Instant::now() + share);
-                match self.call_one(index, path, &body, try_deadline) {
+                match self.call_one(index, path, token, body, try_deadline) {
                     Err(Error::Etcd(EtcdError::Unavailable { reason, .. })) => last_error = reason,
                     // Perhaps this member's certificate only: the next.
                     Err(tls @ Error::Etcd(EtcdError::Tls { .. })) => tls_failed.push(tls),
@@ -285,6 +357,7 @@ impl Client {
         &self,
         index: usize,
         path: &str,
+        token: Option<&str>,
         body: &[u8],
         deadline: Instant,
     ) -> Result<Value, Error> {
@@ -315,7 +388,9 @@ impl Client {
             }
         };
         // A connection that failed is not kept.
-        let (status, answer) = connection.post(path, body, deadline).map_err(failed)?;
+        let (status, answer) = connection
+            .post(path, token, body, deadline)
+            .map_err(failed)?;
         *slot = Some((index, connection));
         self.answer(status, &answer)
     }
@@ -323,8 +398,24 @@ impl Client {
     /// A gateway's answer: the JSON of a success, or its error as the
     /// crate reports it.
     fn answer(&self, status: u16, body: &[u8]) -> Result<Value, Error> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| self.unavailable(format!("an answer that is not JSON ({e})")))?;
+        let value: Value = match serde_json::from_slice(body) {
+            Ok(value) => value,
+            // Not the gateway (a proxy's page, a gateway turned off):
+            // a 4xx says no, which waiting would not change.
+            Err(e) if (400..500).contains(&status) && ![408, 429].contains(&status) => {
+                let text = String::from_utf8_lossy(body);
+                let start: String = text.trim().chars().take(120).collect();
+                return Err(Error::from(EtcdError::Refused {
+                    status,
+                    message: format!("an answer that is not etcd's JSON ({e}): {start:?}"),
+                }));
+            }
+            Err(e) => {
+                return Err(self.unavailable(format!(
+                    "an answer of status {status} that is not JSON ({e})"
+                )))
+            }
+        };
         if status == 200 {
             return Ok(value);
         }
@@ -335,6 +426,14 @@ impl Client {
             .unwrap_or("no message")
             .to_owned();
         let code = value.get("code").and_then(Value::as_u64).unwrap_or(0);
+        // Unauthenticated, permission denied, or a sign-in refused (or
+        // missing: "user name is empty").
+        if AUTH.contains(&code)
+            || message.contains("authentication failed")
+            || message.contains("user name is empty")
+        {
+            return Err(Error::from(EtcdError::Auth { message }));
+        }
         if TRANSIENT.contains(&code) || status == 503 {
             Err(self.unavailable(message))
         } else {
@@ -481,5 +580,62 @@ mod tests {
             error.to_string().contains(&format!("127.0.0.1:{port}")),
             "{error}"
         );
+    }
+
+    /// A server that answers every request on every connection with
+    /// `answer`: its port.
+    fn answering(answer: &'static [u8]) -> u16 {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                std::thread::spawn(move || loop {
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    std::io::Read::read_exact(&mut reader, &mut body).unwrap();
+                    if writer.write_all(answer).is_err() {
+                        return;
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn a_4xx_that_is_not_etcds_json_is_a_prompt_refusal_and_a_5xx_is_try_again_later() {
+        let client = |port: u16| {
+            let settings =
+                Settings::parse(&json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 2}))
+                    .unwrap();
+            Client::new(settings).unwrap()
+        };
+        let page =
+            answering(b"HTTP/1.1 404 Not Found\r\nContent-Length: 19\r\n\r\n404 page not found\n");
+        let started = Instant::now();
+        let error = client(page).get(b"k").unwrap_err();
+        assert_eq!(error.code(), crate::error::code::IO_FAILURE, "{error}");
+        assert!(error.to_string().contains("(404)"), "{error}");
+        assert!(error.to_string().contains("404 page not found"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(1), "not waited for");
+        let proxy = answering(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 3\r\n\r\nbad");
+        let error = client(proxy).get(b"k").unwrap_err();
+        assert_eq!(error.code(), crate::error::code::TRY_AGAIN_LATER, "{error}");
     }
 }

@@ -1,7 +1,8 @@
 //! How to reach an etcd cluster, as `ipam.pool.etcd` says: its endpoints,
-//! the key prefix, TLS with a client certificate, the timeout of a call.
+//! the key prefix, TLS with a client certificate, the timeout of a call,
+//! the user to sign in as and its password's file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +17,18 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where keys go unless the settings say.
 const DEFAULT_PREFIX: &str = "/ipam-da-pool";
 
+/// The keys of the settings.
+const KEYS: [&str; 6] = [
+    "endpoints",
+    "prefix",
+    "tls",
+    "timeout",
+    "username",
+    "passwordFile",
+];
+
 /// How to reach a cluster: `{"endpoints", "prefix"?, "tls"?: {"ca", "cert"?,
-/// "key"?}, "timeout"?}`.
+/// "key"?}, "timeout"?, "username"?, "passwordFile"?}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// The members' client addresses, tried in turn.
@@ -28,6 +39,9 @@ pub struct Settings {
     pub tls: Option<TlsFiles>,
     /// How long one call may take, across endpoints.
     pub timeout: Duration,
+    /// The user to sign in as, and the file that holds its password,
+    /// when the cluster has authentication enabled.
+    pub credentials: Option<(String, PathBuf)>,
 }
 
 /// One member's client address.
@@ -55,6 +69,12 @@ impl Settings {
     /// Reads the settings; the error says which one is wrong.
     pub fn parse(value: &Value) -> Result<Settings, String> {
         let object = value.as_object().ok_or("must be an object")?;
+        if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown key {key:?}: the settings have {}",
+                KEYS.map(|k| format!("{k:?}")).join(", ")
+            ));
+        }
         let tls = match object.get("tls") {
             None => None,
             Some(tls) => Some(TlsFiles::parse(tls)?),
@@ -96,11 +116,27 @@ impl Settings {
                     format!("\"timeout\" must be seconds from 0.001 to 3600, not {seconds}")
                 })?,
         };
+        let credentials = match (object.get("username"), object.get("passwordFile")) {
+            (None, None) => None,
+            (Some(Value::String(user)), Some(Value::String(file)))
+                if !user.is_empty() && file.starts_with('/') =>
+            {
+                Some((user.clone(), file.into()))
+            }
+            (user, file) => {
+                return Err(format!(
+                    "\"username\" (a name) and \"passwordFile\" (an absolute file name) go together, not {} and {}",
+                    user.unwrap_or(&Value::Null),
+                    file.unwrap_or(&Value::Null)
+                ))
+            }
+        };
         Ok(Settings {
             endpoints,
             prefix,
             tls,
             timeout,
+            credentials,
         })
     }
 
@@ -154,6 +190,17 @@ impl Endpoint {
 
 impl TlsFiles {
     fn parse(value: &Value) -> Result<TlsFiles, String> {
+        let keys = ["ca", "cert", "key"];
+        if let Some(key) = value
+            .as_object()
+            .ok_or("\"tls\" must be an object")?
+            .keys()
+            .find(|k| !keys.contains(&k.as_str()))
+        {
+            return Err(format!(
+                "unknown key \"tls.{key}\": \"tls\" has \"ca\", \"cert\", \"key\""
+            ));
+        }
         let path = |key: &str| -> Result<Option<PathBuf>, String> {
             match value.get(key) {
                 None => Ok(None),
@@ -210,6 +257,27 @@ impl TlsFiles {
     }
 }
 
+/// The password in `file`, which no other user may read: a world-readable
+/// password would be anyone's on the node.
+pub(super) fn read_password(file: &Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o007 != 0 {
+        return Err(format!(
+            "{}: others may read or write it (mode {mode:o}): make it readable by its owner only (chmod 600)",
+            file.display()
+        ));
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    // A file written by `echo` ends with a newline the password does not have.
+    let password = text.strip_suffix('\n').unwrap_or(&text);
+    if password.is_empty() {
+        return Err(format!("{}: it is empty", file.display()));
+    }
+    Ok(password.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,9 +312,38 @@ mod tests {
             ),
             (json!({"endpoints": ["x:1"], "prefix": "p/"}), "\"prefix\""),
             (json!({"endpoints": ["x:1"], "timeout": 0}), "\"timeout\""),
+            (
+                json!({"endpoints": ["x:1"], "endpionts": ["y:1"]}),
+                "unknown key \"endpionts\"",
+            ),
+            (
+                json!({"endpoints": ["x:1"], "tls": {"ca": "/a", "crt": "/c"}}),
+                "unknown key \"tls.crt\"",
+            ),
+            (
+                json!({"endpoints": ["x:1"], "username": "ipam"}),
+                "\"username\" (a name) and \"passwordFile\"",
+            ),
+            (
+                json!({"endpoints": ["x:1"], "username": "ipam", "passwordFile": "pw"}),
+                "an absolute file name",
+            ),
         ] {
             let e = Settings::parse(&settings).unwrap_err();
             assert!(e.contains(said), "{settings}: {e}");
         }
+    }
+
+    #[test]
+    fn a_password_file_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("password");
+        std::fs::write(&file, "secret\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_password(&file).unwrap(), "secret");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_password(&file).unwrap_err();
+        assert!(e.contains("others may read or write it (mode 644)"), "{e}");
     }
 }

@@ -70,6 +70,8 @@ pub struct Cluster {
     members: Vec<Member>,
     tls: bool,
     token: String,
+    /// Flags every member starts with, beyond the harness's own.
+    flags: Vec<String>,
 }
 
 /// Ports nothing listens on now, each different.
@@ -87,6 +89,11 @@ impl Cluster {
     /// `size` members, started and healthy; TLS with client certificates
     /// when `tls` is given.
     pub fn start(size: usize, tls: Option<&Certificates>) -> Cluster {
+        Cluster::start_with(size, tls, &[])
+    }
+
+    /// As [`Cluster::start`], each member also started with `flags`.
+    pub fn start_with(size: usize, tls: Option<&Certificates>, flags: &[&str]) -> Cluster {
         assert!(
             Path::new("/usr/bin/etcd").exists(),
             "etcd tests need Debian's etcd-server (./.ci/test installs it)"
@@ -111,6 +118,7 @@ impl Cluster {
             dir,
             members,
             tls: tls.is_some(),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
         };
         if let Some(certificates) = tls {
             for file in ["ca.pem", "member.pem", "member.key"] {
@@ -163,6 +171,7 @@ impl Cluster {
             .args(["--initial-cluster-state", "new"])
             .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
             .args(["--log-level", "warn"])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
@@ -199,6 +208,20 @@ impl Cluster {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+    }
+
+    /// Runs Debian's etcdctl (package etcd-client) with `args` against the
+    /// first member: its output, having checked that it succeeded.
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        let member = &self.members[0];
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=http://127.0.0.1:{}", member.admin))
+            .args(args)
+            .output()
+            .expect("etcdctl runs (./.ci/test installs etcd-client)");
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// The client endpoints, as the plugin's settings take them.

@@ -1,11 +1,12 @@
 //! A cluster's ordinary life on etcd clusters the tests start: a host
 //! renamed keeps its node's name; a node whose clock is slow is not
 //! reclaimed early; a node reclaimed is fenced until an operator readmits
-//! it; a misspelt key in a pool defined in etcd is refused.
+//! it; a misspelt key in a pool defined in etcd is refused; a cluster with
+//! authentication enabled and short-lived tokens.
 //!
 //! Ignored unless asked for with --include-ignored: they need Debian's
-//! etcd-server, libfaketime (package faketime) and root for a UTS
-//! namespace (./.ci/test installs them and runs as root).
+//! etcd-server and etcd-client, libfaketime (package faketime) and root
+//! for a UTS namespace (./.ci/test installs them and runs as root).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -282,4 +283,126 @@ fn a_misspelt_key_in_a_pool_defined_in_etcd_is_refused_naming_it() {
         "{said}"
     );
     assert_eq!(holders(&cluster), Vec::<String>::new());
+}
+
+#[test]
+#[ignore = "needs etcd-server and etcd-client"]
+fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refuses_bad_credentials()
+{
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = Cluster::start_with(1, None, &["--auth-token-ttl", "2"]);
+    for args in [
+        &["user", "add", "root:root-secret"][..],
+        &["user", "add", "ipam:ipam-secret"],
+        &["role", "add", "ipam"],
+        &[
+            "role",
+            "grant-permission",
+            "ipam",
+            "--prefix=true",
+            "readwrite",
+            PREFIX,
+        ],
+        &["user", "grant-role", "ipam", "ipam"],
+        &["auth", "enable"],
+    ] {
+        cluster.etcdctl(args);
+    }
+    let dir = temp_dir("auth");
+    let secret = |name: &str, text: &str, mode: u32| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        file
+    };
+    let as_user = |user: &str, file: &Path, node: &str| {
+        let mut store = on_etcd(&cluster);
+        store["etcd"]["username"] = json!(user);
+        store["etcd"]["passwordFile"] = json!(file);
+        pods(&store, node, json!({"nodeTTL": 9}))
+    };
+    let good = secret("ipam.password", "ipam-secret\n", 0o600);
+    let first = add(&as_user("ipam", &good, "node-a"), "c1", "");
+    // A keeper renews every 3 s, after each of its 2-second tokens expired.
+    let conf = config_file(dir.path(), "node-a.conf", &as_user("ipam", &good, "node-a"));
+    let log = dir.path().join("keeper.log");
+    let mut keeper = spawn_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["node-keeper", "--config", conf.to_str().unwrap()],
+        &Env(Vec::new()),
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    let alive = format!("{PREFIX}/nodes/node-a/alive");
+    let keys = cluster.etcdctl(&[
+        "--user",
+        "root:root-secret",
+        "get",
+        "--prefix",
+        "--keys-only",
+        PREFIX,
+    ]);
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(keys.contains(&alive), "{keys}\n{logged}");
+    assert!(!logged.contains("cannot"), "{logged}");
+    // A long operator's command signs in again too: check, then show.
+    let out = operator(&["check", "--config", conf.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    // The same node, a new process: its ADD is given the same address.
+    assert_eq!(add(&as_user("ipam", &good, "node-a"), "c1", ""), first);
+    // Refusals that waiting would not mend come at once, never code 11.
+    let wrong = secret("wrong.password", "guess", 0o600);
+    let open = secret("open.password", "ipam-secret", 0o644);
+    let mut anonymous = on_etcd(&cluster);
+    anonymous["etcd"]["timeout"] = json!(5);
+    for (config, code, said) in [
+        (
+            as_user("ipam", &wrong, "node-a"),
+            5,
+            "etcd authentication failed",
+        ),
+        (
+            as_user("nobody", &good, "node-a"),
+            5,
+            "etcd authentication failed",
+        ),
+        (
+            pods(&anonymous, "node-a", json!({})),
+            5,
+            "etcd authentication failed",
+        ),
+        (
+            as_user("ipam", &open, "node-a"),
+            7,
+            "others may read or write it (mode 644)",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let out = cni("ADD", &config, "c2", "");
+        let error = out.assert_error(code);
+        assert!(error["msg"].as_str().unwrap().contains(said), "{error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // A user without permission on the keys: refused, naming it.
+    cluster.etcdctl(&[
+        "--user",
+        "root:root-secret",
+        "user",
+        "add",
+        "outsider:outsider-secret",
+    ]);
+    let outsider = secret("outsider.password", "outsider-secret", 0o600);
+    let out = cni("ADD", &as_user("outsider", &outsider, "node-a"), "c3", "");
+    let error = out.assert_error(5);
+    assert!(
+        error["msg"].as_str().unwrap().contains("permission denied"),
+        "{error}"
+    );
 }
