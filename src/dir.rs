@@ -6,7 +6,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,14 @@ use crate::sys::{self, Lock};
 /// How often a waiter for a lock tries again (a flock cannot be waited for
 /// alongside the signalfd).
 const LOCK_RETRY: Duration = Duration::from_millis(20);
+
+/// The mode of a directory made here: records name pods and namespaces,
+/// which are no other user's business (a record that is a symbolic link
+/// has no mode of its own: its directory keeps it).
+const PRIVATE_DIR: libc::mode_t = 0o700;
+
+/// The mode of a file written here.
+const PRIVATE_FILE: libc::mode_t = 0o600;
 
 /// An open directory.
 #[derive(Debug)]
@@ -80,6 +88,17 @@ impl Dir {
         Dir::open(path)
     }
 
+    /// Takes from the group and others any access to this directory (one
+    /// made by an earlier version, with 0755): for the records in it.
+    pub fn keep_private(&self) -> io::Result<()> {
+        let mode = self.file.metadata()?.permissions().mode();
+        if mode & 0o077 != 0 {
+            self.file
+                .set_permissions(fs::Permissions::from_mode(mode & 0o700))?;
+        }
+        Ok(())
+    }
+
     /// Where the directory is, for messages.
     pub fn path(&self) -> &Path {
         &self.path
@@ -107,7 +126,7 @@ impl Dir {
         if let Some(child) = self.child(name)? {
             return Ok(child);
         }
-        match sys::mkdirat(&self.file, name, 0o755) {
+        match sys::mkdirat(&self.file, name, PRIVATE_DIR) {
             Ok(()) => self.sync()?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
@@ -163,8 +182,8 @@ impl Dir {
     /// file there is refused (a FIFO cannot hang the open).
     pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        let file =
-            sys::openat(&self.file, name, flags, 0o644).map_err(|e| self.refused_or(name, e))?;
+        let file = sys::openat(&self.file, name, flags, PRIVATE_FILE)
+            .map_err(|e| self.refused_or(name, e))?;
         let before = file.metadata()?;
         if !before.is_file() {
             return Err(io::Error::other("not a regular file: refused"));
@@ -338,10 +357,10 @@ impl Dir {
     fn write_temporary(&self, name: &str, content: &[u8]) -> io::Result<String> {
         let temporary = format!(".{name}.tmp");
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-        let mut file = match sys::openat(&self.file, &temporary, flags, 0o644) {
+        let mut file = match sys::openat(&self.file, &temporary, flags, PRIVATE_FILE) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 sys::unlinkat(&self.file, &temporary)?;
-                sys::openat(&self.file, &temporary, flags, 0o644)?
+                sys::openat(&self.file, &temporary, flags, PRIVATE_FILE)?
             }
             opened => opened?,
         };
@@ -399,6 +418,29 @@ mod tests {
         let child = dir.child_made("c").unwrap();
         assert!(child.path().ends_with("a/b/c"));
         assert!(dir.child("c").unwrap().is_some() && dir.child("d").unwrap().is_none());
+    }
+
+    #[test]
+    fn what_is_made_here_only_its_owner_may_read() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = Dir::open_made(root.path()).unwrap();
+        let mode = |name: &str| {
+            let meta = fs::symlink_metadata(root.path().join(name)).unwrap();
+            meta.permissions().mode() & 0o777
+        };
+        dir.replace("file", b"pod default/web-0").unwrap();
+        dir.create("record", b"pod default/web-1").unwrap();
+        dir.overwrite("hint", b"10.1.0.9").unwrap();
+        dir.child_made("network").unwrap();
+        assert_eq!(
+            [mode("file"), mode("record"), mode("hint"), mode("network")],
+            [0o600, 0o600, 0o600, 0o700]
+        );
+        // A directory an earlier version made readable by all is closed.
+        fs::create_dir(root.path().join("old")).unwrap();
+        fs::set_permissions(root.path().join("old"), fs::Permissions::from_mode(0o755)).unwrap();
+        dir.child("old").unwrap().unwrap().keep_private().unwrap();
+        assert_eq!(mode("old"), 0o700);
     }
 
     #[test]

@@ -38,16 +38,23 @@ impl Network {
         for set in as_list(&ipam["ranges"]) {
             found.extend(as_list(set).iter().map(|range| &range["subnet"]));
         }
+        // As the allocator reads them: `default` a name or a list, a pool
+        // its ranges or `{"ranges", "reserved"}`.
         let pools = &ipam["pool"]["pools"];
-        let names: Vec<&str> = match ipam["pool"]["default"].as_array() {
-            Some(default) => default.iter().filter_map(Value::as_str).collect(),
-            None => pools
+        let names: Vec<&str> = match &ipam["pool"]["default"] {
+            Value::String(one) => vec![one.as_str()],
+            Value::Array(default) => default.iter().filter_map(Value::as_str).collect(),
+            _ => pools
                 .as_object()
                 .map(|pools| pools.keys().map(String::as_str).collect())
                 .unwrap_or_default(),
         };
         for name in names {
-            found.extend(as_list(&pools[name]).iter().map(|range| &range["subnet"]));
+            let ranges = match &pools[name] {
+                Value::Object(definition) => definition.get("ranges").unwrap_or(&Value::Null),
+                ranges => ranges,
+            };
+            found.extend(as_list(ranges).iter().map(|range| &range["subnet"]));
         }
         let mut subnets: Vec<Subnet> = Vec::new();
         for subnet in found.into_iter().filter_map(Value::as_str) {
@@ -237,6 +244,10 @@ mod tests {
         );
         let n = network(
             r#"{"pool":{"default":["b"],"pools":{"a":[{"subnet":"10.2.0.0/24"}],"b":[{"subnet":"10.3.0.0/24"},{"subnet":"bad"}]}}}"#,
+        );
+        assert_eq!(texts(n.subnets()), ["10.3.0.0/24"]);
+        let n = network(
+            r#"{"pool":{"default":"b","pools":{"a":[{"subnet":"10.2.0.0/24"}],"b":{"ranges":[{"subnet":"10.3.0.0/24"}],"reserved":["10.3.0.9"]}}}}"#,
         );
         assert_eq!(texts(n.subnets()), ["10.3.0.0/24"]);
         assert!(network(r#"{"delegates":["x"]}"#).subnets().is_empty());

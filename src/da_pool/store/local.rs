@@ -58,6 +58,7 @@ impl Local {
     pub fn open(data_dir: &Path, name: &str) -> Result<Local, Error> {
         let root = Dir::open_made(data_dir).map_err(|e| files(data_dir, e))?;
         let network = root.child_made(name).map_err(|e| root.error_at(name, e))?;
+        network.keep_private().map_err(|e| root.error_at(name, e))?;
         Local::locked(network)
     }
 

@@ -71,6 +71,7 @@ impl Network {
         loop {
             if let Some(dir) = open_network(root, name)? {
                 dir.lock(Lock::Exclusive, None)?;
+                dir.keep_private().map_err(|e| files_error(&path, e))?;
                 return Ok(Network { dir });
             }
             let above = Nearest::find(&path)?;
