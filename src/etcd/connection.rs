@@ -1,9 +1,10 @@
 //! A connection to one etcd member's JSON gateway, plain or TLS (with a
 //! client certificate), kept alive from one POST to the next, each bounded
-//! by a deadline.
+//! as a whole by a deadline: the name's lookup, the connection, every
+//! read and write.
 
 use std::io::{self, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,41 +27,53 @@ pub struct Connection {
     host: String,
 }
 
-enum Stream {
+/// The connection's stream, each read and write of it bounded by what is
+/// left of the request's time, so that a peer that trickles its answer
+/// cannot stretch a request past its deadline.
+struct Stream {
+    inner: Inner,
+    deadline: Instant,
+}
+
+enum Inner {
     Plain(TcpStream),
     Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
 }
 
 impl Read for Stream {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(stream) => stream.read(buffer),
-            Stream::Tls(stream) => stream.read(buffer),
+        self.tcp()
+            .set_read_timeout(Some(remaining(self.deadline)?))?;
+        match &mut self.inner {
+            Inner::Plain(stream) => stream.read(buffer),
+            Inner::Tls(stream) => stream.read(buffer),
         }
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(stream) => stream.write(bytes),
-            Stream::Tls(stream) => stream.write(bytes),
+        self.tcp()
+            .set_write_timeout(Some(remaining(self.deadline)?))?;
+        match &mut self.inner {
+            Inner::Plain(stream) => stream.write(bytes),
+            Inner::Tls(stream) => stream.write(bytes),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Plain(stream) => stream.flush(),
-            Stream::Tls(stream) => stream.flush(),
+        match &mut self.inner {
+            Inner::Plain(stream) => stream.flush(),
+            Inner::Tls(stream) => stream.flush(),
         }
     }
 }
 
 impl Stream {
     fn tcp(&self) -> &TcpStream {
-        match self {
-            Stream::Plain(stream) => stream,
-            Stream::Tls(stream) => stream.get_ref(),
+        match &self.inner {
+            Inner::Plain(stream) => stream,
+            Inner::Tls(stream) => stream.get_ref(),
         }
     }
 }
@@ -74,11 +87,9 @@ impl Connection {
         tls: Option<&Arc<ClientConfig>>,
         deadline: Instant,
     ) -> io::Result<Connection> {
-        // A name's lookup is the system resolver's, not bounded by the
-        // deadline: endpoints are best given as addresses.
         let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
         let mut connected = None;
-        for address in (host, port).to_socket_addrs()? {
+        for address in lookup(host, port, deadline)? {
             match TcpStream::connect_timeout(&address, remaining(deadline)?) {
                 Ok(tcp) => {
                     connected = Some(tcp);
@@ -89,18 +100,18 @@ impl Connection {
         }
         let tcp = connected.ok_or(last)?;
         tcp.set_nodelay(true)?;
-        let stream = match tls {
-            None => Stream::Plain(tcp),
+        let inner = match tls {
+            None => Inner::Plain(tcp),
             Some(config) => {
                 let name = ServerName::try_from(host.to_owned())
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let session =
                     ClientConnection::new(Arc::clone(config), name).map_err(io::Error::other)?;
-                Stream::Tls(Box::new(StreamOwned::new(session, tcp)))
+                Inner::Tls(Box::new(StreamOwned::new(session, tcp)))
             }
         };
         Ok(Connection {
-            stream: BufReader::new(stream),
+            stream: BufReader::new(Stream { inner, deadline }),
             host: host.to_owned(),
         })
     }
@@ -114,13 +125,40 @@ impl Connection {
         body: &[u8],
         deadline: Instant,
     ) -> io::Result<(u16, Vec<u8>)> {
-        let wait = remaining(deadline)?;
-        let tcp = self.stream.get_ref().tcp();
-        tcp.set_read_timeout(Some(wait))?;
-        tcp.set_write_timeout(Some(wait))?;
+        remaining(deadline)?;
+        self.stream.get_mut().deadline = deadline;
         http::write_post(self.stream.get_mut(), &self.host, path, token, body)?;
         http::read_response(&mut self.stream, LIMITS)
     }
+}
+
+/// The addresses of `host` (a name, or an address), looked up before
+/// `deadline`: the system's resolver may wait far longer for a server
+/// that does not answer, so a name is looked up in a thread of its own,
+/// left to finish alone if it is late.
+fn lookup(host: &str, port: u16, deadline: Instant) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let (answer, answered) = std::sync::mpsc::channel();
+    let name = host.to_owned();
+    std::thread::Builder::new()
+        .name("etcd-lookup".into())
+        .spawn(move || {
+            let found = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(Iterator::collect);
+            // The caller may have gone on without it.
+            let _ = answer.send(found);
+        })?;
+    answered
+        .recv_timeout(remaining(deadline)?)
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("looking up {host} took longer than the time left"),
+            ))
+        })
 }
 
 /// The time left before `deadline`; none left is a timeout.
@@ -211,5 +249,46 @@ mod tests {
         );
         assert!(started.elapsed() < Duration::from_secs(3));
         drop(listener);
+    }
+
+    #[test]
+    fn a_peer_that_trickles_its_answer_is_bounded_by_the_deadline_as_a_whole() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0; 1024];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n");
+            // A byte each 50 ms: every read gets one well within its time.
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(50));
+                if stream.write_all(b" ").is_err() {
+                    return;
+                }
+            }
+        });
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(400);
+        let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
+        assert!(connection
+            .post("/v3/kv/range", None, b"{}", deadline)
+            .is_err());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn an_address_needs_no_lookup_and_a_name_is_looked_up() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let found = lookup("127.0.0.1", 2379, deadline).unwrap();
+        assert_eq!(found, ["127.0.0.1:2379".parse::<SocketAddr>().unwrap()]);
+        let found = lookup("localhost", 2379, deadline).unwrap();
+        assert!(found
+            .iter()
+            .all(|a| a.ip().is_loopback() && a.port() == 2379));
     }
 }

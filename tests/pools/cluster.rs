@@ -406,3 +406,60 @@ fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refus
         "{error}"
     );
 }
+
+#[test]
+#[ignore = "needs root (network and mount namespaces) and python3"]
+fn an_endpoints_name_lookup_is_bounded_by_the_timeout() {
+    // A host whose name server takes every question and never answers: in
+    // namespaces of its own, with a resolv.conf of its own.
+    let dir = temp_dir("lookup");
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(
+        &resolv,
+        "nameserver 127.0.0.1\noptions timeout:5 attempts:2\n",
+    )
+    .unwrap();
+    let silent = "import socket, time\n\
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+        s.bind(('127.0.0.1', 53))\n\
+        time.sleep(60)\n";
+    let script = format!(
+        "ip link set lo up && mount --bind {} /etc/resolv.conf && \
+         (python3 -c \"$0\" </dev/null >/dev/null 2>&1 &) && sleep 0.5 && exec \"$@\"",
+        resolv.display()
+    );
+    let store = json!({"etcd": {"endpoints": ["etcd.cluster.example:2379"], "timeout": 1}});
+    let config = pods(&store, "node-a", json!({}));
+    let env = Env(vec![
+        ("PATH".into(), "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+        ("CNI_COMMAND".into(), "ADD".into()),
+        ("CNI_CONTAINERID".into(), "c1".into()),
+        ("CNI_NETNS".into(), "/var/run/netns/lookup".into()),
+        ("CNI_IFNAME".into(), "eth0".into()),
+        ("CNI_PATH".into(), "/nonexistent".into()),
+    ]);
+    let started = std::time::Instant::now();
+    let out = run_program(
+        "unshare",
+        Path::new("/"),
+        &[
+            "--net", "--mount", "--", "sh", "-c", &script, silent, ALLOCATOR,
+        ],
+        &env,
+        config.as_bytes(),
+    );
+    let error = out.assert_error(11);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("looking up etcd.cluster.example"),
+        "{error}"
+    );
+    // The resolver alone would wait 10 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
