@@ -893,3 +893,76 @@ fn teardown_makes_nothing_and_survives_a_broken_pool() {
     assert!(!missing.exists(), "no data directory made");
     run("ADD", &broken).assert_error(7);
 }
+
+#[test]
+fn import_holds_the_local_stores_lock_for_one_short_step_only() {
+    // An etcd that takes the connection and never answers: the import's
+    // claims wait there for its timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let data = temp_dir("import-lock");
+    let settings = |store: Value| {
+        let mut pool = json!({"node": "node-a", "default": "p", "pools": {"p": [{"subnet": "10.253.0.0/28"}]}});
+        for (key, value) in store.as_object().unwrap() {
+            pool[key] = value.clone();
+        }
+        json!({"cniVersion": "1.0.0", "name": "moving", "ipam": {"type": "ipam-da-pool", "pool": pool}})
+            .to_string()
+    };
+    let local = settings(json!({"dataDir": data.path()}));
+    let port = silent.local_addr().unwrap().port();
+    let on_etcd =
+        settings(json!({"etcd": {"endpoints": [format!("127.0.0.1:{port}")], "timeout": 4}}));
+    let cni = |command: &str, id: &str| {
+        let env = Env(vec![
+            ("CNI_COMMAND".into(), command.into()),
+            ("CNI_CONTAINERID".into(), id.into()),
+            ("CNI_NETNS".into(), "/var/run/netns/import".into()),
+            ("CNI_IFNAME".into(), "eth0".into()),
+            ("CNI_PATH".into(), "/nonexistent".into()),
+        ]);
+        run_program(ALLOCATOR, Path::new("/"), &[], &env, local.as_bytes())
+    };
+    for id in ["a", "b"] {
+        assert!(cni("ADD", id).status.success());
+    }
+    let file = data.path().join("moving.conf");
+    fs::write(&file, &on_etcd).unwrap();
+    let mut import = spawn_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &[
+            "import",
+            "--config",
+            file.to_str().unwrap(),
+            "--from",
+            data.path().to_str().unwrap(),
+        ],
+        &Env(Vec::new()),
+        Stdio::piped(),
+    );
+    let marker = data.path().join("moving/moved");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "import never marked the store");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The import waits on etcd; a DEL on the node does not wait for it.
+    let started = Instant::now();
+    cni("DEL", "a").assert_silent_success();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        import.try_wait().unwrap().is_none(),
+        "the import is still waiting on etcd"
+    );
+    let out = import.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("code 11"),
+        "{out:?}"
+    );
+    drop(silent);
+}

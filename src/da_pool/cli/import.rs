@@ -16,7 +16,7 @@ use crate::args::{Opt, Options, Verb};
 use crate::cni::{self, NetConf};
 use crate::da_pool::add::holds_all;
 use crate::da_pool::settings::{Settings, StoreSettings};
-use crate::da_pool::store::{etcd, local, Held, Sticky, Store};
+use crate::da_pool::store::{etcd, local, Held, Hold, Holding, Sticky, Store};
 use crate::error::Error;
 use crate::netd;
 
@@ -83,14 +83,19 @@ fn run(options: &Import) -> Result<bool, Error> {
             ),
         });
     }
-    let from = local::Local::open(&options.from, &net.name)?;
     let to = etcd::Etcd::new(crate::etcd::Client::new(cluster.clone())?, &net.name);
-    if !options.dry_run {
-        // From now on (the lock held) the local store refuses new claims:
-        // an ADD made locally after the import would be missing from etcd.
-        from.mark_moved()?;
-    }
-    let report = import(&from, &to, options.dry_run)?;
+    // The local store's lock is held for one short step: marked moved (it
+    // refuses new claims from now on: an ADD made locally after the
+    // import would be missing from etcd) and read; the claims in etcd,
+    // however many, take none of its time.
+    let records = {
+        let from = local::Local::open(&options.from, &net.name)?;
+        if !options.dry_run {
+            from.mark_moved()?;
+        }
+        Records::read(&from)?
+    };
+    let report = import(&records, &to, options.dry_run)?;
     let mut out = std::io::stdout().lock();
     for line in &report.lines {
         let _ = writeln!(out, "{line}");
@@ -114,10 +119,35 @@ pub struct Report {
     pub conflicts: usize,
 }
 
+/// What the local store holds, read in one step.
+pub struct Records {
+    holds: Vec<Hold>,
+    /// Each attachment, and whether it holds all its record lists.
+    holdings: Vec<(Holding, bool)>,
+}
+
+impl Records {
+    /// Reads every hold and attachment of `from`.
+    pub fn read(from: &dyn Store) -> Result<Records, Error> {
+        let holdings = from
+            .holdings()?
+            .into_iter()
+            .map(|holding| {
+                let whole = holds_all(from, &holding)?;
+                Ok((holding, whole))
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(Records {
+            holds: from.holds()?,
+            holdings,
+        })
+    }
+}
+
 /// Claims in `to` every attachment `from` holds, unless `dry_run`.
-pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report, Error> {
+pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, Error> {
     let mut report = Report::default();
-    for hold in from.holds()? {
+    for hold in &from.holds {
         if hold.container.is_none() {
             report.lines.push(format!(
                 "left behind the hold of workload {} ({}): no container uses it",
@@ -125,7 +155,7 @@ pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report,
             ));
         }
     }
-    for holding in from.holdings()? {
+    for (holding, whole) in &from.holdings {
         let owner = &holding.owner;
         let who = match &owner.workload {
             Some(workload) => format!(
@@ -135,7 +165,7 @@ pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report,
             None => format!("{}/{} (node {})", owner.id, owner.ifname, owner.node),
         };
         let addresses = listed(&holding.held);
-        if !holds_all(from, &holding)? {
+        if !whole {
             report.lines.push(format!(
                 "skipped {who}: its record lists {addresses}, which it does not all hold (a claim cut short; DEL or GC frees it)"
             ));
@@ -166,7 +196,9 @@ pub fn import(from: &dyn Store, to: &dyn Store, dry_run: bool) -> Result<Report,
         // A workload's hold comes along, as the source has it.
         let (hold, there) = match &owner.workload {
             Some(workload) => (
-                from.hold(workload, &owner.ifname)?,
+                from.holds
+                    .iter()
+                    .find(|h| h.workload == *workload && h.ifname == owner.ifname),
                 to.hold(workload, &owner.ifname)?,
             ),
             None => (None, None),
@@ -304,7 +336,7 @@ mod tests {
             .borrow_mut()
             .remove(&Addr::new("10.1.0.5".parse().unwrap()));
 
-        let dry = import(&local, &cluster, true).unwrap();
+        let dry = import(&Records::read(&local).unwrap(), &cluster, true).unwrap();
         assert!(
             holding_of(&cluster, "a").is_none(),
             "a dry run claims nothing"
@@ -314,7 +346,7 @@ mod tests {
             "would import a/eth0 (node node-a) blue/10.1.0.2"
         );
 
-        let report = import(&local, &cluster, false).unwrap();
+        let report = import(&Records::read(&local).unwrap(), &cluster, false).unwrap();
         assert_eq!(
             report.lines,
             [
@@ -345,7 +377,7 @@ mod tests {
         assert!(local
             .claim(&web("c1", "node-a"), &held("10.1.0.2"), Some(&sticky))
             .unwrap());
-        let report = import(&local, &cluster, false).unwrap();
+        let report = import(&Records::read(&local).unwrap(), &cluster, false).unwrap();
         assert_eq!(
             report.lines,
             ["imported c1/eth0 (node node-a, workload db/pg-0) blue/10.1.0.2"]
@@ -364,7 +396,7 @@ mod tests {
         assert!(cluster
             .claim(&web("c2", "node-b"), &held("10.1.0.3"), Some(&sticky))
             .unwrap());
-        let report = import(&local, &cluster, false).unwrap();
+        let report = import(&Records::read(&local).unwrap(), &cluster, false).unwrap();
         assert_eq!(report.conflicts, 1);
         assert!(
             report.lines[0].contains("workload db/pg-0's hold there is its container c2's"),
