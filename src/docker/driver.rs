@@ -3,6 +3,8 @@
 //! ADD through the stack under a container ID the driver makes, its
 //! result kept in agent mode's state; ReleaseAddress is the DEL of the
 //! attachment holding the address, and ReleasePool releases what is left.
+//! What a request leaves to undo (an ADD cut short, a release that
+//! failed) is undone at the network's next request.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -12,6 +14,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
+use super::leftovers::{self, Leftovers};
 use super::networks::{self, Network};
 use super::pools::{PoolId, Requests};
 use super::DockerError;
@@ -23,7 +26,7 @@ use crate::error::Error;
 use crate::http::Status;
 
 /// The interface name of every attachment the driver makes.
-const IFNAME: &str = "eth0";
+pub(super) const IFNAME: &str = "eth0";
 
 /// The namespace delegates are given: the driver's own, the host's.
 const HOST_NETNS: &str = "/proc/self/ns/net";
@@ -248,6 +251,7 @@ impl Driver {
             range,
         };
         let state = lock(&net)?;
+        settle(&net, &state);
         let mut requests = Requests::read(&state)?;
         requests.add(&pool);
         let leftovers = sweep(&net, &state, &mut requests);
@@ -268,6 +272,7 @@ impl Driver {
         let pool = PoolId::parse(pool)?;
         let net = networks::find(&self.config, Some(&pool.network))?;
         let state = lock(&net)?;
+        settle(&net, &state);
         let mut requests = Requests::read(&state)?;
         if !requests.holds(&pool) {
             warn!("pool {pool} is not held: releasing what is left of it");
@@ -318,27 +323,43 @@ impl Driver {
                 agent::state_root(&setup.config).display()
             ))));
         }
+        settle(&net, &state);
         let delegates = setup.find_all()?;
-        let result = setup.chain(&setup.config.net).add(&delegates)?;
+        // Recorded first: a driver killed before it keeps the result
+        // leaves this to undo at its start.
+        Leftovers::add(&state, &id, &pool)?;
+        let added = setup.chain(&setup.config.net).add(&delegates);
         let attachment = Attachment {
             id,
             ifname: IFNAME.into(),
         };
-        // Kept before it is judged: if giving it back fails, it stays
-        // kept, for the pool's release to sweep.
-        let result = setup.keep(&state, &attachment, result)?;
-        let given = match address_for(&result, &pool, asked) {
-            Ok(given) => given,
+        let result = match added {
+            Ok(result) => result,
+            // Undone whole by the stack, or left to undo again later.
             Err(e) => {
-                if let Err(undo) = release(&net, &stdin, &state, &attachment, Some(&result)) {
-                    warn!(
-                        "could not give back what the stack gave: {}",
-                        message(&undo)
-                    );
+                if !matches!(e, Error::RollbackFailed { .. }) {
+                    Leftovers::forget(&state, &attachment.id)?;
                 }
                 return Err(e);
             }
         };
+        // Kept before it is judged: if giving it back fails, it stays
+        // kept, and left to undo.
+        let result = setup.keep(&state, &attachment, result)?;
+        let given = match address_for(&result, &pool, asked) {
+            Ok(given) => given,
+            Err(e) => {
+                match release(&net, &stdin, &state, &attachment, Some(&result)) {
+                    Ok(()) => Leftovers::forget(&state, &attachment.id)?,
+                    Err(undo) => warn!(
+                        "could not give back what the stack gave, left to undo: {}",
+                        message(&undo)
+                    ),
+                }
+                return Err(e);
+            }
+        };
+        Leftovers::forget(&state, &attachment.id)?;
         let purpose = match options.get(ADDRESS_TYPE) {
             Some(kind) => format!(" ({kind})"),
             None => String::new(),
@@ -365,6 +386,7 @@ impl Driver {
         let address = Addr::new(ip);
         let net = networks::find(&self.config, Some(&pool.network))?;
         let state = lock(&net)?;
+        settle(&net, &state);
         let prefix = pool.attachment_prefix();
         for attachment in state.attachments()? {
             if !attachment.id.starts_with(&prefix) {
@@ -375,7 +397,16 @@ impl Driver {
             };
             if addresses(&kept).contains(&address) {
                 let stdin = net.stdin(runtime_config(&net, &pool, None));
-                release(&net, &stdin, &state, &attachment, Some(&kept))?;
+                if let Err(e) = release(&net, &stdin, &state, &attachment, Some(&kept)) {
+                    // Docker forgets the address whatever the answer:
+                    // released later, not at `docker network rm` only.
+                    Leftovers::add(&state, &attachment.id, &pool)?;
+                    warn!(
+                        "{address} of pool {pool} is left to release again: {}",
+                        message(&e)
+                    );
+                    return Err(e);
+                }
                 info!("{address} released from pool {pool} by {}", attachment.id);
                 return Ok(());
             }
@@ -395,6 +426,30 @@ fn message(e: &Error) -> String {
         text.push_str(&details.replace('\n', " "));
     }
     text
+}
+
+/// Undoes what requests of network `net` left to undo (`state` its
+/// attachments, locked); what still fails is said and kept.
+pub(super) fn settle(net: &Network, state: &state::Network) {
+    let undone = leftovers::undo(net, state, |net, pool, attachment| {
+        let kept = state.read(attachment)?;
+        let stdin = net.stdin(runtime_config(net, pool, None));
+        release(net, &stdin, state, attachment, kept.as_deref())
+    });
+    if let Err(e) = undone {
+        warn!("{}", message(&e));
+    }
+}
+
+/// The network's attachments, locked, if it has a state directory: what
+/// the driver's timer looks at, making nothing.
+pub(super) fn lock_existing(net: &Network) -> Result<Option<state::Network>, Error> {
+    let stdin = net.stdin(Vec::new());
+    let config = Config::parse(&stdin)?;
+    if !agent::state_root(&config).join(&config.net.name).is_dir() {
+        return Ok(None);
+    }
+    state::Network::lock(&agent::state_root(&config), &config.net.name).map(Some)
 }
 
 /// The network's attachments, locked.

@@ -9,6 +9,7 @@
 //! cleanly on SIGTERM.
 
 mod driver;
+mod leftovers;
 mod networks;
 mod pools;
 
@@ -59,6 +60,10 @@ const MAX_CONNECTIONS: usize = 256;
 /// How often the threads that wait look for a termination request that
 /// another thread read from the signalfd.
 const LOOK_FOR_STOP: Duration = Duration::from_secs(1);
+
+/// How often, beyond each network's next request, the driver undoes what
+/// requests left to undo (releases that failed, ADDs cut short).
+const UNDO_EVERY: Duration = Duration::from_secs(10);
 
 /// How long writing an answer may block on a client that does not read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -148,6 +153,16 @@ fn serve(options: &Options) -> Result<(), Error> {
         names.join(", ")
     );
     let driver = Arc::new(Driver::new(options.config.clone()));
+    let config = options.config.clone();
+    // At start (what a driver killed mid-request left), then on a timer;
+    // it ends with the process.
+    std::thread::Builder::new()
+        .name("leftovers".into())
+        .spawn(move || loop {
+            undo_leftovers(&config);
+            std::thread::sleep(UNDO_EVERY);
+        })
+        .map_err(|e| Error::from(DockerError::Request(format!("cannot start a thread: {e}"))))?;
     let load = Arc::new(Load::default());
     let outcome = accept(&listener, &driver, &load);
     // Removed first, so that Docker stops coming while the rest finishes.
@@ -157,6 +172,22 @@ fn serve(options: &Options) -> Result<(), Error> {
     load.wind_down();
     info!("stopped");
     outcome.map_err(|e| socket_error(&options.socket, e))
+}
+
+/// Undoes what requests of every network at `config` that has a state
+/// directory left to undo.
+fn undo_leftovers(config: &Path) {
+    let networks = match networks::load(config) {
+        Ok((networks, _)) => networks,
+        Err(e) => return warn!("{e}"),
+    };
+    for net in &networks {
+        match driver::lock_existing(net) {
+            Ok(Some(state)) => driver::settle(net, &state),
+            Ok(None) => {}
+            Err(e) => warn!("network {}: {e}", net.name),
+        }
+    }
 }
 
 /// Accepts connections until a termination request comes.

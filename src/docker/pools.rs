@@ -93,8 +93,12 @@ impl Requests {
         })
     }
 
-    /// Stores it, whole.
+    /// Stores it, whole; no pool at all is no record (after `docker
+    /// network rm`, the network's state holds nothing).
     pub fn write(&self, network: &state::Network) -> Result<(), Error> {
+        if self.0.is_empty() {
+            return network.remove_record(RECORD);
+        }
         let bytes = serde_json::to_vec(&self.0)
             .map_err(|e| Error::from(DockerError::Request(e.to_string())))?;
         network.write_record(RECORD, &bytes)

@@ -378,6 +378,13 @@ impl Driver {
         process.wait().unwrap()
     }
 
+    /// SIGKILL: a driver that dies in the middle of what it does.
+    pub fn kill(&mut self) {
+        let mut process = self.process.take().expect("the driver runs");
+        process.kill().unwrap();
+        process.wait().unwrap();
+    }
+
     /// What it logged.
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()

@@ -111,10 +111,15 @@ impl World {
         Env(env)
     }
 
-    /// The driver's count of Docker's requests of each pool of `network`.
+    /// The driver's count of Docker's requests of each pool of `network`
+    /// (no record: none).
     fn pool_requests(&self, network: &str) -> Value {
         let record = self.path("state").join(network).join("docker-pools");
-        serde_json::from_slice(&fs::read(record).unwrap()).unwrap()
+        match fs::read(record) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => json!({}),
+            Err(e) => panic!("{e}"),
+        }
     }
 
     /// The container IDs the driver keeps for network `name`.
@@ -785,4 +790,110 @@ fn sigterm_stops_the_driver_with_a_request_under_way_and_a_connection_idle() {
     );
     assert!(!driver.socket.exists());
     drop(idle);
+}
+
+#[test]
+#[ignore = "needs containernetworking-plugins"]
+fn a_release_that_fails_and_an_add_the_driver_died_in_are_undone_and_nothing_stays() {
+    let world = World::new();
+    let mut driver = world.with_host_local_then("slow");
+    let store = world.path("host-local/hl");
+    let held = || -> Vec<String> {
+        host_local_holds(&store)
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect()
+    };
+    // The last delegate answers with its prevResult, as pass-or-fail does.
+    let pass =
+        r#"tr -d '\n' <"$dir/$n.$name.$command.stdin" | sed -n 's/.*"prevResult":\(.*\)}$/\1/p'"#;
+    fs::write(world.path("fake/slow.ADD.run"), pass).unwrap();
+    let (_, pool) = driver.post("/IpamDriver.RequestPool", &json!({"AddressSpace": "local"}));
+    let request = || {
+        let (_, given) = driver.post(
+            "/IpamDriver.RequestAddress",
+            &json!({"PoolID": pool["PoolID"], "Address": "", "Options": null}),
+        );
+        given["Address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let release = |address: &str| {
+        driver.post(
+            "/IpamDriver.ReleaseAddress",
+            &json!({"PoolID": pool["PoolID"], "Address": address}),
+        )
+    };
+    // The stack's DEL fails (an etcd blip, say): Docker hears of it, the
+    // attachment stays kept, and its release is tried again at the
+    // network's next request.
+    let first = request();
+    let kept_first = world.kept("hl");
+    assert_eq!(kept_first.len(), 1);
+    fs::write(world.path("fake/slow.DEL.exit"), "1").unwrap();
+    let refused = error_of(release(&first));
+    assert!(refused.contains("CNI error code"), "{refused}");
+    assert_eq!(world.kept("hl"), kept_first);
+    fs::remove_file(world.path("fake/slow.DEL.exit")).unwrap();
+    let second = request();
+    let kept_second = world.kept("hl");
+    assert!(
+        kept_second.len() == 1 && kept_second != kept_first,
+        "the first released before the second was given: {kept_second:?}"
+    );
+    assert_eq!(held(), std::slice::from_ref(&second));
+    // ... and on the driver's timer, with no request at all.
+    fs::write(world.path("fake/slow.DEL.exit"), "1").unwrap();
+    error_of(release(&second));
+    assert_eq!(world.kept("hl"), kept_second);
+    fs::remove_file(world.path("fake/slow.DEL.exit")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(25);
+    while !world.kept("hl").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{}", driver.log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The driver dies while the stack's ADD runs: host-local has given an
+    // address nobody keeps. The driver, started again, gives it back.
+    fs::write(world.path("fake/slow.ADD.run"), format!("sleep 3; {pass}")).unwrap();
+    let socket = driver.socket.clone();
+    let pool_id = pool["PoolID"].clone();
+    let asking = std::thread::spawn(move || {
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        send(
+            &mut stream,
+            "/IpamDriver.RequestAddress",
+            &json!({"PoolID": pool_id, "Address": "", "Options": null}),
+        );
+        let mut answer = String::new();
+        let _ = std::io::Read::read_to_string(&mut stream, &mut answer);
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{}", driver.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    driver.kill();
+    asking.join().unwrap();
+    driver.restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !held().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{}", driver.log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // `docker network rm`: the network's state holds nothing.
+    let (status, _) = driver.post(
+        "/IpamDriver.ReleasePool",
+        &json!({"PoolID": pool["PoolID"]}),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        names(&world.path("state/hl")),
+        BTreeSet::new(),
+        "{}",
+        driver.log()
+    );
 }

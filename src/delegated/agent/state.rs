@@ -151,6 +151,15 @@ impl Network {
             .map_err(|e| self.dir.error_at(name, e))
     }
 
+    /// Removes record `name`, durably; removing one not there is no error.
+    pub fn remove_record(&self, name: &str) -> Result<(), Error> {
+        debug_assert!(!name.contains(':'));
+        self.dir
+            .remove(name)
+            .map(drop)
+            .map_err(|e| self.dir.error_at(name, e))
+    }
+
     /// Forgets `attachment`, durably; forgetting one not kept is no error.
     pub fn remove(&self, attachment: &Attachment) -> Result<(), Error> {
         let name = attachment.file_name();
