@@ -152,7 +152,7 @@ impl Error {
                 PoolError::Busy(_) | PoolError::Moved { .. } => code::TRY_AGAIN_LATER,
             },
             Error::Etcd(e) => match e {
-                EtcdError::Unavailable { .. } => code::TRY_AGAIN_LATER,
+                EtcdError::Unavailable { .. } | EtcdError::NoSpace { .. } => code::TRY_AGAIN_LATER,
                 EtcdError::Refused { .. } | EtcdError::Tls { .. } | EtcdError::Auth { .. } => {
                     code::IO_FAILURE
                 }

@@ -102,6 +102,12 @@ pub fn write_response(
     out.flush()
 }
 
+/// Writes a GET of `path` on `host`, the connection kept.
+pub fn write_get(out: &mut impl Write, host: &str, path: &str) -> io::Result<()> {
+    out.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())?;
+    out.flush()
+}
+
 /// Writes a POST of JSON `body` to `path` on `host`, the connection kept,
 /// with an `Authorization` header if one is given.
 pub fn write_post(
@@ -381,6 +387,9 @@ mod tests {
             out,
             b"POST /v3/kv/range HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
         );
+        let mut out = Vec::new();
+        write_get(&mut out, "h", "/metrics").unwrap();
+        assert_eq!(out, b"GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n");
         let mut out = Vec::new();
         write_post(&mut out, "h", "/p", Some("tok.1"), b"{}").unwrap();
         assert!(out.starts_with(b"POST /p HTTP/1.1\r\nHost: h\r\nAuthorization: tok.1\r\n"));

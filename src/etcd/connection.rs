@@ -132,6 +132,17 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// GETs `path` and reads the answer before `deadline`: its status and
+    /// its body (the member's `/metrics`, say).
+    pub fn get(&mut self, path: &str, deadline: Instant) -> io::Result<(u16, Vec<u8>)> {
+        remaining(deadline)?;
+        self.stream.get_mut().deadline = deadline;
+        http::write_get(self.stream.get_mut(), &self.host, path)?;
+        http::read_response(&mut self.stream, LIMITS)
+    }
+}
+
 /// The addresses of `host` (a name, or an address), looked up before
 /// `deadline`: the system's resolver may wait far longer for a server
 /// that does not answer, so a name is looked up in a thread of its own,

@@ -41,6 +41,12 @@ pub enum EtcdError {
     #[error("the etcd cluster refused a request ({status}): {message}")]
     Refused { status: u16, message: String },
 
+    /// The cluster's database is at its quota (a NOSPACE alarm): it takes
+    /// deletes, no puts, until an operator compacts, defragments and
+    /// disarms it.
+    #[error("the etcd cluster's database is full ({message}: a NOSPACE alarm): compact and defragment it, then `etcdctl alarm disarm`; try again later")]
+    NoSpace { message: String },
+
     /// The cluster refused this client's authentication or the user's
     /// permissions: credentials to fix, not a cluster to wait for.
     #[error("etcd authentication failed ({message}): check \"ipam.pool.etcd.username\", \"passwordFile\" and the user's role")]
@@ -63,6 +69,19 @@ const TRANSIENT: [u64; 4] = [4, 8, 10, 14];
 /// gRPC codes of a refused authentication: permission denied,
 /// unauthenticated.
 const AUTH: [u64; 2] = [7, 16];
+
+/// What [`Client::health`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// The member asked.
+    pub endpoint: String,
+    /// Its database's size, in bytes.
+    pub db_size: u64,
+    /// Its quota, in bytes, if its metrics said.
+    pub quota: Option<u64>,
+    /// The cluster's alarms, each with the member that raised it.
+    pub alarms: Vec<String>,
+}
 
 /// A key and its value, as a range read them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,6 +260,55 @@ impl Client {
         // Protobuf's JSON leaves a TTL of 0 (the lease is gone) out.
         let ttl = int64(&answer["result"]["TTL"]).unwrap_or(0);
         Ok(u64::try_from(ttl).ok().filter(|ttl| *ttl > 0))
+    }
+
+    /// How full the database of the member the client talks to is, and
+    /// the cluster's alarms (NOSPACE, CORRUPT): for an operator's check.
+    /// The quota is read from the member's metrics, `None` if they cannot
+    /// be read.
+    pub fn health(&self) -> Result<Health, Error> {
+        let status = self.call("/v3/maintenance/status", &json!({}))?;
+        let alarms = self.call("/v3/maintenance/alarm", &json!({"action": "GET"}))?;
+        let endpoint = self
+            .connection
+            .borrow()
+            .as_ref()
+            .map_or(0, |(index, _)| *index);
+        Ok(Health {
+            endpoint: self.settings.endpoints[endpoint].to_string(),
+            db_size: int64(&status["dbSize"]).unwrap_or(0).max(0).unsigned_abs(),
+            quota: self.quota(endpoint),
+            alarms: alarms["alarms"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|alarm| {
+                    let member = alarm["memberID"].as_str().unwrap_or("?");
+                    let kind = alarm["alarm"].as_str().unwrap_or("?");
+                    format!("{kind} (member {member})")
+                })
+                .collect(),
+        })
+    }
+
+    /// The quota of endpoint `index`'s database, from its `/metrics`.
+    fn quota(&self, index: usize) -> Option<u64> {
+        let endpoint = &self.settings.endpoints[index];
+        let deadline = Instant::now() + self.settings.timeout;
+        let tls = self.tls.as_ref().filter(|_| endpoint.tls);
+        let mut connection = Connection::open(&endpoint.host, endpoint.port, tls, deadline).ok()?;
+        let (status, body) = connection.get("/metrics", deadline).ok()?;
+        if status != 200 {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&body);
+        let line = text
+            .lines()
+            .find(|line| line.starts_with("etcd_server_quota_backend_bytes "))?;
+        let value: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        // A byte count, written as a float by the exposition format.
+        Some(value as u64)
     }
 
     /// Ends lease `id`, and with it the keys put under it.
@@ -426,6 +494,10 @@ impl Client {
             .unwrap_or("no message")
             .to_owned();
         let code = value.get("code").and_then(Value::as_u64).unwrap_or(0);
+        // Not worth another member: the quota is the cluster's.
+        if message.contains("database space exceeded") {
+            return Err(Error::from(EtcdError::NoSpace { message }));
+        }
         // Unauthenticated, permission denied, or a sign-in refused (or
         // missing: "user name is empty").
         if AUTH.contains(&code)

@@ -142,19 +142,15 @@ impl Settings {
 
     /// The endpoints, as a list for messages.
     pub fn described(&self) -> String {
-        let list: Vec<String> = self
-            .endpoints
-            .iter()
-            .map(|e| {
-                format!(
-                    "{}://{}:{}",
-                    if e.tls { "https" } else { "http" },
-                    e.host,
-                    e.port
-                )
-            })
-            .collect();
+        let list: Vec<String> = self.endpoints.iter().map(ToString::to_string).collect();
         list.join(", ")
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
     }
 }
 

@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use crate::common::etcd::Cluster;
 use crate::common::{run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATOR};
 use crate::operating::{
-    add, cni, config_file, del, holders, on_etcd, operator, pod, pods, registered, wait_for, PREFIX,
+    add, cni, config_file, del, holders, on_etcd, operator, pod, pods, registered, sticky,
+    wait_for, PREFIX,
 };
 
 /// `config` without `ipam.pool.node`, its name pinned in `file`.
@@ -461,5 +462,64 @@ fn an_endpoints_name_lookup_is_bounded_by_the_timeout() {
         started.elapsed() < Duration::from_secs(4),
         "{:?}",
         started.elapsed()
+    );
+}
+
+#[test]
+#[ignore = "needs etcd-server and etcd-client"]
+fn a_full_etcd_still_frees_refuses_adds_at_once_and_check_says_so() {
+    let cluster = Cluster::start_with(1, None, &["--quota-backend-bytes", "2097152"]);
+    let dir = temp_dir("nospace");
+    let config = pods(&on_etcd(&cluster), "node-a", sticky("1h"));
+    let file = config_file(dir.path(), "pods.conf", &config);
+    add(&config, "p1", "");
+    add(&config, "w1", &pod("ns/web-0", None));
+    let out = operator(&["check", "--config", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.contains("MiB of its 2.0 MiB quota, no alarm"),
+        "{said}"
+    );
+    // Filled up to its quota by another user of the cluster.
+    let endpoint = format!("--endpoints={}", cluster.endpoints()[0]);
+    let value = "x".repeat(100_000);
+    for i in 0..40 {
+        let put = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([endpoint.as_str(), "put", &format!("/fill/{i}"), &value])
+            .output()
+            .unwrap();
+        if !put.status.success() {
+            break;
+        }
+    }
+    assert!(cluster.etcdctl(&["alarm", "list"]).contains("NOSPACE"));
+    // An ADD is refused at once, naming the alarm.
+    let started = std::time::Instant::now();
+    let error = cni("ADD", &config, "p2", "").assert_error(11);
+    assert!(
+        error["msg"].as_str().unwrap().contains("NOSPACE"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // DEL and GC still free: etcd takes deletes. The workload's hold stays.
+    del(&config, "p1");
+    del(&config, "w1");
+    assert_eq!(holders(&cluster), ["holds/ns%2Fweb-0:eth0"]);
+    let mut gc: Value = serde_json::from_str(&config).unwrap();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    cni("GC", &gc.to_string(), "", "").assert_silent_success();
+    let out = operator(&["check", "--config", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("etcd raises alarm NOSPACE"), "{said}");
+    assert!(
+        said.contains("of its quota: compact and defragment it"),
+        "{said}"
     );
 }

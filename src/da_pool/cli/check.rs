@@ -4,7 +4,8 @@
 //! its own, an address record nothing can free (torn, or neither its
 //! attachment nor its workload's hold lists it), one address listed twice,
 //! attachments the runtime no longer knows, what nodes hold whose
-//! keeper is gone since long, and the nodes `reclaim` fenced. Each finding is a sentence naming what to
+//! keeper is gone since long, the nodes `reclaim` fenced, and an etcd
+//! database near its quota or raising an alarm. Each finding is a sentence naming what to
 //! look at. The records are read without a lock, while ADDs and DELs go
 //! on: a finding between two records is read again before it is named,
 //! so that a record made or removed between the reads is not one.
@@ -22,6 +23,7 @@ use crate::da_pool::nodes;
 use crate::da_pool::settings::{Settings, StoreSettings};
 use crate::da_pool::store::{self, utc, Hold, Holding, Owner, Store};
 use crate::error::Error;
+use crate::etcd::Health;
 use crate::pools::Pool;
 
 /// `check`.
@@ -45,7 +47,9 @@ recorded as its own, an address record nothing can free (torn,
 or its attachment or hold gone), an address listed twice, on
 etcd what nodes hold whose keeper's registration has been gone
 for DURATION (15m by default; counted as reclaim counts it) and
-the nodes reclaim fenced, and, with
+the nodes reclaim fenced, etcd's alarms and a database at 80%
+of its quota (the database's size and quota are printed too),
+and, with
 FILE (a JSON array of {\"containerID\", \"ifname\"}, as the
 runtime lists them for GC), attachments not in it. Exit status
 1 when it finds anything. It takes no lock.
@@ -103,48 +107,39 @@ fn run(options: &Check) -> Result<bool, Error> {
             addresses: Vec::new(),
         },
     };
-    let (dead, fences) = match &settings.store {
-        StoreSettings::Etcd(cluster) => {
-            let client = crate::etcd::Client::new(cluster.clone())?;
-            let now = store::now();
-            let states = nodes::states(&client)?;
-            let dead = nodes::dead(&client, &states, options.dead_for)?
-                .into_iter()
-                .map(|(node, since)| DeadNode {
-                    node,
-                    gone: format!(
-                        "since {}, {} ago",
-                        utc(since),
-                        ago(now.saturating_sub(since))
-                    ),
-                })
-                .collect();
-            let fences: Vec<nodes::Fence> = states
-                .into_values()
-                .filter_map(|state| state.fence)
-                .collect();
-            (dead, fences)
-        }
-        StoreSettings::Local { .. } => (Vec::new(), Vec::new()),
+    let cluster = match &settings.store {
+        StoreSettings::Etcd(cluster) => Some(Cluster::read(cluster, options.dead_for)?),
+        StoreSettings::Local { .. } => None,
     };
+    let dead = cluster.as_ref().map_or(&[][..], |c| &c.dead);
     let mut findings = findings(
         store.as_deref(),
         &settings,
         &records,
         valid.as_deref(),
-        &dead,
+        dead,
     )?;
-    findings.extend(fences.iter().map(|fence| fence.refusal().to_string()));
+    if let Some(cluster) = &cluster {
+        findings.extend(cluster.findings());
+    }
     let mut out = std::io::stdout().lock();
     if options.json {
         let _ = writeln!(
             out,
             "{}",
-            serde_json::json!({"network": name, "node": settings.node, "findings": findings})
+            serde_json::json!({
+                "network": name,
+                "node": settings.node,
+                "findings": findings,
+                "etcd": cluster.as_ref().map(|c| c.health_json()),
+            })
         );
     } else {
         for finding in &findings {
             let _ = writeln!(out, "{finding}");
+        }
+        if let Some(cluster) = &cluster {
+            let _ = writeln!(out, "{}", cluster.health_line());
         }
         let _ = writeln!(
             out,
@@ -191,6 +186,107 @@ fn ago(seconds: u64) -> String {
         s if s < 2 * 86_400 => format!("{}h", s / 3_600),
         s => format!("{}d", s / 86_400),
     }
+}
+
+/// What `check` reads of an etcd cluster beside the network's records:
+/// the nodes gone long enough, the fenced ones, and how full its
+/// database is.
+struct Cluster {
+    dead: Vec<DeadNode>,
+    fences: Vec<nodes::Fence>,
+    health: Health,
+}
+
+/// How full a database may be, in percent of its quota, before `check`
+/// says so: time to compact and defragment, before etcd refuses puts.
+const FULL_ENOUGH: u64 = 80;
+
+impl Cluster {
+    fn read(settings: &crate::etcd::Settings, dead_for: u64) -> Result<Cluster, Error> {
+        let client = crate::etcd::Client::new(settings.clone())?;
+        let now = store::now();
+        let states = nodes::states(&client)?;
+        let dead = nodes::dead(&client, &states, dead_for)?
+            .into_iter()
+            .map(|(node, since)| DeadNode {
+                node,
+                gone: format!(
+                    "since {}, {} ago",
+                    utc(since),
+                    ago(now.saturating_sub(since))
+                ),
+            })
+            .collect();
+        let fences = states
+            .into_values()
+            .filter_map(|state| state.fence)
+            .collect();
+        Ok(Cluster {
+            dead,
+            fences,
+            health: client.health()?,
+        })
+    }
+
+    /// The fenced nodes, the alarms, and a database near its quota.
+    fn findings(&self) -> Vec<String> {
+        let mut found: Vec<String> = self
+            .fences
+            .iter()
+            .map(|fence| fence.refusal().to_string())
+            .collect();
+        for alarm in &self.health.alarms {
+            found.push(format!(
+                "etcd raises alarm {alarm}: a NOSPACE alarm refuses every ADD until the database is compacted, defragmented and the alarm disarmed"
+            ));
+        }
+        if let Some(quota) = self.health.quota.filter(|q| *q > 0) {
+            let percent = self.health.db_size.saturating_mul(100) / quota;
+            if percent >= FULL_ENOUGH {
+                found.push(format!(
+                    "etcd's database ({}) is at {percent}% of its quota: compact and defragment it before it refuses puts",
+                    self.health.endpoint
+                ));
+            }
+        }
+        found
+    }
+
+    fn health_line(&self) -> String {
+        let Health {
+            endpoint,
+            db_size,
+            quota,
+            alarms,
+        } = &self.health;
+        let quota = quota.map_or_else(
+            || "of an unknown quota".to_owned(),
+            |q| format!("of its {} quota", mib(q)),
+        );
+        let alarms = if alarms.is_empty() {
+            "no alarm".to_owned()
+        } else {
+            format!("alarms: {}", alarms.join(", "))
+        };
+        format!(
+            "etcd ({endpoint}): database {} {quota}, {alarms}",
+            mib(*db_size)
+        )
+    }
+
+    fn health_json(&self) -> Value {
+        serde_json::json!({
+            "endpoint": self.health.endpoint,
+            "dbSize": self.health.db_size,
+            "quota": self.health.quota,
+            "alarms": self.health.alarms,
+        })
+    }
+}
+
+/// Bytes in MiB, for a person.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// An attachment, as the runtime names it.

@@ -25,7 +25,7 @@ use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
 use crate::da_pool::{nodes, PoolError};
 use crate::error::Error;
-use crate::etcd::{Client, Compare, Op};
+use crate::etcd::{Client, Compare, EtcdError, Op};
 
 /// How many held keys one read looks at while searching for a free address.
 const PAGE: usize = 256;
@@ -316,6 +316,7 @@ impl Store for Etcd {
         let mut compares = vec![Compare::Unchanged(attachment.clone(), holding.revision)];
         let mut ops = vec![Op::Delete(attachment)];
         let mut kept = false;
+        let mut hold_put = None;
         if let Some(workload) = &owner.workload {
             let key = self.hold_key(workload, &owner.ifname);
             match self.hold(workload, &owner.ifname)? {
@@ -323,7 +324,7 @@ impl Store for Etcd {
                     compares.push(Compare::Unchanged(key.clone(), hold.revision));
                     if hold.container.as_deref() == Some(owner.id.as_str()) {
                         let released = hold.released(store::now());
-                        ops.push(Op::Put(key, store::hold_record(&released)));
+                        hold_put = Some(Op::Put(key, store::hold_record(&released)));
                     }
                     kept = true;
                 }
@@ -334,7 +335,18 @@ impl Store for Etcd {
         if !kept {
             self.give_back(owner, &holding.held, &mut compares, &mut ops)?;
         }
-        self.txn(compares, &ops)
+        let Some(put) = hold_put else {
+            return self.txn(compares, &ops);
+        };
+        let deletes = ops.clone();
+        ops.push(put);
+        match self.txn(compares.clone(), &ops) {
+            // A full etcd takes deletes only: the hold stays bound to the
+            // container whose attachment goes, and so ends `stickyFor`
+            // after it was bound rather than after now.
+            Err(Error::Etcd(EtcdError::NoSpace { .. })) => self.txn(compares, &deletes),
+            done => done,
+        }
     }
 
     fn hold(&self, workload: &str, ifname: &str) -> Result<Option<Hold>, Error> {
