@@ -15,7 +15,13 @@
 //! 3. operating a 90 %-full /16 on each store: how long `show` and `check`
 //!    take, and the ADD's p50 while `check` runs over and over against
 //!    its p50 alone;
-//! 4. ADD in a /48 IPv6 pool against a /120, side by side.
+//! 4. ADD in a /48 IPv6 pool against a /120, side by side;
+//! 5. on etcd, what a node costs the cluster: the bytes etcd sends
+//!    (`etcd_network_client_grpc_sent_bytes_total`) for a GC on a node
+//!    holding 2 attachments while another holds 10,000, in the previous
+//!    layout and this one; for ADDs on an exhausted /20, the first and
+//!    those retried after it; and the ADD's p50 with 1,000 and 100,000
+//!    addresses held in the pool.
 //!
 //! Run with `cargo bench --bench pools`; needs Debian's
 //! containernetworking-plugins and etcd-server (./.ci/test installs them).
@@ -327,6 +333,138 @@ fn main() {
         ms(narrow_p50),
         wide_p50.as_secs_f64() / narrow_p50.as_secs_f64()
     );
+
+    cluster_costs(&allocator, &bin);
+}
+
+/// Bytes etcd sends, as its metric counts them.
+const SENT: &str = "etcd_network_client_grpc_sent_bytes_total";
+
+/// Section 5: what one node's GC and ADDs cost a 1-member cluster (all
+/// its traffic on one member's counter), however many others it holds.
+fn cluster_costs(allocator: &Path, bin: &Path) {
+    let cluster = Cluster::start(1, None);
+    let prefix = "/bench-cost";
+    let settings = |network: &str, node: &str, subnet: &str| {
+        let pool = json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": prefix},
+            "node": node, "default": "p", "gcGraceSeconds": 0,
+            "pools": {"p": [{"subnet": subnet}]}});
+        json!({"cniVersion": "1.1.0", "name": network, "ipam": {"type": "ipam-da-pool", "pool": pool}})
+            .to_string()
+    };
+    let sent = |run: &mut dyn FnMut()| {
+        let before = cluster.metric(SENT);
+        run();
+        cluster.metric(SENT) - before
+    };
+    let kib = |bytes: f64| bytes / 1024.0;
+    println!("On etcd, what a node costs the cluster (bytes etcd sends, median of {OPS_RUNS}):");
+    // GC on node "small" (2 attachments) beside node "big" (10,000).
+    let mut line = String::from("  GC on a node holding 2 while another holds 10,000:");
+    for (network, legacy) in [("gc-previous", true), ("gc-nodes", false)] {
+        let base = format!("{prefix}/networks/{network}/");
+        let mut pairs = Vec::new();
+        for n in 0..10_002u32 {
+            let node = if n < 2 { "small" } else { "big" };
+            let id = format!("c{n}");
+            let at = Ipv4Addr::from(0x0a3e_0000 + 2 + n);
+            let record = json!({"containerID": id, "ifname": "eth0", "node": node,
+                "addresses": [{"pool": "p", "address": at.to_string()}], "since": 0});
+            let key = match legacy {
+                true => format!("{base}attachments/{id}:eth0"),
+                false => format!("{base}nodes/{node}/attachments/{id}:eth0"),
+            };
+            pairs.push((key, record.to_string()));
+        }
+        cluster.put_all(&pairs);
+        let mut config: Value =
+            serde_json::from_str(&settings(network, "small", "10.62.0.0/16")).unwrap();
+        config["cni.dev/valid-attachments"] = json!([{"containerID": "c0", "ifname": "eth0"}, {"containerID": "c1", "ifname": "eth0"}]);
+        let config = config.to_string();
+        let runs: Vec<f64> = (0..OPS_RUNS)
+            .map(|_| {
+                sent(&mut || {
+                    let out = call(allocator, bin, &config, "", "GC");
+                    assert!(out.status.success(), "GC: {out:?}");
+                })
+            })
+            .collect();
+        let label = if legacy {
+            "previous layout"
+        } else {
+            "this layout"
+        };
+        line.push_str(&format!(" {label} {:.1} KiB", kib(median_f64(runs))));
+    }
+    println!("{line}");
+    // ADDs on a /20 every address of which is held.
+    let network = "exhausted";
+    let base = format!("{prefix}/networks/{network}/");
+    let owner =
+        json!({"containerID": "fill", "ifname": "eth0", "node": "big", "pool": "p", "since": 0});
+    let pairs: Vec<(String, String)> = (2..4095u32)
+        .map(|n| {
+            let [a, b, c, d] = Ipv4Addr::from(0x0a3f_0000 + n).octets();
+            (
+                format!("{base}addresses/{a:03}.{b:03}.{c:03}.{d:03}"),
+                owner.to_string(),
+            )
+        })
+        .collect();
+    cluster.put_all(&pairs);
+    let config = settings(network, "small", "10.63.0.0/20");
+    let exhausted_add = |id: &str| {
+        let out = call(allocator, bin, &config, id, "ADD");
+        assert!(!out.status.success(), "the /20 is full");
+    };
+    let first = sent(&mut || exhausted_add("first"));
+    let retried: Vec<f64> = (0..OPS_RUNS)
+        .map(|i| sent(&mut || exhausted_add(&format!("retry{i}"))))
+        .collect();
+    let retried = median_f64(retried);
+    println!(
+        "  ADD on an exhausted /20: the first {:.1} KiB, each retried within 5 s {:.1} KiB ({:.0}x less)",
+        kib(first),
+        kib(retried),
+        first / retried.max(1.0)
+    );
+    // ADD p50 with 1,000 and then 100,000 addresses held in a /14, the
+    // node's hint just after them, as its own ADDs would have left it.
+    let network = "held";
+    let base = format!("{prefix}/networks/{network}/");
+    let config = settings(network, "small", "10.64.0.0/14");
+    let mut filled = 0u32;
+    let mut p50s = Vec::new();
+    for held in [1_000u32, 100_000] {
+        let pairs: Vec<(String, String)> = (filled..held)
+            .flat_map(|n| {
+                let at = Ipv4Addr::from(0x0a40_0000 + 2 + n);
+                let [a, b, c, d] = at.octets();
+                let id = format!("fill{n}");
+                let owner = json!({"containerID": id, "ifname": "eth0", "node": "big", "pool": "p", "since": 0});
+                let mut attachment = owner.clone();
+                attachment["addresses"] = json!([{"pool": "p", "address": at.to_string()}]);
+                [
+                    (format!("{base}addresses/{a:03}.{b:03}.{c:03}.{d:03}"), owner.to_string()),
+                    (format!("{base}nodes/big/attachments/{id}:eth0"), attachment.to_string()),
+                ]
+            })
+            .collect();
+        cluster.put_all(&pairs);
+        filled = held;
+        let next = Ipv4Addr::from(0x0a40_0000 + 2 + held);
+        cluster.put(&format!("{base}nodes/small/hints/p"), &next.to_string());
+        let mut times: Vec<Duration> = (0..OPS_ADDS)
+            .map(|i| add(allocator, bin, &config, &format!("h{held}-{i}")))
+            .collect();
+        p50s.push(median(&mut times));
+    }
+    println!(
+        "  ADD p50 with 1,000 held {:.2} ms, with 100,000 held {:.2} ms: {:.2}x (target <= 1.2)",
+        ms(p50s[0]),
+        ms(p50s[1]),
+        p50s[1].as_secs_f64() / p50s[0].as_secs_f64()
+    );
 }
 
 /// One run of the allocator's operator command `verb` on `file`: how long
@@ -478,7 +616,7 @@ fn fill_etcd_attachments(cluster: &Cluster, network: &str, layout: Layout) {
             let record = json!({"containerID": id, "ifname": "eth0", "node": "bench",
                 "addresses": [{"pool": "big", "address": address(*n).to_string()}], "since": 0});
             (
-                format!("{network}attachments/{id}:eth0"),
+                format!("{network}nodes/bench/attachments/{id}:eth0"),
                 record.to_string(),
             )
         })

@@ -70,6 +70,11 @@ impl Addr {
         }
     }
 
+    /// How far `self` is past `earlier`, in addresses (0 if it is not).
+    pub fn distance(self, earlier: Addr) -> u128 {
+        self.value.saturating_sub(earlier.value)
+    }
+
     /// The address `n` after this one, if the family has it.
     pub fn plus(self, n: u128) -> Option<Addr> {
         let value = self.value.checked_add(n)?;

@@ -37,7 +37,7 @@ pub(super) fn add(
     let mut lost = 0;
     let mut swept = false;
     for _ in 0..ATTEMPTS {
-        if let Some(holding) = store.holding(&owner.id, &owner.ifname)? {
+        if let Some(holding) = store.holding(&owner.node, &owner.id, &owner.ifname)? {
             if holds_all(store, &holding)? {
                 still_asked(&holding, &pools, &requested)?;
                 return result::build(store, net, settings, &pools, &holding.held);
@@ -65,8 +65,13 @@ pub(super) fn add(
                 None => match kept(store, hold.as_ref(), pool, owner, &chosen)? {
                     Some(address) => address,
                     None => {
-                        let start = search::starting_point(store, pool, lost)?;
-                        match search::choose_free(store, pool, start, &chosen) {
+                        let start = search::starting_point(store, &owner.node, pool, lost)?;
+                        let found = match start {
+                            Some(start) => search::choose_free(store, pool, start, &chosen),
+                            // Found full a moment ago: not read whole again.
+                            None => Err(exhausted(pool)),
+                        };
+                        match found {
                             // Holds whose time is up keep addresses until
                             // someone needs them: now.
                             Err(Error::Pool(PoolError::Exhausted { .. })) if !swept => {
@@ -75,9 +80,10 @@ pub(super) fn add(
                                     lost += 1;
                                     break;
                                 }
-                                return Err(Error::from(PoolError::Exhausted {
-                                    pool: pool.name.clone(),
-                                }));
+                                if start.is_some() {
+                                    note_full(store, pool);
+                                }
+                                return Err(exhausted(pool));
                             }
                             found => found?,
                         }
@@ -110,6 +116,24 @@ pub(super) fn add(
     Err(Error::from(PoolError::Busy(format!(
         "other attachments took the addresses chosen, {ATTEMPTS} times over"
     ))))
+}
+
+/// Pool `pool` has no free address: code 110.
+fn exhausted(pool: &Pool) -> Error {
+    Error::from(PoolError::Exhausted {
+        pool: pool.name.clone(),
+    })
+}
+
+/// Notes that a search found `pool` full; a note that cannot be written
+/// (etcd at its quota) only costs the next ADD a whole read.
+fn note_full(store: &dyn Store, pool: &Pool) {
+    if let Err(e) = store.note_full(&pool.name) {
+        warn!(
+            "pool {:?} is full, but that cannot be noted: {e}",
+            pool.name
+        );
+    }
 }
 
 /// The address asked for in each pool, if one is: the pool's own
@@ -276,8 +300,11 @@ fn check_requested(
             Some(workload) => store.hold(workload, &holder.ifname)?,
             None => None,
         };
-        let bound_alive = match hold.as_ref().and_then(|h| h.container.as_ref()) {
-            Some(id) => store.holding(id, &holder.ifname)?.is_some(),
+        let bound_alive = match hold
+            .as_ref()
+            .and_then(|h| Some((&h.node, h.container.as_ref()?)))
+        {
+            Some((node, id)) => store.holding(node, id, &holder.ifname)?.is_some(),
             None => false,
         };
         match hold {
@@ -356,9 +383,13 @@ mod tests {
             again
         );
         let checked = config("1.1.0", pools(), Some(again.clone()));
-        check(&store, &NetConf::parse(&checked).unwrap(), &owner("c2")).unwrap();
+        let on_b = Owner {
+            node: "node-b".into(),
+            ..owner("c2")
+        };
+        check(&store, &NetConf::parse(&checked).unwrap(), &on_b).unwrap();
         // Its hour over, the address is anyone's.
-        del(&store, &owner("c2")).unwrap();
+        del(&store, &on_b).unwrap();
         expire(&store, "default/web-0");
         let taker = add_as(
             &store,
@@ -595,6 +626,17 @@ mod tests {
             )
         );
         assert_eq!(store.held(), ["10.1.0.2", "10.9.0.2"]);
+        // Found full: the ADDs a runtime retries do not read it again,
+        // until an address is given back.
+        assert!(store.full.borrow().contains("tiny"));
+        let only_tiny = config("1.0.0", pools(), Some(json!({"pools": [{"name": "tiny"}]})));
+        let looked = store.looked_at.get();
+        let e = add_for(&store, &only_tiny, "c3", &[]).unwrap_err();
+        assert_eq!(e.code(), code::POOL_EXHAUSTED);
+        assert_eq!(store.looked_at.get(), looked, "nothing read");
+        del(&store, &owner("c1")).unwrap();
+        assert!(store.full.borrow().is_empty());
+        add_for(&store, &only_tiny, "c3", &[]).unwrap();
     }
 
     #[test]

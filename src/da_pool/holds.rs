@@ -22,7 +22,7 @@ pub(super) fn workload_hold(store: &dyn Store, owner: &Owner) -> Result<Option<H
         };
         let other = hold.container.as_ref().filter(|id| **id != owner.id);
         if let Some(id) = other {
-            if store.holding(id, &owner.ifname)?.is_some() {
+            if store.holding(&hold.node, id, &owner.ifname)?.is_some() {
                 let addresses: Vec<String> =
                     hold.held.iter().map(|h| h.address.to_string()).collect();
                 return Err(Error::from(PoolError::Busy(format!(
@@ -52,7 +52,7 @@ pub(super) fn ended_holds(store: &dyn Store) -> Result<Vec<Hold>, Error> {
     let mut ended = Vec::new();
     for hold in store.holds()? {
         let bound_alive = match &hold.container {
-            Some(id) => store.holding(id, &hold.ifname)?.is_some(),
+            Some(id) => store.holding(&hold.node, id, &hold.ifname)?.is_some(),
             None => false,
         };
         if hold.ends(bound_alive).is_some_and(|end| end <= now) {

@@ -334,7 +334,9 @@ pub fn reclaim(
     let mut ending: Vec<Hold> = Vec::new();
     for hold in holds {
         let bound_elsewhere = match &hold.container {
-            Some(id) if !released(id, &hold.ifname) => store.holding(id, &hold.ifname)?.is_some(),
+            Some(id) if !released(id, &hold.ifname) => {
+                store.holding(&hold.node, id, &hold.ifname)?.is_some()
+            }
             _ => false,
         };
         let of_node = hold.node == node

@@ -18,30 +18,40 @@ const WINDOW: u128 = 16;
 /// ten: all 128 looks fail about once in a million searches.
 const RANDOM_LOOKS: usize = 128;
 
-/// Where an attempt starts looking in `pool`: until a race is lost, from
-/// the hint (just after the last address given; when that is past a
-/// range's end, the next range's start), so that addresses go round the
-/// pool in order; after `lost` races, at a random address, so that the
-/// nodes that raced for one address spread out rather than race again for
-/// the next.
-pub fn starting_point(store: &dyn Store, pool: &Pool, lost: usize) -> Result<Addr, Error> {
+/// Where an attempt of node `node` starts looking in `pool`: until a race
+/// is lost, from the hint (just after the last address given; when that
+/// is past a range's end, the next range's start), so that addresses go
+/// round the pool in order; after `lost` races, at a random address, so
+/// that the nodes that raced for one address spread out rather than race
+/// again for the next. `None`: a search found the pool full a moment ago.
+pub fn starting_point(
+    store: &dyn Store,
+    node: &str,
+    pool: &Pool,
+    lost: usize,
+) -> Result<Option<Addr>, Error> {
     if lost > 0 {
-        return Ok(random_address(pool));
+        return Ok(Some(random_address(pool)));
     }
     let first = pool.ranges[0].start;
-    let Some(hint) = store.hint(&pool.name)? else {
-        return Ok(first);
-    };
-    if pool.range_of(hint).is_some() {
-        return Ok(hint);
+    let hint = store.hint(node, &pool.name)?;
+    if hint.full {
+        return Ok(None);
     }
-    Ok(pool
-        .ranges
-        .iter()
-        .map(|r| r.start)
-        .filter(|start| *start > hint)
-        .min()
-        .unwrap_or(first))
+    let Some(after) = hint.after else {
+        return Ok(Some(first));
+    };
+    if pool.range_of(after).is_some() {
+        return Ok(Some(after));
+    }
+    Ok(Some(
+        pool.ranges
+            .iter()
+            .map(|r| r.start)
+            .filter(|start| *start > after)
+            .min()
+            .unwrap_or(first),
+    ))
 }
 
 /// A free address of `pool` that `taken` (what this claim has chosen

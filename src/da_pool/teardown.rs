@@ -16,7 +16,7 @@ use crate::error::Error;
 /// DEL: gives back what the attachment holds, if anything.
 pub(super) fn del(store: &dyn Store, owner: &Owner) -> Result<(), Error> {
     for _ in 0..ATTEMPTS {
-        let Some(holding) = store.holding(&owner.id, &owner.ifname)? else {
+        let Some(holding) = store.holding(&owner.node, &owner.id, &owner.ifname)? else {
             return Ok(());
         };
         if store.release(&holding)? {
@@ -70,7 +70,7 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
         }
     }
     let holding = store
-        .holding(&owner.id, &owner.ifname)?
+        .holding(&owner.node, &owner.id, &owner.ifname)?
         .ok_or_else(|| nothing_held(owner))?;
     // As recorded: with the workload its addresses follow, if any.
     let owner = &holding.owner;
@@ -142,7 +142,8 @@ pub(super) fn gc(
                 .iter()
                 .any(|(id, ifname)| *id == h.owner.id && *ifname == h.owner.ifname)
     };
-    for holding in store.holdings()?.into_iter().filter(stale) {
+    // This node's records only, read without every other node's.
+    for holding in store.holdings_of(&settings.node)?.into_iter().filter(stale) {
         // A record that changed meanwhile is a new ADD's: the next GC
         // judges it. A workload's addresses stay held by its hold.
         store.release(&holding)?;

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::add::add;
 use super::settings::Settings;
 use super::store::fake::Fake;
-use super::store::{Holding, Owner, Store};
+use super::store::{Holding, Owner};
 use crate::addr::Addr;
 use crate::cni::NetConf;
 use crate::error::Error;
@@ -94,7 +94,7 @@ pub fn expire(store: &Fake, workload: &str) {
 }
 
 pub fn holding(store: &Fake, id: &str) -> Holding {
-    store.holding(id, "eth0").unwrap().unwrap()
+    store.attachments.borrow()[&(id.into(), "eth0".into())].clone()
 }
 
 pub fn addresses(result: &Value) -> Vec<&str> {

@@ -104,7 +104,7 @@ pub enum Compare {
 }
 
 /// A write of a transaction.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     Put(Vec<u8>, Vec<u8>),
     /// A put whose key goes when the lease (its ID) does.
@@ -163,6 +163,29 @@ impl Client {
     pub fn get(&self, key: &[u8]) -> Result<Option<Kv>, Error> {
         let answer = self.call("/v3/kv/range", &json!({ "key": encode(key) }))?;
         Ok(kvs(&answer)?.into_iter().next())
+    }
+
+    /// The values of `keys`, each if it exists, read in one request at
+    /// one revision.
+    pub fn get_each(&self, keys: &[&[u8]]) -> Result<Vec<Option<Kv>>, Error> {
+        let ranges: Vec<Value> = keys
+            .iter()
+            .map(|key| json!({"request_range": {"key": encode(key)}}))
+            .collect();
+        let answer = self.call("/v3/kv/txn", &json!({"success": ranges}))?;
+        let responses = answer["responses"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        keys.iter()
+            .enumerate()
+            .map(|(i, _)| {
+                let range = responses
+                    .get(i)
+                    .map_or(&Value::Null, |r| &r["response_range"]);
+                Ok(kvs(range)?.into_iter().next())
+            })
+            .collect()
     }
 
     /// The keys from `from` up to (not including) `to`, in order, at most

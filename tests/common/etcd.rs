@@ -309,6 +309,41 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// The sum over the running members of the metric `name` (every
+    /// sample of it, whatever its labels), from their `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let mut total = 0.0;
+        for member in self.members.iter().filter(|m| m.process.is_some()) {
+            let mut stream = TcpStream::connect(("127.0.0.1", member.admin)).unwrap();
+            stream
+                .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            total += answer
+                .lines()
+                .filter(|line| {
+                    line.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with([' ', '{']))
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        total
+    }
+
+    /// The cluster's revision now: how many changes it has made.
+    pub fn revision(&self) -> i64 {
+        let member = self.members.iter().find(|m| m.process.is_some()).unwrap();
+        let answer = post(member.admin, "/v3/kv/range", &json!({"key": encode(b"/")}))
+            .expect("the member answers");
+        answer["header"]["revision"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
     /// Sets every key to its value, in transactions of etcd's largest
     /// size (128 operations).
     pub fn put_all(&self, pairs: &[(String, String)]) {

@@ -73,8 +73,9 @@ fn a_renamed_host_keeps_its_pinned_node_name_and_its_gc_frees_what_it_made_befor
     let out = cni_on_host("host-after", "ADD", &config, "c2");
     assert!(out.status.success(), "{out:?}");
     let nodes: Vec<String> = cluster
-        .values(&format!("{PREFIX}/networks/pods/attachments/"))
+        .values(&format!("{PREFIX}/networks/pods/nodes/"))
         .iter()
+        .filter(|(key, _)| key.contains("/attachments/"))
         .map(|(_, record)| {
             let record: Value = serde_json::from_str(record).unwrap();
             record["node"].as_str().unwrap().to_owned()
@@ -121,6 +122,17 @@ fn a_renamed_host_keeps_its_pinned_node_name_and_its_gc_frees_what_it_made_befor
     );
 }
 
+/// A node keeper of `config`'s node, with `env`, logging to `log`.
+fn start_keeper(config: &Path, env: &Env, log: &Path) -> std::process::Child {
+    spawn_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &["node-keeper", "--config", config.to_str().unwrap()],
+        env,
+        Stdio::from(std::fs::File::create(log).unwrap()),
+    )
+}
+
 /// Where Debian's libfaketime is.
 fn libfaketime() -> PathBuf {
     let found = std::fs::read_dir("/usr/lib")
@@ -150,13 +162,7 @@ fn a_slow_clock_never_makes_a_node_dead_early_and_a_reclaimed_node_is_fenced_unt
         ("FAKETIME".into(), "-30m".into()),
         ("DONT_FAKE_MONOTONIC".into(), "1".into()),
     ]);
-    let mut keeper = spawn_program(
-        ALLOCATOR,
-        Path::new("/"),
-        &["node-keeper", "--config", b_file.to_str().unwrap()],
-        &env,
-        Stdio::from(std::fs::File::create(&log).unwrap()),
-    );
+    let mut keeper = start_keeper(&b_file, &env, &log);
     wait_for("node-b registered", Duration::from_secs(10), || {
         registered(&cluster, "node-b")
     });
@@ -218,13 +224,7 @@ fn a_slow_clock_never_makes_a_node_dead_early_and_a_reclaimed_node_is_fenced_unt
     );
     // Its keeper, back, says so at every renewal.
     let log = dir.path().join("keeper-b-again.log");
-    let mut keeper = spawn_program(
-        ALLOCATOR,
-        Path::new("/"),
-        &["node-keeper", "--config", b_file.to_str().unwrap()],
-        &Env(Vec::new()),
-        Stdio::from(std::fs::File::create(&log).unwrap()),
-    );
+    let mut keeper = start_keeper(&b_file, &Env(Vec::new()), &log);
     wait_for("two renewals logged", Duration::from_secs(10), || {
         let text = std::fs::read_to_string(&log).unwrap();
         text.matches("error: node node-b is fenced").count() >= 2
@@ -327,13 +327,7 @@ fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refus
     // A keeper renews every 3 s, after each of its 2-second tokens expired.
     let conf = config_file(dir.path(), "node-a.conf", &as_user("ipam", &good, "node-a"));
     let log = dir.path().join("keeper.log");
-    let mut keeper = spawn_program(
-        ALLOCATOR,
-        Path::new("/"),
-        &["node-keeper", "--config", conf.to_str().unwrap()],
-        &Env(Vec::new()),
-        Stdio::from(std::fs::File::create(&log).unwrap()),
-    );
+    let mut keeper = start_keeper(&conf, &Env(Vec::new()), &log);
     std::thread::sleep(Duration::from_secs(8));
     let alive = format!("{PREFIX}/nodes/node-a/alive");
     let keys = cluster.etcdctl(&[
@@ -522,4 +516,142 @@ fn a_full_etcd_still_frees_refuses_adds_at_once_and_check_says_so() {
         said.contains("of its quota: compact and defragment it"),
         "{said}"
     );
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn records_of_the_previous_layout_are_used_where_they_are_then_moved_by_migrate() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("migrate");
+    let store = on_etcd(&cluster);
+    let on = |node: &str| pods(&store, node, json!({"gcGraceSeconds": 0}));
+    // What the previous version wrote: every attachment under one prefix.
+    let network = format!("{PREFIX}/networks/pods/");
+    let mut pairs = Vec::new();
+    for (id, node, host) in [
+        ("a1", "node-a", 2),
+        ("a2", "node-a", 3),
+        ("b1", "node-b", 4),
+    ] {
+        let address = format!("10.70.0.{host}");
+        let owner =
+            json!({"containerID": id, "ifname": "eth0", "node": node, "pool": "pods", "since": 0});
+        let mut attachment = owner.clone();
+        attachment["addresses"] = json!([{"pool": "pods", "address": address}]);
+        pairs.push((
+            format!("{network}attachments/{id}:eth0"),
+            attachment.to_string(),
+        ));
+        pairs.push((
+            format!("{network}addresses/010.070.000.{host:03}"),
+            owner.to_string(),
+        ));
+    }
+    pairs.push((format!("{network}hints/pods"), "10.70.0.5".into()));
+    cluster.put_all(&pairs);
+    // An ADD repeated finds what its container holds; CHECK agrees.
+    let again = cni("ADD", &on("node-a"), "a1", "");
+    assert_eq!(
+        again.json()["ips"][0]["address"],
+        "10.70.0.2/28",
+        "{again:?}"
+    );
+    let mut checked: Value = serde_json::from_str(&on("node-a")).unwrap();
+    checked["prevResult"] = again.json();
+    cni("CHECK", &checked.to_string(), "a1", "").assert_silent_success();
+    // A new ADD never takes an address the old records hold.
+    let fresh = add(&on("node-a"), "a3", "");
+    assert!(
+        !["10.70.0.2", "10.70.0.3", "10.70.0.4"].contains(&fresh.as_str()),
+        "{fresh}"
+    );
+    // DEL and GC free old records: node-a's GC, a2 only (b1 is node-b's).
+    del(&on("node-a"), "a1");
+    let mut gc: Value = serde_json::from_str(&on("node-a")).unwrap();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "a3", "ifname": "eth0"}]);
+    cni("GC", &gc.to_string(), "", "").assert_silent_success();
+    assert_eq!(
+        holders(&cluster),
+        ["attachments/a3:eth0", "attachments/b1:eth0"]
+    );
+    let file = config_file(dir.path(), "pods.conf", &on("node-a"));
+    let out = operator(&["check", "--config", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    // migrate: a dry run, then b1 moved under node-b, and the version.
+    let migrate = |extra: &[&str]| {
+        let mut args = vec!["migrate", "--config", file.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        operator(&args)
+    };
+    let out = migrate(&["--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("would move b1/eth0 under node node-b"));
+    assert!(cluster.keys(&format!("{network}attachments/")).len() == 1);
+    let out = migrate(&[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 attachment(s) moved; layout version 2")
+    );
+    assert_eq!(
+        cluster.keys(&format!("{network}attachments/")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        cluster.keys(&format!("{network}nodes/node-b/")),
+        [format!("{network}nodes/node-b/attachments/b1:eth0")]
+    );
+    let layout = cluster.values(&format!("{network}layout"));
+    assert_eq!(layout[0].1, r#"{"version":2}"#);
+    // Under node-b now: its DEL frees it.
+    del(&on("node-b"), "b1");
+    assert_eq!(holders(&cluster), ["attachments/a3:eth0"]);
+    let out = migrate(&[]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 attachment(s) moved"));
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn an_idle_node_adds_no_revision_and_adds_write_only_what_they_must() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("history");
+    let store = on_etcd(&cluster);
+    let on = |node: &str| pods(&store, node, json!({"nodeTTL": 3}));
+    let file = config_file(dir.path(), "node-a.conf", &on("node-a"));
+    let log = dir.path().join("keeper.log");
+    let mut keeper = start_keeper(&file, &Env(Vec::new()), &log);
+    wait_for("node-a registered", Duration::from_secs(10), || {
+        registered(&cluster, "node-a")
+    });
+    // Three renewals, a second apart: keep-alives, no write.
+    let before = cluster.revision();
+    std::thread::sleep(Duration::from_millis(3_500));
+    assert_eq!(
+        cluster.revision(),
+        before,
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
+    // Ten ADDs on one node: the node's hint is written by the first only
+    // (it moves on by one address each time, well short of a rewrite).
+    for i in 0..10 {
+        add(&on("node-a"), &format!("c{i}"), "");
+    }
+    let hint = format!("{PREFIX}/networks/pods/nodes/node-a/hints/pods");
+    assert_eq!(
+        cluster.values(&hint),
+        [(hint.clone(), "10.70.0.3".to_owned())]
+    );
+    // The pool (.2 to .14) full: the note that says so, then a DEL ends it.
+    for i in 10..13 {
+        add(&on("node-b"), &format!("c{i}"), "");
+    }
+    cni("ADD", &on("node-b"), "c13", "").assert_error(110);
+    let full = format!("{PREFIX}/networks/pods/full/pods");
+    assert_eq!(cluster.keys(&full), std::slice::from_ref(&full));
+    cni("ADD", &on("node-a"), "c13", "").assert_error(110);
+    del(&on("node-a"), "c0");
+    assert_eq!(cluster.keys(&full), Vec::<String>::new());
+    add(&on("node-a"), "c13", "");
 }

@@ -43,15 +43,23 @@ fn config(name: &str, version: &str, cluster: &Cluster, node: &str, pool: Value)
 }
 
 /// Network `name`'s attachment and address keys, short: `attachments/ID:IF`
-/// and `addresses/POOL/ADDRESS`.
+/// (under whichever node) and `addresses/POOL/ADDRESS`, in order.
 fn records(cluster: &Cluster, name: &str) -> Vec<String> {
     let network = format!("{PREFIX}/networks/{name}/");
-    cluster
+    let mut found: Vec<String> = cluster
         .keys(&network)
         .into_iter()
-        .map(|key| key[network.len()..].to_owned())
-        .filter(|key| !key.starts_with("hints/"))
-        .collect()
+        .map(|key| {
+            let rest = &key[network.len()..];
+            match rest.strip_prefix("nodes/").and_then(|r| r.split_once('/')) {
+                Some((_, attachment)) => attachment.to_owned(),
+                None => rest.to_owned(),
+            }
+        })
+        .filter(|key| !key.starts_with("hints/") && key != "layout")
+        .collect();
+    found.sort();
+    found
 }
 
 #[test]

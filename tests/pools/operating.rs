@@ -189,13 +189,18 @@ pub(crate) fn registered(cluster: &Cluster, node: &str) -> bool {
     cluster.keys(&key).contains(&key)
 }
 
-/// The containers and workloads whose records the network keeps.
+/// The containers and workloads whose records the network keeps, as
+/// `attachments/ID:IFNAME` (under whichever node) and `holds/NAME`.
 pub(crate) fn holders(cluster: &Cluster) -> Vec<String> {
     let mut found: Vec<String> = cluster
         .keys(&format!("{PREFIX}/networks/pods/"))
         .iter()
         .filter_map(|key| {
             let rest = key.strip_prefix(&format!("{PREFIX}/networks/pods/"))?;
+            let rest = match rest.strip_prefix("nodes/") {
+                Some(under_node) => under_node.split_once('/')?.1,
+                None => rest,
+            };
             let (kind, name) = rest.split_once('/')?;
             matches!(kind, "attachments" | "holds").then(|| format!("{kind}/{name}"))
         })
@@ -656,8 +661,10 @@ fn adds_on_every_node_go_on_while_show_and_check_read_a_90_percent_full_slash_16
     for (id, attachment, address) in &records {
         let host: u32 = id.trim_start_matches("fill-").parse().unwrap();
         let [a, b, c, d] = big_address(host).octets();
+        let node: Value = serde_json::from_str(attachment).unwrap();
+        let node = node["node"].as_str().unwrap();
         pairs.push((
-            format!("{network}attachments/{id}:eth0"),
+            format!("{network}nodes/{node}/attachments/{id}:eth0"),
             attachment.clone(),
         ));
         pairs.push((

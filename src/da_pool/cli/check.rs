@@ -477,7 +477,9 @@ fn lists_now(store: Option<&dyn Store>, owner: &Owner) -> Result<Vec<Addr>, Erro
     };
     let held = match (&owner.workload, owner.id.is_empty()) {
         (Some(workload), true) => store.hold(workload, &owner.ifname)?.map(|h| h.held),
-        _ => store.holding(&owner.id, &owner.ifname)?.map(|h| h.held),
+        _ => store
+            .holding(&owner.node, &owner.id, &owner.ifname)?
+            .map(|h| h.held),
     };
     Ok(held
         .unwrap_or_default()
@@ -584,6 +586,7 @@ mod tests {
                 }],
                 revision: 0,
                 since: 0,
+                legacy: false,
             },
         );
         drop(attachments);

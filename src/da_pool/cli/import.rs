@@ -177,7 +177,11 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
                 .lines
                 .push(format!("conflict {who} {addresses}: {why}"));
         };
-        if let Some(there) = to.holding(&holding.owner.id, &holding.owner.ifname)? {
+        if let Some(there) = to.holding(
+            &holding.owner.node,
+            &holding.owner.id,
+            &holding.owner.ifname,
+        )? {
             if same(&there.held, &holding.held) {
                 report
                     .lines
@@ -225,7 +229,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
         } else if to.claim(owner, &holding.held, sticky.as_ref())?
             // A claim resent after a broken connection finds its own keys.
             || to
-                .holding(&holding.owner.id, &holding.owner.ifname)?
+                .holding(&holding.owner.node, &holding.owner.id, &holding.owner.ifname)?
                 .is_some_and(|there| same(&there.held, &holding.held))
         {
             report.lines.push(format!("imported {who} {addresses}"));
@@ -292,7 +296,8 @@ mod tests {
     }
 
     fn holding_of(store: &dyn Store, id: &str) -> Option<Holding> {
-        store.holding(id, "eth0").unwrap()
+        let all = store.holdings().unwrap();
+        all.into_iter().find(|h| h.owner.id == id)
     }
 
     fn owner(id: &str, node: &str) -> Owner {

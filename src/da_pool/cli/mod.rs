@@ -3,12 +3,13 @@
 //! `release`, the report, audit and repair of a network's pools;
 //! `node-keeper`, `reclaim` and `readmit`, a node's registration in etcd,
 //! what a dead node held given back and the fence that puts on it lifted;
-//! `import`, the upgrade from the local store
-//! to etcd. What they share is here: reading the network they are given,
+//! `import`, the upgrade from the local store to etcd, and `migrate`, from
+//! the previous layout of etcd's keys. What they share is here: reading the network they are given,
 //! and saying how they went.
 
 mod check;
 mod import;
+mod migrate;
 mod node_keeper;
 mod readmit;
 mod reclaim;
@@ -44,6 +45,7 @@ reads its settings from ipam.pool, and then reads no arguments.
         reclaim::VERB,
         readmit::VERB,
         import::VERB,
+        migrate::VERB,
     ],
     notes: "\
 PATH is a conflist, one plugin's configuration, or a directory of them

@@ -243,7 +243,11 @@ fn with_store(
 /// Releases `holding` if the store still has it as it was read: whether
 /// it did (a holding that changed meanwhile is someone else's business).
 fn release_as_read(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
-    match store.holding(&holding.owner.id, &holding.owner.ifname)? {
+    match store.holding(
+        &holding.owner.node,
+        &holding.owner.id,
+        &holding.owner.ifname,
+    )? {
         Some(now) if now.held == holding.held && now.owner == holding.owner => store.release(&now),
         _ => Ok(false),
     }

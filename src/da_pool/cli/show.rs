@@ -530,7 +530,7 @@ mod tests {
             };
             assert!(store.claim(&owner, &held, Some(&sticky)).unwrap());
         }
-        let w2 = store.holding("w2", "eth0").unwrap().unwrap();
+        let w2 = store.attachments.borrow()[&("w2".into(), "eth0".into())].clone();
         store.release(&w2).unwrap();
         let holdings = store.holdings().unwrap();
         let holds = store.holds().unwrap();

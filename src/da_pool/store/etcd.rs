@@ -1,15 +1,21 @@
 //! The etcd store: every node of a cluster shares the pools.
 //!
 //! ```text
-//! PREFIX/networks/NETWORK/attachments/ID:IFNAME    what the attachment holds
+//! PREFIX/networks/NETWORK/nodes/NODE/attachments/ID:IFNAME
+//!                                                  what the attachment holds, under its node
 //! PREFIX/networks/NETWORK/addresses/ADDRESS        who holds the address, from which pool
 //! PREFIX/networks/NETWORK/holds/WORKLOAD:IFNAME    what a workload's hold keeps for it
-//! PREFIX/networks/NETWORK/hints/POOL               where to look next in the pool
+//! PREFIX/networks/NETWORK/nodes/NODE/hints/POOL    where the node looks next in the pool
+//! PREFIX/networks/NETWORK/full/POOL                a pool found full, for a few seconds
 //! PREFIX/pools/NAME                                a pool defined centrally
 //! ```
 //!
 //! A claim also needs its node not fenced (`PREFIX/nodes/NODE/fenced`,
-//! see `nodes`).
+//! see `nodes`). A node's attachments are one prefix, so that its GC
+//! reads its own records and no other node's. The previous layout kept
+//! every attachment at `PREFIX/networks/NETWORK/attachments/ID:IFNAME`:
+//! what is still there is read as well (and released there) until
+//! `ipam-da-pool migrate` moves it.
 //!
 //! Each address is one key of the network, whatever pool names it,
 //! written with its attachment's record in one transaction that fails if
@@ -19,13 +25,28 @@
 //! from where the search starts, a page at a time. A workload's hold
 //! changes in the same transaction as the addresses it keeps.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use serde_json::Value;
 
-use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
+use super::{self as store, Held, Hint, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
 use crate::da_pool::{nodes, PoolError};
 use crate::error::Error;
 use crate::etcd::{Client, Compare, EtcdError, Op};
+
+/// The layout's version, as `PREFIX/networks/NETWORK/layout` says once
+/// `migrate` has moved the previous one's records.
+pub const LAYOUT: u64 = 2;
+
+/// How far a node's hint of a pool moves before it is written again.
+const HINT_STEP: u128 = 64;
+
+/// How long, in seconds, a pool found full stays noted so: the ADDs a
+/// runtime retries meanwhile are refused without reading it whole again;
+/// an address given back ends the note at once.
+const FULL_FOR: u64 = 5;
 
 /// How many held keys one read looks at while searching for a free address.
 const PAGE: usize = 256;
@@ -47,6 +68,8 @@ pub struct Etcd {
     guard: Vec<Compare>,
     /// What every transaction also does.
     also: Vec<Op>,
+    /// The hint of each pool as this process read it, if it did.
+    hints_read: RefCell<HashMap<String, Option<Addr>>>,
 }
 
 impl Etcd {
@@ -58,6 +81,7 @@ impl Etcd {
             network,
             guard: Vec::new(),
             also: Vec::new(),
+            hints_read: RefCell::new(HashMap::new()),
         }
     }
 
@@ -126,17 +150,36 @@ impl Etcd {
                 let key = self.address_key(h.address);
                 compares.push(Compare::Unchanged(key.clone(), revision));
                 ops.push(Op::Delete(key));
+                // The pool is not full now. Deleting a key that is not
+                // there writes nothing to etcd's history.
+                let full = Op::Delete(self.full_key(&h.pool));
+                if !ops.contains(&full) {
+                    ops.push(full);
+                }
             }
         }
         Ok(())
     }
 
-    /// Adds to `ops` the hint of each pool of `held`: just after it.
-    fn hint_after(&self, held: &[Held], ops: &mut Vec<Op>) {
+    /// Adds to `ops` `owner`'s node's hint of each pool of `held` whose
+    /// hint this process read: just after the address, but written only
+    /// when that is [`HINT_STEP`] or more past the hint read, or before
+    /// it (the search went round): a node's ADDs leave a write of the
+    /// hint in one of [`HINT_STEP`], and the next search starts a little
+    /// before where it could, reading the same page of keys.
+    fn hint_after(&self, owner: &Owner, held: &[Held], ops: &mut Vec<Op>) {
+        let read = self.hints_read.borrow();
         for h in held {
-            if let Some(next) = h.address.plus(1) {
+            let (Some(next), Some(hint)) = (h.address.plus(1), read.get(&h.pool)) else {
+                continue;
+            };
+            let far = match hint {
+                Some(hint) => next < *hint || next.distance(*hint) >= HINT_STEP,
+                None => true,
+            };
+            if far {
                 ops.push(Op::Put(
-                    self.hint_key(&h.pool),
+                    self.hint_key(&owner.node, &h.pool),
                     next.to_string().into_bytes(),
                 ));
             }
@@ -155,10 +198,11 @@ impl Etcd {
         sticky: &Sticky,
     ) -> Result<bool, Error> {
         let owner = &sticky.owner(owner);
-        let attachment = self.attachment_key(&owner.id, &owner.ifname);
+        let attachment = self.attachment_key(&owner.node, &owner.id, &owner.ifname);
         let hold = self.hold_key(sticky.workload, &owner.ifname);
         let mut compares = vec![
             Compare::Absent(attachment.clone()),
+            Compare::Absent(self.legacy_key(&owner.id, &owner.ifname)),
             self.unfenced(owner),
             match sticky.prior {
                 Some(prior) => Compare::Unchanged(hold.clone(), prior.revision),
@@ -188,17 +232,86 @@ impl Etcd {
         }
         let dropped: Vec<Held> = sticky.dropped(held).cloned().collect();
         self.give_back(owner, &dropped, &mut compares, &mut ops)?;
-        self.hint_after(held, &mut ops);
+        self.hint_after(owner, held, &mut ops);
         self.txn(compares, &ops)
     }
 
-    fn attachment_key(&self, id: &str, ifname: &str) -> Vec<u8> {
+    /// Node `node`'s attachments: `PREFIX/networks/NETWORK/nodes/NODE/attachments/`.
+    fn node_prefix(&self, node: &str) -> String {
+        format!("{}nodes/{node}/attachments/", self.network)
+    }
+
+    fn attachment_key(&self, node: &str, id: &str, ifname: &str) -> Vec<u8> {
+        let name = store::attachment_name(id, ifname);
+        format!("{}{name}", self.node_prefix(node)).into_bytes()
+    }
+
+    /// Where the previous layout kept the attachment's record.
+    fn legacy_key(&self, id: &str, ifname: &str) -> Vec<u8> {
         format!(
-            "{}attachments/{}",
-            self.network,
+            "{}{}",
+            self.legacy_prefix(),
             store::attachment_name(id, ifname)
         )
         .into_bytes()
+    }
+
+    fn legacy_prefix(&self) -> String {
+        format!("{}attachments/", self.network)
+    }
+
+    /// Where `holding`'s record is.
+    fn key_of(&self, holding: &Holding) -> Vec<u8> {
+        let owner = &holding.owner;
+        match holding.legacy {
+            true => self.legacy_key(&owner.id, &owner.ifname),
+            false => self.attachment_key(&owner.node, &owner.id, &owner.ifname),
+        }
+    }
+
+    /// The attachments whose records are under `prefix`, each marked
+    /// `legacy` or not.
+    fn read_holdings(&self, prefix: &str, legacy: bool) -> Result<Vec<Holding>, Error> {
+        let found = self.client.with_prefix(prefix.as_bytes())?;
+        Ok(found
+            .iter()
+            .filter_map(|kv| store::read_holding(&kv.value, kv.mod_revision))
+            .map(|holding| Holding { legacy, ..holding })
+            .collect())
+    }
+
+    /// The records of the previous layout still in the network, for
+    /// `migrate`.
+    pub fn legacy_holdings(&self) -> Result<Vec<Holding>, Error> {
+        self.read_holdings(&self.legacy_prefix(), true)
+    }
+
+    /// Moves `holding`, a record of the previous layout, under its node's
+    /// prefix, as it was read: `Ok(false)`, and nothing changed, if it
+    /// changed meanwhile.
+    pub fn move_legacy(&self, holding: &Holding) -> Result<bool, Error> {
+        let owner = &holding.owner;
+        let from = self.legacy_key(&owner.id, &owner.ifname);
+        let to = self.attachment_key(&owner.node, &owner.id, &owner.ifname);
+        let Some(kv) = self.client.get(&from)? else {
+            return Ok(false);
+        };
+        self.txn(
+            vec![
+                Compare::Unchanged(from.clone(), holding.revision),
+                Compare::Absent(to.clone()),
+            ],
+            &[Op::Delete(from), Op::Put(to, kv.value)],
+        )
+    }
+
+    /// Says the network's records are all in this layout: version 2.
+    pub fn mark_layout(&self) -> Result<(), Error> {
+        let key = format!("{}layout", self.network).into_bytes();
+        let record = serde_json::json!({"version": LAYOUT}).to_string();
+        self.client
+            .txn(&[], &[Op::Put(key, record.into_bytes())])
+            .map(drop)
     }
 
     fn addresses_prefix(&self) -> String {
@@ -209,15 +322,32 @@ impl Etcd {
         format!("{}{}", self.addresses_prefix(), address.sortable()).into_bytes()
     }
 
-    fn hint_key(&self, pool: &str) -> Vec<u8> {
-        format!("{}hints/{pool}", self.network).into_bytes()
+    fn hint_key(&self, node: &str, pool: &str) -> Vec<u8> {
+        format!("{}nodes/{node}/hints/{pool}", self.network).into_bytes()
+    }
+
+    /// The note that `pool` was found full, under a short lease.
+    fn full_key(&self, pool: &str) -> Vec<u8> {
+        format!("{}full/{pool}", self.network).into_bytes()
     }
 }
 
 impl Store for Etcd {
-    fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
-        let found = self.client.get(&self.attachment_key(id, ifname))?;
-        Ok(found.and_then(|kv| store::read_holding(&kv.value, kv.mod_revision)))
+    fn holding(&self, node: &str, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+        // Both places in one request: the record is in one of them.
+        let keys = [
+            self.attachment_key(node, id, ifname),
+            self.legacy_key(id, ifname),
+        ];
+        let found = self.client.get_each(&[&keys[0], &keys[1]])?;
+        Ok(found
+            .into_iter()
+            .zip([false, true])
+            .find_map(|(kv, legacy)| {
+                let kv = kv?;
+                let holding = store::read_holding(&kv.value, kv.mod_revision)?;
+                Some(Holding { legacy, ..holding })
+            }))
     }
 
     fn holder(&self, address: Addr) -> Result<Option<Owner>, Error> {
@@ -282,37 +412,54 @@ impl Store for Etcd {
         }
     }
 
-    fn hint(&self, pool: &str) -> Result<Option<Addr>, Error> {
-        let found = self.client.get(&self.hint_key(pool))?;
-        Ok(found.and_then(|kv| {
+    fn hint(&self, node: &str, pool: &str) -> Result<Hint, Error> {
+        // Both in one request.
+        let (hint, full) = (self.hint_key(node, pool), self.full_key(pool));
+        let found = self.client.get_each(&[&hint, &full])?;
+        let after = found[0].as_ref().and_then(|kv| {
             std::str::from_utf8(&kv.value)
                 .ok()?
                 .trim()
                 .parse()
                 .ok()
                 .map(Addr::new)
-        }))
+        });
+        self.hints_read.borrow_mut().insert(pool.to_owned(), after);
+        Ok(Hint {
+            after,
+            full: found[1].is_some(),
+        })
+    }
+
+    fn note_full(&self, pool: &str) -> Result<(), Error> {
+        let lease = self.client.grant_lease(FULL_FOR)?;
+        let op = Op::PutLeased(self.full_key(pool), b"full".to_vec(), lease);
+        self.client.txn(&[], &[op]).map(drop)
     }
 
     fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
         if let Some(sticky) = sticky {
             return self.claim_for_workload(owner, held, sticky);
         }
-        let attachment = self.attachment_key(&owner.id, &owner.ifname);
-        let mut compares = vec![Compare::Absent(attachment.clone()), self.unfenced(owner)];
+        let attachment = self.attachment_key(&owner.node, &owner.id, &owner.ifname);
+        let mut compares = vec![
+            Compare::Absent(attachment.clone()),
+            Compare::Absent(self.legacy_key(&owner.id, &owner.ifname)),
+            self.unfenced(owner),
+        ];
         let mut ops = vec![Op::Put(attachment, store::attachment_record(owner, held))];
         for h in held {
             let key = self.address_key(h.address);
             compares.push(Compare::Absent(key.clone()));
             ops.push(Op::Put(key, store::address_record(owner, &h.pool)));
         }
-        self.hint_after(held, &mut ops);
+        self.hint_after(owner, held, &mut ops);
         self.txn(compares, &ops)
     }
 
     fn release(&self, holding: &Holding) -> Result<bool, Error> {
         let owner = &holding.owner;
-        let attachment = self.attachment_key(&owner.id, &owner.ifname);
+        let attachment = self.key_of(holding);
         let mut compares = vec![Compare::Unchanged(attachment.clone(), holding.revision)];
         let mut ops = vec![Op::Delete(attachment)];
         let mut kept = false;
@@ -369,7 +516,12 @@ impl Store for Etcd {
         let key = self.hold_key(&hold.workload, &hold.ifname);
         let mut compares = vec![Compare::Unchanged(key.clone(), hold.revision)];
         if let Some(id) = &hold.container {
-            compares.push(Compare::Absent(self.attachment_key(id, &hold.ifname)));
+            compares.push(Compare::Absent(self.attachment_key(
+                &hold.node,
+                id,
+                &hold.ifname,
+            )));
+            compares.push(Compare::Absent(self.legacy_key(id, &hold.ifname)));
         }
         let mut ops = vec![Op::Delete(key)];
         self.give_back(&hold.owner(), &hold.held, &mut compares, &mut ops)?;
@@ -377,12 +529,17 @@ impl Store for Etcd {
     }
 
     fn holdings(&self) -> Result<Vec<Holding>, Error> {
-        let prefix = format!("{}attachments/", self.network);
-        let found = self.client.with_prefix(prefix.as_bytes())?;
-        Ok(found
-            .iter()
-            .filter_map(|kv| store::read_holding(&kv.value, kv.mod_revision))
-            .collect())
+        let mut found = self.read_holdings(&format!("{}nodes/", self.network), false)?;
+        found.extend(self.legacy_holdings()?);
+        Ok(found)
+    }
+
+    fn holdings_of(&self, node: &str) -> Result<Vec<Holding>, Error> {
+        let mut found = self.read_holdings(&self.node_prefix(node), false)?;
+        // Until `migrate`, the previous layout's: every node's.
+        let legacy = self.legacy_holdings()?;
+        found.extend(legacy.into_iter().filter(|h| h.owner.node == node));
+        Ok(found)
     }
 
     fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::{Held, Hold, Holding, Owner, Sticky, Store};
+use super::{Held, Hint, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
 use crate::da_pool::PoolError;
 use crate::error::Error;
@@ -31,6 +31,8 @@ pub struct Fake {
     pub local: bool,
     /// Fenced nodes, each with what its refusal says.
     pub fences: RefCell<HashMap<String, String>>,
+    /// Pools noted full, until an address is given back.
+    pub full: RefCell<std::collections::HashSet<String>>,
 }
 
 impl Fake {
@@ -51,17 +53,20 @@ impl Fake {
         for h in held {
             if addresses.get(&h.address).is_some_and(|o| owner.owns(o)) {
                 addresses.remove(&h.address);
+                self.full.borrow_mut().remove(&h.pool);
             }
         }
     }
 }
 
 impl Store for Fake {
-    fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+    fn holding(&self, node: &str, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+        // As etcd's: found under its node; a local store's have one node.
         Ok(self
             .attachments
             .borrow()
             .get(&(id.to_owned(), ifname.to_owned()))
+            .filter(|h| self.local || h.owner.node == node)
             .cloned())
     }
 
@@ -95,8 +100,16 @@ impl Store for Fake {
         }
     }
 
-    fn hint(&self, pool: &str) -> Result<Option<Addr>, Error> {
-        Ok(self.hints.borrow().get(pool).copied())
+    fn hint(&self, _node: &str, pool: &str) -> Result<Hint, Error> {
+        Ok(Hint {
+            after: self.hints.borrow().get(pool).copied(),
+            full: self.full.borrow().contains(pool),
+        })
+    }
+
+    fn note_full(&self, pool: &str) -> Result<(), Error> {
+        self.full.borrow_mut().insert(pool.to_owned());
+        Ok(())
     }
 
     fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
@@ -166,6 +179,7 @@ impl Store for Fake {
             held: held.to_vec(),
             revision: 1,
             since: super::now(),
+            legacy: false,
         };
         self.attachments.borrow_mut().insert(key, holding);
         Ok(true)
@@ -212,7 +226,7 @@ impl Store for Fake {
             return Ok(false);
         }
         if let Some(id) = &hold.container {
-            if self.holding(id, &hold.ifname)?.is_some() {
+            if self.holding(&hold.node, id, &hold.ifname)?.is_some() {
                 return Ok(false);
             }
         }
@@ -223,6 +237,14 @@ impl Store for Fake {
 
     fn holdings(&self) -> Result<Vec<Holding>, Error> {
         Ok(self.attachments.borrow().values().cloned().collect())
+    }
+
+    fn holdings_of(&self, node: &str) -> Result<Vec<Holding>, Error> {
+        let all = self.holdings()?;
+        Ok(all
+            .into_iter()
+            .filter(|h| self.local || h.owner.node == node)
+            .collect())
     }
 
     fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {

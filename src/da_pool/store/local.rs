@@ -33,7 +33,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
+use super::{self as store, Held, Hint, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
 use crate::da_pool::PoolError;
 use crate::dir::{Dir, Durability};
@@ -268,7 +268,8 @@ impl Local {
 }
 
 impl Store for Local {
-    fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+    fn holding(&self, _node: &str, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+        // One node's records, whatever name it had when it made them.
         let Some(attachments) = self.sub(ATTACHMENTS)? else {
             return Ok(None);
         };
@@ -311,15 +312,23 @@ impl Store for Local {
         }
     }
 
-    fn hint(&self, pool: &str) -> Result<Option<Addr>, Error> {
+    fn hint(&self, _node: &str, pool: &str) -> Result<Hint, Error> {
         let Some(hints) = self.sub(HINTS)? else {
-            return Ok(None);
+            return Ok(Hint::default());
         };
         let text = read(&hints, pool)?.unwrap_or_default();
         // A hint garbled by a crash is no hint.
-        Ok(std::str::from_utf8(&text)
-            .ok()
-            .and_then(|text| Addr::from_sortable(text.trim())))
+        Ok(Hint {
+            after: std::str::from_utf8(&text)
+                .ok()
+                .and_then(|text| Addr::from_sortable(text.trim())),
+            full: false,
+        })
+    }
+
+    fn note_full(&self, _pool: &str) -> Result<(), Error> {
+        // Looking through local files again costs next to nothing.
+        Ok(())
     }
 
     fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
@@ -413,7 +422,7 @@ impl Store for Local {
             return Ok(false);
         }
         if let Some(id) = &hold.container {
-            if self.holding(id, &hold.ifname)?.is_some() {
+            if self.holding(&hold.node, id, &hold.ifname)?.is_some() {
                 return Ok(false);
             }
         }
@@ -436,6 +445,11 @@ impl Store for Local {
             }
         }
         Ok(found)
+    }
+
+    fn holdings_of(&self, _node: &str) -> Result<Vec<Holding>, Error> {
+        // Every record here is this node's.
+        self.holdings()
     }
 
     fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {

@@ -98,6 +98,18 @@ pub struct Holding {
     /// When the record was made, in seconds since the epoch, by the clock
     /// of the node that made it.
     pub since: u64,
+    /// Whether the record is where the etcd store's previous layout kept
+    /// it (not under its node's prefix): there it is released, or moved.
+    pub legacy: bool,
+}
+
+/// Where a search of a pool starts, as the store knows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hint {
+    /// Just after the last address given, if the store knows it.
+    pub after: Option<Addr>,
+    /// Whether a search found the pool full moments ago.
+    pub full: bool,
 }
 
 /// What a workload's hold keeps for it (`ipam.pool.sticky`): its
@@ -212,8 +224,9 @@ impl Sticky<'_> {
 /// Where allocations are kept, for one network. An address is held at
 /// most once in a network, whatever pool names it.
 pub trait Store {
-    /// What the attachment (`id`, `ifname`) holds, if anything.
-    fn holding(&self, id: &str, ifname: &str) -> Result<Option<Holding>, Error>;
+    /// What the attachment (`id`, `ifname`) of node `node` holds, if
+    /// anything.
+    fn holding(&self, node: &str, id: &str, ifname: &str) -> Result<Option<Holding>, Error>;
 
     /// Who holds `address`, if anyone.
     fn holder(&self, address: Addr) -> Result<Option<Owner>, Error>;
@@ -227,9 +240,16 @@ pub trait Store {
         gives: &dyn Fn(Addr) -> bool,
     ) -> Result<Option<Addr>, Error>;
 
-    /// Where to start looking for a free address of `pool`: just after the
-    /// last one given.
-    fn hint(&self, pool: &str) -> Result<Option<Addr>, Error>;
+    /// Where node `node` starts looking for a free address of `pool`:
+    /// just after the last one it gave (near it, on etcd, where the hint
+    /// is written only when it has moved far); and whether a search found
+    /// the pool full moments ago.
+    fn hint(&self, node: &str, pool: &str) -> Result<Hint, Error>;
+
+    /// Notes that a search went through the whole of `pool` and found it
+    /// full, so that the ADDs a runtime retries in the next moments do not
+    /// read it whole again; any address given back ends the note.
+    fn note_full(&self, pool: &str) -> Result<(), Error>;
 
     /// Records that `owner` holds `held` (an address of each pool), all of
     /// it or none: `Ok(false)`, and nothing changed, if an address was
@@ -260,6 +280,10 @@ pub trait Store {
 
     /// What every attachment of the network holds.
     fn holdings(&self) -> Result<Vec<Holding>, Error>;
+
+    /// What node `node`'s attachments hold (GC's), read without reading
+    /// every node's: on etcd, one prefix.
+    fn holdings_of(&self, node: &str) -> Result<Vec<Holding>, Error>;
 
     /// Every address record of the network, with the owner it names
     /// (`None` for a record that does not say who: torn, or not ours).
@@ -394,6 +418,7 @@ pub fn read_holding(record: &[u8], revision: i64) -> Option<Holding> {
         held,
         revision,
         since,
+        legacy: false,
     })
 }
 

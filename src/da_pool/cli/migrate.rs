@@ -1,0 +1,98 @@
+//! `ipam-da-pool migrate`: moves a network's records on etcd from the
+//! previous layout (every attachment under one prefix) to this one (each
+//! node's attachments under a prefix of its own), then says so with the
+//! layout's version. Until it has run, both layouts are read.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::{cluster_of, finish, load_network};
+use crate::args::{Opt, Options, Verb};
+use crate::cni::NetConf;
+use crate::da_pool::settings::Settings;
+use crate::da_pool::store::etcd::{self, LAYOUT};
+use crate::error::Error;
+
+/// `migrate`.
+pub(super) const VERB: Verb = Verb {
+    name: "migrate",
+    synopsis: "--config PATH [--network NAME] [--dry-run]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--network"),
+        Opt::flag("--dry-run"),
+    ],
+    operands: false,
+    help: "\
+On etcd: moves the network's attachments that the previous
+version kept under one prefix to their nodes' own prefixes, each
+in one transaction (any node may run it, any number of times,
+with ADDs and DELs going on), then records the layout's version.
+Run it once every node runs this version. Prints what it moved
+(with --dry-run, what it would move). Exit status 1 when a
+record changed meanwhile: run it again.
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// `migrate`'s options.
+#[derive(Debug, PartialEq)]
+struct Migrate {
+    config: PathBuf,
+    network: Option<String>,
+    dry_run: bool,
+}
+
+fn options(given: &Options) -> Result<Migrate, String> {
+    Ok(Migrate {
+        config: given.path("--config").ok_or("migrate needs --config")?,
+        network: given.value("--network").map(String::from),
+        dry_run: given.flag("--dry-run"),
+    })
+}
+
+/// Moves what is left of the previous layout: whether all of it moved.
+fn run(options: &Migrate) -> Result<bool, Error> {
+    let raw = load_network(&options.config, options.network.as_deref())?;
+    let net = NetConf::parse(&raw)?;
+    let settings = Settings::from_net(&net)?;
+    let client = cluster_of(&settings, &options.config, "migrate")?;
+    let store = etcd::Etcd::new(client, &net.name);
+    let mut out = std::io::stdout().lock();
+    let verb = if options.dry_run {
+        "would move"
+    } else {
+        "moved"
+    };
+    let mut changed = 0;
+    let legacy = store.legacy_holdings()?;
+    for holding in &legacy {
+        let owner = &holding.owner;
+        if !options.dry_run && !store.move_legacy(holding)? {
+            changed += 1;
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "{verb} {}/{} under node {}",
+            owner.id, owner.ifname, owner.node
+        );
+    }
+    if changed > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ipam-da-pool: {changed} record(s) changed meanwhile: run migrate again"
+        );
+        return Ok(false);
+    }
+    if !options.dry_run {
+        store.mark_layout()?;
+    }
+    let _ = writeln!(
+        out,
+        "network {}: {} attachment(s) {verb}; layout version {LAYOUT}",
+        net.name,
+        legacy.len()
+    );
+    Ok(true)
+}
