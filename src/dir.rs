@@ -219,11 +219,26 @@ impl Dir {
                 made => return made,
             }
         }
+        self.create_file(name, content, self.durable)
+    }
+
+    /// As [`Dir::create`] in a durable directory, whatever this one's
+    /// durability: a file, synced before it is linked into place, and the
+    /// directory synced after, for a record that must outlive a power
+    /// loss among records that need not.
+    pub fn create_synced(&self, name: &str, content: &[u8]) -> io::Result<bool> {
+        self.create_file(name, content, true)
+    }
+
+    /// Record `name` as a file, synced before it is linked into place;
+    /// the directory synced after if `sync`.
+    fn create_file(&self, name: &str, content: &[u8], sync: bool) -> io::Result<bool> {
         let temporary = self.write_temporary(name, content)?;
         let linked = sys::linkat(&self.file, &temporary, name);
         let _ = sys::unlinkat(&self.file, &temporary);
         match linked {
-            Ok(()) => self.sync_change().map(|()| true),
+            Ok(()) if sync => self.sync().map(|()| true),
+            Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(e),
         }

@@ -55,7 +55,12 @@ impl Plugin for Allocator {
     fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
         let settings = Settings::from_net(&net)?;
         let asked = pools::requested_by_runtime(env, &net)?;
-        let store = open(&settings, &net.name)?;
+        // An address the runtime keeps across reboots (the Docker driver's).
+        let durable = env
+            .arg_pairs()
+            .iter()
+            .any(|(key, value)| *key == "DURABLE" && value.eq_ignore_ascii_case("true"));
+        let store = open(&settings, &net.name, durable)?;
         let owner = Owner {
             workload: settings::workload(env, &settings),
             ..owner(env, &settings)
@@ -103,10 +108,14 @@ impl Plugin for Allocator {
     }
 }
 
-/// The store the settings name, for network `name`, made if need be.
-fn open(settings: &Settings, name: &str) -> Result<Box<dyn Store>, Error> {
+/// The store the settings name, for network `name`, made if need be; its
+/// claims synced to the disk before they count if `durable` (etcd's
+/// always are).
+fn open(settings: &Settings, name: &str, durable: bool) -> Result<Box<dyn Store>, Error> {
     Ok(match &settings.store {
-        StoreSettings::Local { data_dir } => Box::new(local::Local::open(data_dir, name)?),
+        StoreSettings::Local { data_dir } => {
+            Box::new(local::Local::open(data_dir, name)?.synced(durable))
+        }
         StoreSettings::Etcd(cluster) => Box::new(etcd::Etcd::new(
             crate::etcd::Client::new(cluster.clone())?,
             name,
@@ -120,7 +129,7 @@ fn open_existing(settings: &Settings, name: &str) -> Result<Option<Box<dyn Store
     match &settings.store {
         StoreSettings::Local { data_dir } => Ok(local::Local::open_existing(data_dir, name)?
             .map(|store| Box::new(store) as Box<dyn Store>)),
-        StoreSettings::Etcd(_) => open(settings, name).map(Some),
+        StoreSettings::Etcd(_) => open(settings, name, false).map(Some),
     }
 }
 

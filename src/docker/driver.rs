@@ -460,14 +460,21 @@ fn lock(net: &Network) -> Result<state::Network, Error> {
 }
 
 /// The attachment `id` of the driver, as agent mode runs it: in the
-/// host's namespace, asking for `asked` through CNI_ARGS.
+/// host's namespace, asking for `asked` through CNI_ARGS, and for its
+/// records to be synced to the disk (`DURABLE=true`): Docker keeps a
+/// network's gateway and aux addresses across reboots, and a record a
+/// power loss undid would give one to another container.
 fn request_for(net: &Network, id: &str, asked: Option<Addr>) -> Request {
+    let mut args = String::from("IgnoreUnknown=1;DURABLE=true");
+    if let Some(addr) = asked {
+        args.push_str(&format!(";IP={addr}"));
+    }
     Request {
         config: net.file.clone(),
         id: id.to_owned(),
         ifname: IFNAME.into(),
         netns: HOST_NETNS.into(),
-        args: asked.map(|addr| format!("IgnoreUnknown=1;IP={addr}")),
+        args: Some(args),
     }
 }
 
@@ -737,7 +744,11 @@ mod tests {
             request_for(&none, "docker-x", Some(a("10.7.0.7")))
                 .args
                 .as_deref(),
-            Some("IgnoreUnknown=1;IP=10.7.0.7")
+            Some("IgnoreUnknown=1;DURABLE=true;IP=10.7.0.7")
+        );
+        assert_eq!(
+            request_for(&none, "docker-x", None).args.as_deref(),
+            Some("IgnoreUnknown=1;DURABLE=true")
         );
     }
 

@@ -413,6 +413,12 @@ fn docker_containers_get_pool_addresses_that_gc_leaves_alone() {
         addresses()
     );
     assert_eq!(addresses().len(), 2, "the gateway and the container");
+    // Docker keeps them across reboots: their records are synced files,
+    // not the links a power loss may undo.
+    for address in addresses() {
+        let record = fs::symlink_metadata(data.join("pooled/addresses").join(&address)).unwrap();
+        assert!(record.file_type().is_file(), "{address}: {record:?}");
+    }
     docker.ok(&["rm", "-f", &c1]);
     docker.ok(&["network", "rm", "p1"]);
     assert_eq!(addresses(), BTreeSet::new());

@@ -50,6 +50,9 @@ const MOVED: &str = "moved";
 /// A network's files, locked.
 pub struct Local {
     network: Dir,
+    /// Whether claims are synced to the disk before they count (for an
+    /// address kept across reboots), rather than left to the journal.
+    synced: bool,
 }
 
 impl Local {
@@ -87,13 +90,33 @@ impl Local {
         let network = root.child(name).map_err(|e| root.error_at(name, e))?;
         Ok(network.map(|network| Local {
             network: network.with_durability(Durability::Ordered),
+            synced: false,
         }))
     }
 
     fn locked(network: Dir) -> Result<Local, Error> {
         let network = network.with_durability(Durability::Ordered);
         network.lock(Lock::Exclusive, None)?;
-        Ok(Local { network })
+        Ok(Local {
+            network,
+            synced: false,
+        })
+    }
+
+    /// The same store, its claims synced to the disk before they count
+    /// when `synced` (CNI_ARGS `DURABLE=true`): a power loss can then undo
+    /// none of them.
+    pub fn synced(self, synced: bool) -> Local {
+        Local { synced, ..self }
+    }
+
+    /// Record `name` in `dir`, made whole once, synced if claims are.
+    fn record(&self, dir: &Dir, name: &str, content: &[u8]) -> Result<bool, Error> {
+        let made = match self.synced {
+            true => dir.create_synced(name, content),
+            false => dir.create(name, content),
+        };
+        made.map_err(|e| dir.error_at(name, e))
     }
 
     /// Marks the network as moved into etcd: from now on a claim here is
@@ -176,10 +199,11 @@ impl Local {
         };
         let attachments = self.sub_made(ATTACHMENTS)?;
         let attachment = store::attachment_name(&owner.id, &owner.ifname);
-        if !attachments
-            .create(&attachment, &store::attachment_record(owner, held))
-            .map_err(|e| attachments.error_at(&attachment, e))?
-        {
+        if !self.record(
+            &attachments,
+            &attachment,
+            &store::attachment_record(owner, held),
+        )? {
             undo_hold(&holds)?;
             return Ok(false);
         }
@@ -190,9 +214,8 @@ impl Local {
             let theirs = match read(&addresses, &address)? {
                 Some(record) => !store::read_owner(&record).is_some_and(|o| owner.owns(&o)),
                 None => {
-                    let created = addresses
-                        .create(&address, &store::address_record(owner, &h.pool))
-                        .map_err(|e| addresses.error_at(&address, e))?;
+                    let created =
+                        self.record(&addresses, &address, &store::address_record(owner, &h.pool))?;
                     if created {
                         made.push(address.clone());
                     }
@@ -347,10 +370,7 @@ impl Store for Local {
         let attachments = self.sub_made(ATTACHMENTS)?;
         let name = store::attachment_name(&owner.id, &owner.ifname);
         let record = store::attachment_record(owner, held);
-        if !attachments
-            .create(&name, &record)
-            .map_err(|e| attachments.error_at(&name, e))?
-        {
+        if !self.record(&attachments, &name, &record)? {
             return Ok(false);
         }
         let addresses = self.sub_made(ADDRESSES)?;
@@ -358,10 +378,7 @@ impl Store for Local {
         for h in held {
             let address = h.address.to_string();
             let address_record = store::address_record(owner, &h.pool);
-            if !addresses
-                .create(&address, &address_record)
-                .map_err(|e| addresses.error_at(&address, e))?
-            {
+            if !self.record(&addresses, &address, &address_record)? {
                 // Taken: what this claim made is undone, the record last.
                 for address in &made {
                     remove(&addresses, address)?;
