@@ -66,12 +66,7 @@ pub(super) fn add(
                     Some(address) => address,
                     None => {
                         let start = search::starting_point(store, &owner.node, pool, lost)?;
-                        let found = match start {
-                            Some(start) => search::choose_free(store, pool, start, &chosen),
-                            // Found full a moment ago: not read whole again.
-                            None => Err(exhausted(pool)),
-                        };
-                        match found {
+                        match search::choose_free(store, pool, start, &chosen, true) {
                             // Holds whose time is up keep addresses until
                             // someone needs them: now.
                             Err(Error::Pool(PoolError::Exhausted { .. })) if !swept => {
@@ -80,10 +75,9 @@ pub(super) fn add(
                                     lost += 1;
                                     break;
                                 }
-                                if start.is_some() {
-                                    note_full(store, pool);
-                                }
-                                return Err(exhausted(pool));
+                                return Err(Error::from(PoolError::Exhausted {
+                                    pool: pool.name.clone(),
+                                }));
                             }
                             found => found?,
                         }
@@ -116,24 +110,6 @@ pub(super) fn add(
     Err(Error::from(PoolError::Busy(format!(
         "other attachments took the addresses chosen, {ATTEMPTS} times over"
     ))))
-}
-
-/// Pool `pool` has no free address: code 110.
-fn exhausted(pool: &Pool) -> Error {
-    Error::from(PoolError::Exhausted {
-        pool: pool.name.clone(),
-    })
-}
-
-/// Notes that a search found `pool` full; a note that cannot be written
-/// (etcd at its quota) only costs the next ADD a whole read.
-fn note_full(store: &dyn Store, pool: &Pool) {
-    if let Err(e) = store.note_full(&pool.name) {
-        warn!(
-            "pool {:?} is full, but that cannot be noted: {e}",
-            pool.name
-        );
-    }
 }
 
 /// The address asked for in each pool, if one is: the pool's own
@@ -626,17 +602,34 @@ mod tests {
             )
         );
         assert_eq!(store.held(), ["10.1.0.2", "10.9.0.2"]);
-        // Found full: the ADDs a runtime retries do not read it again,
-        // until an address is given back.
-        assert!(store.full.borrow().contains("tiny"));
-        let only_tiny = config("1.0.0", pools(), Some(json!({"pools": [{"name": "tiny"}]})));
+    }
+
+    #[test]
+    fn a_pool_found_full_is_not_read_whole_again_until_an_address_is_given_back() {
+        let store = Fake::default();
+        let mut settings = pools();
+        settings["pools"]["wide"] = json!([{"subnet": "10.8.0.0/24"}]);
+        settings["default"] = json!("wide");
+        let raw = config("1.0.0", settings, None);
+        for i in 0..253 {
+            add_for(&store, &raw, &format!("c{i}"), &[]).unwrap();
+        }
         let looked = store.looked_at.get();
-        let e = add_for(&store, &only_tiny, "c3", &[]).unwrap_err();
+        let e = add_for(&store, &raw, "more", &[]).unwrap_err();
         assert_eq!(e.code(), code::POOL_EXHAUSTED);
-        assert_eq!(store.looked_at.get(), looked, "nothing read");
-        del(&store, &owner("c1")).unwrap();
+        assert!(
+            store.looked_at.get() - looked >= 253,
+            "the first reads it all"
+        );
+        assert!(store.full.borrow().contains("wide"));
+        // The ADDs a runtime retries read one window, not the pool.
+        let looked = store.looked_at.get();
+        let e = add_for(&store, &raw, "more", &[]).unwrap_err();
+        assert_eq!(e.code(), code::POOL_EXHAUSTED);
+        assert!(store.looked_at.get() - looked <= 16, "one window");
+        del(&store, &owner("c7")).unwrap();
         assert!(store.full.borrow().is_empty());
-        add_for(&store, &only_tiny, "c3", &[]).unwrap();
+        add_for(&store, &raw, "more", &[]).unwrap();
     }
 
     #[test]

@@ -23,46 +23,43 @@ const RANDOM_LOOKS: usize = 128;
 /// is past a range's end, the next range's start), so that addresses go
 /// round the pool in order; after `lost` races, at a random address, so
 /// that the nodes that raced for one address spread out rather than race
-/// again for the next. `None`: a search found the pool full a moment ago.
+/// again for the next.
 pub fn starting_point(
     store: &dyn Store,
     node: &str,
     pool: &Pool,
     lost: usize,
-) -> Result<Option<Addr>, Error> {
+) -> Result<Addr, Error> {
     if lost > 0 {
-        return Ok(Some(random_address(pool)));
+        return Ok(random_address(pool));
     }
     let first = pool.ranges[0].start;
-    let hint = store.hint(node, &pool.name)?;
-    if hint.full {
-        return Ok(None);
-    }
-    let Some(after) = hint.after else {
-        return Ok(Some(first));
+    let Some(hint) = store.hint(node, &pool.name)? else {
+        return Ok(first);
     };
-    if pool.range_of(after).is_some() {
-        return Ok(Some(after));
+    if pool.range_of(hint).is_some() {
+        return Ok(hint);
     }
-    Ok(Some(
-        pool.ranges
-            .iter()
-            .map(|r| r.start)
-            .filter(|start| *start > after)
-            .min()
-            .unwrap_or(first),
-    ))
+    Ok(pool
+        .ranges
+        .iter()
+        .map(|r| r.start)
+        .filter(|start| *start > hint)
+        .min()
+        .unwrap_or(first))
 }
 
 /// A free address of `pool` that `taken` (what this claim has chosen
-/// already) does not have: first from `start`, then at random places, then
-/// through every range in order, from `start` round to it again. None is
-/// code 110.
+/// already) does not have: first from `start`; unless a search found the
+/// pool full moments ago, then at random places, then through every range
+/// in order, from `start` round to it again. None is code 110, noted for
+/// the next searches if `note` (an ADD; STATUS writes nothing).
 pub fn choose_free(
     store: &dyn Store,
     pool: &Pool,
     start: Addr,
     taken: &[Held],
+    note: bool,
 ) -> Result<Addr, Error> {
     // Excluded blocks are stepped over whole, never looked at address by
     // address: one can be a /64.
@@ -87,8 +84,19 @@ pub fn choose_free(
             .unwrap_or(range.end);
         free_in(range, at, to)
     };
-    let randoms = (0..RANDOM_LOOKS).map(|_| random_address(pool));
-    for at in std::iter::once(start).chain(randoms) {
+    let exhausted = || {
+        Error::from(PoolError::Exhausted {
+            pool: pool.name.clone(),
+        })
+    };
+    if let Some(free) = look(start)? {
+        return Ok(free);
+    }
+    // Asked only now: a search that finds an address at once needs not.
+    if store.noted_full(&pool.name)? {
+        return Err(exhausted());
+    }
+    for at in (0..RANDOM_LOOKS).map(|_| random_address(pool)) {
         if let Some(free) = look(at)? {
             return Ok(free);
         }
@@ -110,9 +118,16 @@ pub fn choose_free(
     if let Some(free) = free_in(range, range.start, start)? {
         return Ok(free);
     }
-    Err(Error::from(PoolError::Exhausted {
-        pool: pool.name.clone(),
-    }))
+    if note {
+        // Not noted (etcd at its quota, say): the next search reads it all.
+        if let Err(e) = store.note_full(&pool.name) {
+            tracing::warn!(
+                "pool {:?} is full, but that cannot be noted: {e}",
+                pool.name
+            );
+        }
+    }
+    Err(exhausted())
 }
 
 /// An address of `pool` drawn at random, every address alike among the

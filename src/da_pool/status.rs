@@ -31,14 +31,8 @@ fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
         }
     }
     for pool in &pools {
-        let found = match search::starting_point(store, &settings.node, pool, 0)? {
-            Some(start) => search::choose_free(store, pool, start, &[]),
-            // Found full a moment ago.
-            None => Err(Error::from(PoolError::Exhausted {
-                pool: pool.name.clone(),
-            })),
-        };
-        match found {
+        let start = search::starting_point(store, &settings.node, pool, 0)?;
+        match search::choose_free(store, pool, start, &[], false) {
             // An ADD would give back a hold whose time is up, and take
             // its address: STATUS writes nothing, but says so.
             Err(Error::Pool(PoolError::Exhausted { .. }))

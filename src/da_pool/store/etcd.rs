@@ -30,7 +30,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{self as store, Held, Hint, Hold, Holding, Owner, Sticky, Store};
+use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
 use crate::da_pool::{nodes, PoolError};
 use crate::error::Error;
@@ -412,11 +412,9 @@ impl Store for Etcd {
         }
     }
 
-    fn hint(&self, node: &str, pool: &str) -> Result<Hint, Error> {
-        // Both in one request.
-        let (hint, full) = (self.hint_key(node, pool), self.full_key(pool));
-        let found = self.client.get_each(&[&hint, &full])?;
-        let after = found[0].as_ref().and_then(|kv| {
+    fn hint(&self, node: &str, pool: &str) -> Result<Option<Addr>, Error> {
+        let found = self.client.get(&self.hint_key(node, pool))?;
+        let after = found.and_then(|kv| {
             std::str::from_utf8(&kv.value)
                 .ok()?
                 .trim()
@@ -425,10 +423,11 @@ impl Store for Etcd {
                 .map(Addr::new)
         });
         self.hints_read.borrow_mut().insert(pool.to_owned(), after);
-        Ok(Hint {
-            after,
-            full: found[1].is_some(),
-        })
+        Ok(after)
+    }
+
+    fn noted_full(&self, pool: &str) -> Result<bool, Error> {
+        Ok(self.client.get(&self.full_key(pool))?.is_some())
     }
 
     fn note_full(&self, pool: &str) -> Result<(), Error> {

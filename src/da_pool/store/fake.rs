@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::{Held, Hint, Hold, Holding, Owner, Sticky, Store};
+use super::{Held, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
 use crate::da_pool::PoolError;
 use crate::error::Error;
@@ -100,16 +100,17 @@ impl Store for Fake {
         }
     }
 
-    fn hint(&self, _node: &str, pool: &str) -> Result<Hint, Error> {
-        Ok(Hint {
-            after: self.hints.borrow().get(pool).copied(),
-            full: self.full.borrow().contains(pool),
-        })
+    fn hint(&self, _node: &str, pool: &str) -> Result<Option<Addr>, Error> {
+        Ok(self.hints.borrow().get(pool).copied())
     }
 
     fn note_full(&self, pool: &str) -> Result<(), Error> {
         self.full.borrow_mut().insert(pool.to_owned());
         Ok(())
+    }
+
+    fn noted_full(&self, pool: &str) -> Result<bool, Error> {
+        Ok(self.full.borrow().contains(pool))
     }
 
     fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {

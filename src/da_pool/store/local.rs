@@ -33,7 +33,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{self as store, Held, Hint, Hold, Holding, Owner, Sticky, Store};
+use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
 use crate::addr::Addr;
 use crate::da_pool::PoolError;
 use crate::dir::{Dir, Durability};
@@ -335,23 +335,24 @@ impl Store for Local {
         }
     }
 
-    fn hint(&self, _node: &str, pool: &str) -> Result<Hint, Error> {
+    fn hint(&self, _node: &str, pool: &str) -> Result<Option<Addr>, Error> {
         let Some(hints) = self.sub(HINTS)? else {
-            return Ok(Hint::default());
+            return Ok(None);
         };
         let text = read(&hints, pool)?.unwrap_or_default();
         // A hint garbled by a crash is no hint.
-        Ok(Hint {
-            after: std::str::from_utf8(&text)
-                .ok()
-                .and_then(|text| Addr::from_sortable(text.trim())),
-            full: false,
-        })
+        Ok(std::str::from_utf8(&text)
+            .ok()
+            .and_then(|text| Addr::from_sortable(text.trim())))
     }
 
     fn note_full(&self, _pool: &str) -> Result<(), Error> {
         // Looking through local files again costs next to nothing.
         Ok(())
+    }
+
+    fn noted_full(&self, _pool: &str) -> Result<bool, Error> {
+        Ok(false)
     }
 
     fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {

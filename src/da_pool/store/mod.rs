@@ -103,15 +103,6 @@ pub struct Holding {
     pub legacy: bool,
 }
 
-/// Where a search of a pool starts, as the store knows it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Hint {
-    /// Just after the last address given, if the store knows it.
-    pub after: Option<Addr>,
-    /// Whether a search found the pool full moments ago.
-    pub full: bool,
-}
-
 /// What a workload's hold keeps for it (`ipam.pool.sticky`): its
 /// addresses, one per pool, held while one of its containers runs and for
 /// `sticky_for` seconds after the last is gone, whatever container ID or
@@ -242,14 +233,16 @@ pub trait Store {
 
     /// Where node `node` starts looking for a free address of `pool`:
     /// just after the last one it gave (near it, on etcd, where the hint
-    /// is written only when it has moved far); and whether a search found
-    /// the pool full moments ago.
-    fn hint(&self, node: &str, pool: &str) -> Result<Hint, Error>;
+    /// is written only when it has moved far).
+    fn hint(&self, node: &str, pool: &str) -> Result<Option<Addr>, Error>;
 
     /// Notes that a search went through the whole of `pool` and found it
     /// full, so that the ADDs a runtime retries in the next moments do not
     /// read it whole again; any address given back ends the note.
     fn note_full(&self, pool: &str) -> Result<(), Error>;
+
+    /// Whether a search found `pool` full moments ago, as noted.
+    fn noted_full(&self, pool: &str) -> Result<bool, Error>;
 
     /// Records that `owner` holds `held` (an address of each pool), all of
     /// it or none: `Ok(false)`, and nothing changed, if an address was
