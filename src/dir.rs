@@ -590,6 +590,12 @@ mod tests {
         let e = two.lock(Lock::Shared, Some(deadline)).unwrap_err();
         assert_eq!(e.code(), crate::error::code::TRY_AGAIN_LATER);
         drop(one);
-        two.lock(Lock::Shared, Some(Instant::now())).unwrap();
+        // A moment's wait: a child another test thread forks meanwhile
+        // holds a copy of the descriptor, and so the lock, until it execs.
+        two.lock(
+            Lock::Shared,
+            Some(Instant::now() + Duration::from_millis(500)),
+        )
+        .unwrap();
     }
 }
