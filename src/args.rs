@@ -1,7 +1,8 @@
 //! Command lines, for when a binary is not run as a CNI plugin: each
 //! binary's verbs defined once (name, synopsis, options, what it does,
 //! and the function that runs it), and from that one definition its
-//! usage, its `--help` text and the parsing of its options.
+//! usage, its `--help` text (the binary's and each verb's), its manual
+//! page and the parsing of its options.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -20,6 +21,9 @@ pub struct Program {
     pub verbs: &'static [Verb],
     /// What `--help` says after the verbs.
     pub notes: &'static str,
+    /// The one command of a binary that has no verbs: its options follow
+    /// the binary's name (`ipam-delegated-docker --config PATH`).
+    pub command: Option<&'static Verb>,
 }
 
 /// One verb of a command line.
@@ -122,71 +126,195 @@ impl Program {
     pub fn main(&self, args: impl IntoIterator<Item = OsString>) -> ExitCode {
         let args: Vec<OsString> = args.into_iter().collect();
         let Some(first) = args.first() else {
-            return skel::about(self.name, self.purpose);
+            return match self.command {
+                Some(command) => self.run(command, self.name, &args),
+                None => skel::about(self.name, self.purpose),
+            };
         };
         let alone = args.len() == 1;
-        match first.to_str() {
-            Some("--help" | "-h" | "help") if alone => print(&self.help()),
-            Some("--version" | "-V") if alone => print(&version(self.name)),
-            Some(name) => match self.verbs.iter().find(|v| v.name == name) {
-                Some(verb) => match verb.parse(&args[1..]).and_then(|o| (verb.run)(&o)) {
-                    Ok(status) => status,
-                    Err(problem) => verb.usage_error(self.name, &problem),
-                },
+        match (first.to_str(), self.command) {
+            (Some("--help" | "-h" | "help"), _) if alone => print(&self.help()),
+            (Some("--version" | "-V"), _) if alone => print(&version(self.name)),
+            (Some("--generate-man"), _) if alone => print(&self.man()),
+            (_, Some(command)) => self.run(command, self.name, &args),
+            (Some(name), None) => match self.verbs.iter().find(|v| v.name == name) {
+                Some(verb) => self.run(verb, &format!("{} {name}", self.name), &args[1..]),
                 None => self.usage_error(&format!("unknown command {name:?}")),
             },
-            None => self.usage_error(&format!("unknown command {first:?}")),
+            (None, None) => self.usage_error(&format!("unknown command {first:?}")),
         }
     }
 
-    /// One line per verb, and --help and --version.
+    /// Runs `verb`, as `invoked` (the binary and the verb's name) names
+    /// it, with `args`: its usage for `--help` or `-h` among them.
+    fn run(&self, verb: &Verb, invoked: &str, args: &[OsString]) -> ExitCode {
+        if args.iter().any(|a| a == "--help" || a == "-h") {
+            return print(&verb.usage(invoked));
+        }
+        match verb.parse(args).and_then(|o| (verb.run)(&o)) {
+            Ok(status) => status,
+            Err(problem) => usage_error(invoked, &problem),
+        }
+    }
+
+    /// One line per verb (or the binary's one command), and --help,
+    /// --version and --generate-man.
     pub fn usage(&self) -> String {
         let mut usage = String::from("usage:\n");
-        for verb in self.verbs {
-            usage.push_str(&format!(
-                "  {} {} {}\n",
-                self.name, verb.name, verb.synopsis
-            ));
+        for (name, synopsis) in self.synopses() {
+            usage.push_str(&format!("  {name} {synopsis}\n"));
         }
-        usage.push_str(&format!("  {} --help | --version\n", self.name));
+        usage.push_str(&format!(
+            "  {} --help | --version | --generate-man\n",
+            self.name
+        ));
         usage
+    }
+
+    /// Each way to run it, as usage shows it: the binary with each verb,
+    /// and that verb's synopsis.
+    fn synopses(&self) -> Vec<(String, &'static str)> {
+        match self.command {
+            Some(command) => vec![(self.name.to_owned(), command.synopsis)],
+            None => self
+                .verbs
+                .iter()
+                .map(|verb| (format!("{} {}", self.name, verb.name), verb.synopsis))
+                .collect(),
+        }
     }
 
     /// What `--help` prints: the description, each verb with what it
     /// does, the notes.
     pub fn help(&self) -> String {
-        let mut help = format!(
-            "{}: {}\n\n{}\nCommands:\n",
-            self.name, self.purpose, self.description
-        );
+        let mut help = format!("{}: {}\n\n{}", self.name, self.purpose, self.description);
+        if let Some(command) = self.command {
+            help.push_str(&format!("\nUsage: {} {}\n", self.name, command.synopsis));
+            help.push_str(&indented(command.help));
+        }
+        if !self.verbs.is_empty() {
+            help.push_str("\nCommands:\n");
+        }
         for verb in self.verbs {
             help.push_str(&format!("  {} {}\n", verb.name, verb.synopsis));
-            for line in verb.help.lines() {
-                if line.is_empty() {
-                    help.push('\n');
-                } else {
-                    help.push_str(&format!("          {line}\n"));
-                }
-            }
+            help.push_str(&indented(verb.help));
         }
         if !self.notes.is_empty() {
             help.push('\n');
             help.push_str(self.notes);
         }
-        help.push_str("\n  --help     this text\n  --version  the version, the CNI spec versions it speaks, its flavour\n");
+        help.push_str("\n  --help          this text (after a command: that command's)\n  --version       the version, the CNI spec versions it speaks, its flavour\n  --generate-man  this text as a manual page (roff)\n");
         help
     }
 
-    /// A usage error: what is wrong and the usage on stderr, exit status 2.
-    pub fn usage_error(&self, problem: &str) -> ExitCode {
-        let _ = write!(
-            std::io::stderr(),
-            "{}: {problem}\n{}",
+    /// Its manual page, in roff (man(7)), from the same definitions as
+    /// `--help`.
+    pub fn man(&self) -> String {
+        let mut page = format!(
+            ".TH {} 1 \"\" \"ipam-delegated {}\" \"CNI plugins\"\n.SH NAME\n{} \\- {}\n.SH SYNOPSIS\n",
+            self.name.to_uppercase(),
+            env!("CARGO_PKG_VERSION"),
             self.name,
-            self.usage()
+            roff(self.purpose)
         );
-        ExitCode::from(2)
+        for (name, synopsis) in self.synopses() {
+            page.push_str(&format!(".B {name}\n{}\n.br\n", roff(synopsis)));
+        }
+        page.push_str(&format!(
+            ".B {}\n\\-\\-help | \\-\\-version | \\-\\-generate\\-man\n.SH DESCRIPTION\n{}",
+            self.name,
+            paragraphs(self.description)
+        ));
+        if let Some(command) = self.command {
+            page.push_str(&paragraphs(command.help));
+        }
+        if !self.verbs.is_empty() {
+            page.push_str(".SH COMMANDS\n");
+        }
+        for verb in self.verbs {
+            page.push_str(&format!(
+                ".TP\n.B {} {}\n{}",
+                verb.name,
+                roff(verb.synopsis),
+                paragraphs(verb.help)
+            ));
+        }
+        if !self.notes.is_empty() {
+            page.push_str(&format!(".SH NOTES\n{}", paragraphs(self.notes)));
+        }
+        page.push_str(MAN_END);
+        page
     }
+
+    /// A usage error of the binary: what is wrong, and what to read.
+    pub fn usage_error(&self, problem: &str) -> ExitCode {
+        usage_error(self.name, problem)
+    }
+}
+
+/// The end of every manual page: the options every binary takes, exit
+/// statuses, the family.
+const MAN_END: &str = "\
+.SH OPTIONS
+.TP
+.B \\-\\-help
+This text, on standard output; after a command, that command's.
+.TP
+.B \\-\\-version
+The version, the CNI spec versions it speaks, and its flavour.
+.TP
+.B \\-\\-generate\\-man
+This manual page.
+.SH EXIT STATUS
+0 on success; 1 when something failed or is left to settle (said on
+standard error, with its CNI code); 2 for a command line it cannot use.
+.SH SEE ALSO
+.BR ipam-delegated (1),
+.BR ipam-ds-static (1),
+.BR ipam-da-pool (1),
+.BR ipam-delegated-docker (1)
+";
+
+/// A usage error of `invoked` (a binary, or a binary and its verb): what
+/// is wrong and the `--help` to read, in one line on stderr; exit status 2.
+pub fn usage_error(invoked: &str, problem: &str) -> ExitCode {
+    let _ = writeln!(
+        std::io::stderr(),
+        "{invoked}: {problem} (see '{invoked} --help')"
+    );
+    ExitCode::from(2)
+}
+
+/// Help text indented under its synopsis.
+fn indented(text: &str) -> String {
+    text.lines()
+        .map(|line| match line.is_empty() {
+            true => "\n".to_owned(),
+            false => format!("          {line}\n"),
+        })
+        .collect()
+}
+
+/// Text as roff paragraphs: a blank line starts a new one.
+fn paragraphs(text: &str) -> String {
+    text.split("\n\n")
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| format!(".PP\n{}\n", roff(p.trim_end())))
+        .collect()
+}
+
+/// Text that roff prints as written: backslashes and hyphens escaped, and
+/// no line starting with a control character.
+fn roff(text: &str) -> String {
+    text.replace('\\', "\\e")
+        .replace('-', "\\-")
+        .lines()
+        .map(|line| match line.starts_with(['.', '\'']) {
+            true => format!("\\&{line}"),
+            false => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 impl Verb {
@@ -234,20 +362,10 @@ impl Verb {
         self.parse(&args)
     }
 
-    /// Its usage, as `program` runs it, and what it does.
-    pub fn usage(&self, program: &str) -> String {
-        format!(
-            "usage: {program} {} {}\n{}",
-            self.name, self.synopsis, self.help
-        )
-    }
-
-    /// A usage error of this verb of `program`: what is wrong and the
-    /// verb's usage on stderr, exit status 2.
-    pub fn usage_error(&self, program: &str, problem: &str) -> ExitCode {
-        let usage = self.usage(program);
-        let _ = write!(std::io::stderr(), "{program}: {problem}\n{usage}");
-        ExitCode::from(2)
+    /// Its usage, as `invoked` (the binary, and the verb's name if it
+    /// has verbs) runs it, and what it does.
+    pub fn usage(&self, invoked: &str) -> String {
+        format!("usage: {invoked} {}\n{}", self.synopsis, self.help)
     }
 }
 
@@ -352,14 +470,48 @@ mod tests {
             description: "As a plugin, it reads no arguments.\n",
             verbs: &[VERB],
             notes: "PATH is a conflist.\n",
+            command: None,
         };
         assert_eq!(
             program.usage(),
-            "usage:\n  ipam-x release --config PATH [--dry-run] ADDRESS\n  ipam-x --help | --version\n"
+            "usage:\n  ipam-x release --config PATH [--dry-run] ADDRESS\n  ipam-x --help | --version | --generate-man\n"
         );
         let help = program.help();
         assert!(help.starts_with("ipam-x: a plugin\n\nAs a plugin, it reads no arguments.\n\nCommands:\n  release --config PATH [--dry-run] ADDRESS\n          Gives ADDRESS back.\n\nPATH is a conflist.\n"), "{help}");
-        assert!(help
-            .ends_with("  --version  the version, the CNI spec versions it speaks, its flavour\n"));
+        assert!(help.ends_with("  --generate-man  this text as a manual page (roff)\n"));
+        // The manual page says what --help says, escaped for roff.
+        let man = program.man();
+        assert!(man.starts_with(".TH IPAM-X 1 "), "{man}");
+        assert!(
+            man.contains(".B ipam-x release\n\\-\\-config PATH [\\-\\-dry\\-run] ADDRESS\n"),
+            "{man}"
+        );
+        assert!(man.contains(".SH COMMANDS\n.TP\n.B release "), "{man}");
+        assert!(man.contains(".PP\nGives ADDRESS back.\n"), "{man}");
+        assert!(
+            man.contains(".SH NOTES\n.PP\nPATH is a conflist.\n"),
+            "{man}"
+        );
+        // A binary of one command shows it after its name.
+        let alone = Program {
+            verbs: &[],
+            command: Some(&VERB),
+            ..program
+        };
+        assert!(alone.usage().starts_with("usage:\n  ipam-x --config PATH"));
+        assert!(alone.help().contains(
+            "\nUsage: ipam-x --config PATH [--dry-run] ADDRESS\n          Gives ADDRESS back.\n"
+        ));
+        assert!(!alone.man().contains(".SH COMMANDS"));
+    }
+
+    #[test]
+    fn text_is_escaped_for_roff() {
+        assert_eq!(roff("a-b \\n"), "a\\-b \\en");
+        assert_eq!(roff(".TH x\n'quote"), "\\&.TH x\n\\&'quote");
+        assert_eq!(
+            paragraphs("one\ntwo\n\nthree\n"),
+            ".PP\none\ntwo\n.PP\nthree\n"
+        );
     }
 }

@@ -20,10 +20,30 @@ use std::io::Write;
 use serde_json::{json, Map, Value};
 
 use crate::addr::Addr;
+use crate::args::Program;
 use crate::cni::{self, Environment, NetConf};
 use crate::error::Error;
 use crate::pools::{requested_by_runtime, Pool, Wanted};
 use crate::skel::{self, Plugin};
+
+/// Its command line: no command of its own, but `--help`, `--version`
+/// and its manual page, as every binary of the family has.
+pub const PROGRAM: Program = Program {
+    name: "ipam-ds-static",
+    purpose: "a CNI IPAM plugin that selects the pools an attachment's addresses come from",
+    description: "\
+A runtime (or ipam-delegated) runs it with CNI_COMMAND set. It reads
+its rules from ipam.static: the first rule whose CNI_ARGS keys or
+runtimeConfig values match gives its pools, else \"default\" does; its
+ADD prints the previous result with those pools in \"pools\", the
+address the runtime asks for set on the pool that gives it, for an
+allocator such as ipam-da-pool. It keeps nothing: DEL, CHECK, GC and
+STATUS print nothing.
+",
+    verbs: &[],
+    notes: "",
+    command: None,
+};
 
 /// ipam-ds-static as a CNI plugin.
 pub struct Selector;

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use ipam_delegated::ds_static::Selector;
+use ipam_delegated::ds_static::{self, Selector};
 use ipam_delegated::{logging, skel};
 
 fn main() -> ExitCode {
@@ -12,9 +12,6 @@ fn main() -> ExitCode {
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-ds-static", pid = std::process::id()).entered();
     skel::serve(&Selector, || {
-        skel::about(
-            "ipam-ds-static",
-            "a CNI IPAM plugin that selects the pools an attachment's addresses come from",
-        )
+        ds_static::PROGRAM.main(std::env::args_os().skip(1))
     })
 }

@@ -69,6 +69,7 @@ default (then CNI_NETNS_OVERRIDE=1 is set for them, as plugins built on
 libcni 1.2 or later require). FILE is a conflist (its plugin whose
 ipam.type is ipam-delegated is used) or one plugin's configuration.
 ",
+    command: None,
 };
 
 /// `docker-plugin`: what the Docker driver's binary takes too.

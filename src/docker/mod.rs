@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::args;
+use crate::args::{self, Program, Verb};
 use crate::delegated::DOCKER_PLUGIN;
 use crate::dir::Dir;
 use crate::error::Error;
@@ -78,23 +78,40 @@ const LIMITS: http::Limits = http::Limits {
 /// What the plugin API's answers are.
 const CONTENT_TYPE: &str = "application/vnd.docker.plugins.v1+json";
 
+/// The driver's command line: the options of `ipam-delegated
+/// docker-plugin`, after the binary's name.
+pub const PROGRAM: Program = Program {
+    name: "ipam-delegated-docker",
+    purpose: "the CNI stack of ipam-delegated as a Docker (libnetwork) remote IPAM driver",
+    description: "\
+`ipam-delegated docker-plugin` runs it, with the same options.
+",
+    verbs: &[],
+    notes: "",
+    command: Some(&COMMAND),
+};
+
+/// `docker-plugin`'s definition, served here.
+const COMMAND: Verb = Verb {
+    run: |given| {
+        let options = options(given)?;
+        Ok(match serve(&options) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e}");
+                ExitCode::FAILURE
+            }
+        })
+    },
+    ..DOCKER_PLUGIN
+};
+
 /// Runs the command line `args` (without the program name), the options
 /// of `ipam-delegated docker-plugin`: serves until asked to stop, exit 0;
 /// 1 (after saying why on stderr) if it cannot serve; 2 for a bad command
 /// line.
 pub fn command_line(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let args: Vec<OsString> = args.into_iter().collect();
-    let options = match DOCKER_PLUGIN.parse(&args).and_then(|o| options(&o)) {
-        Ok(options) => options,
-        Err(problem) => return DOCKER_PLUGIN.usage_error("ipam-delegated", &problem),
-    };
-    match serve(&options) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            ExitCode::FAILURE
-        }
-    }
+    PROGRAM.main(args)
 }
 
 /// What `docker-plugin` was asked for.

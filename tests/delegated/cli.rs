@@ -51,10 +51,19 @@ fn help_version_and_unknown_arguments() {
         version,
         format!("ipam-delegated {} ({flavour} flavour)\nCNI spec versions: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n", env!("CARGO_PKG_VERSION"))
     );
-    for args in [&["--frobnicate"][..], &["doctor"], &["--version", "extra"]] {
+    for (args, read) in [
+        (&["--frobnicate"][..], "ipam-delegated --help"),
+        (&["doctor"], "ipam-delegated doctor --help"),
+        (&["--version", "extra"], "ipam-delegated --help"),
+    ] {
         let out = run_cli(args, &env);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(out.stderr.contains("usage:"));
+        assert!(
+            out.stderr.ends_with(&format!("(see '{read}')\n")),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     }
 }
 
@@ -149,7 +158,7 @@ fn command_line_errors_are_clear() {
         let out = run_cli(args, &agent.env());
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty());
-        assert!(out.stderr.contains("usage:"), "{}", out.stderr);
+        assert!(out.stderr.contains("--help')"), "{}", out.stderr);
     }
     assert!(agent.stack.calls().is_empty());
 }
@@ -184,7 +193,7 @@ fn docker_plugin_is_the_driver_binary_beside_the_plugin() {
         out.stderr.contains("unknown option \"--bogus\"")
             && out
                 .stderr
-                .contains("usage: ipam-delegated docker-plugin --config PATH"),
+                .contains("(see 'ipam-delegated docker-plugin --help')"),
         "{}",
         out.stderr
     );

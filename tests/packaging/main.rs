@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod help;
 mod links;
 mod release;
 mod size;

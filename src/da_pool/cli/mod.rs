@@ -53,6 +53,7 @@ PATH is a conflist, one plugin's configuration, or a directory of them
 conflist (its plugin that runs ipam-da-pool, directly or as a delegate of
 ipam-delegated, is used) or one plugin's configuration.
 ",
+    command: None,
 };
 
 /// How long a node's registration must have been gone, unless
