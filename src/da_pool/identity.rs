@@ -66,6 +66,25 @@ pub fn pinned(file: &Path) -> Result<String, Error> {
     })
 }
 
+/// Pins `name` as the node's name in `file`, over any before it: for an
+/// installer that knows the node's name from its orchestrator.
+pub fn pin(file: &Path, name: &str) -> Result<(), Error> {
+    if !cni::is_identifier(name) {
+        return Err(invalid(format!(
+            "node name {name:?} {}",
+            cni::IDENTIFIER_RULE
+        )));
+    }
+    let (dir, base) = split(file)?;
+    let failed = |error: io::Error| Error::Files {
+        path: file.to_owned(),
+        error,
+    };
+    Dir::open_made(dir)
+        .and_then(|dir| dir.replace(base, format!("{name}\n").as_bytes()))
+        .map_err(failed)
+}
+
 /// The directory and the name of `file`, an absolute path.
 fn split(file: &Path) -> Result<(&Path, &str), Error> {
     match (file.parent(), file.file_name().and_then(|n| n.to_str())) {
@@ -112,6 +131,10 @@ mod tests {
         // What the file says wins over the host's name from then on.
         std::fs::write(&file, "node-7\n").unwrap();
         assert_eq!(pinned(&file).unwrap(), "node-7");
+        // An installer pins the name its orchestrator gives the node.
+        pin(&file, "node-8").unwrap();
+        assert_eq!(pinned(&file).unwrap(), "node-8");
+        assert_eq!(pin(&file, "a b").unwrap_err().code(), 7);
     }
 
     #[test]

@@ -37,6 +37,7 @@ use store::{etcd, local, Owner, Store};
 use teardown::{check, del, gc, nothing_held, valid_attachments};
 
 pub use error::PoolError;
+pub use identity::{pin as pin_node_name, DEFAULT_NODE_NAME_FILE};
 
 /// Runs the command line `args` (without the program name), for when the
 /// binary is not run as a CNI plugin.

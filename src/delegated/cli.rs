@@ -1,13 +1,14 @@
 //! ipam-delegated's command line, for when it is not run as a CNI plugin
 //! (no CNI_COMMAND): agent mode's `ensure` and `release`, the `doctor`,
-//! and `docker-plugin`, which starts the Docker driver beside it.
+//! `docker-plugin`, which starts the Docker driver beside it, and
+//! `install`, which puts the family into place on a node.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use super::agent::{self, Request};
-use super::{config, doctor};
+use super::{config, doctor, install};
 use crate::args::{Opt, Options, Program, Verb};
 use crate::skel::respond;
 use crate::{cni, signals};
@@ -62,6 +63,7 @@ eth0 by default) holds an address, for a node agent; print it.
             run: run_doctor,
         },
         DOCKER_PLUGIN,
+        install::VERB,
     ],
     notes: "\
 --netns is the CNI_NETNS delegates get, the agent's own namespace by

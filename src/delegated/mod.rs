@@ -11,6 +11,7 @@ mod cli;
 pub mod config;
 mod doctor;
 mod error;
+mod install;
 
 use std::io::Write;
 

@@ -8,6 +8,7 @@
 mod common;
 
 mod help;
+mod install;
 mod links;
 mod release;
 mod size;

@@ -1,0 +1,263 @@
+//! `ipam-delegated install`: puts the family's binaries into a CNI_PATH
+//! directory and, once every plugin it names is there, a network's
+//! configuration into a net.d directory, each file whole in one step (a
+//! runtime that reads the directory meanwhile finds the old file or the
+//! new one, never a part of one), leaving a file that is already as it
+//! should be alone; and pins the allocator's node name. What an image's
+//! installer (a DaemonSet's init container) runs on every node.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::args::{Opt, Options, Verb};
+use crate::da_pool;
+
+/// The family's binaries, as installed side by side.
+pub const FAMILY: [&str; 4] = [
+    "ipam-delegated",
+    "ipam-ds-static",
+    "ipam-da-pool",
+    "ipam-delegated-docker",
+];
+
+/// `install`.
+pub const VERB: Verb = Verb {
+    name: "install",
+    synopsis:
+        "--into DIR [--conflist FILE --conf-dir DIR] [--node-name NAME [--node-name-file FILE]]",
+    options: &[
+        Opt::value("--into"),
+        Opt::value("--conflist"),
+        Opt::value("--conf-dir"),
+        Opt::value("--node-name"),
+        Opt::value("--node-name-file"),
+    ],
+    operands: false,
+    help: "\
+Copy each binary of the family found beside this one into DIR
+(a CNI_PATH directory, such as /opt/cni/bin): a new file written
+and synced in DIR, then renamed over the old one, so that a
+runtime never runs half a binary; one already the same is left
+alone. Then, with --conflist, write FILE into --conf-dir (such
+as /etc/cni/net.d) the same way, but only once every plugin it
+names is in DIR. With --node-name, pin the allocator's node
+name (in /var/lib/cni/ipam-da-pool/node-name, or FILE): on
+Kubernetes, the node's spec.nodeName.
+",
+    run: |given| Ok(finish(run(&options(given)?))),
+};
+
+/// `install`'s options.
+#[derive(Debug, PartialEq)]
+struct Install {
+    into: PathBuf,
+    conflist: Option<(PathBuf, PathBuf)>,
+    node_name: Option<(String, PathBuf)>,
+}
+
+fn options(given: &Options) -> Result<Install, String> {
+    let into = given.path("--into").ok_or("install needs --into")?;
+    let conflist = match (given.path("--conflist"), given.path("--conf-dir")) {
+        (Some(file), Some(dir)) => Some((file, dir)),
+        (None, None) => None,
+        _ => return Err("--conflist and --conf-dir go together".into()),
+    };
+    let node_name = match (given.value("--node-name"), given.path("--node-name-file")) {
+        (Some(name), file) => Some((
+            name.to_owned(),
+            file.unwrap_or_else(|| PathBuf::from(da_pool::DEFAULT_NODE_NAME_FILE)),
+        )),
+        (None, Some(_)) => return Err("--node-name-file needs --node-name".into()),
+        (None, None) => None,
+    };
+    Ok(Install {
+        into,
+        conflist,
+        node_name,
+    })
+}
+
+/// Exit 0 when all is in place, 1 (said on stderr) when it is not.
+fn finish(outcome: Result<(), String>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(problem) => {
+            let _ = writeln!(io::stderr(), "ipam-delegated install: {problem}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Installs, saying what it did on stdout.
+fn run(options: &Install) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let from = exe.parent().ok_or("this binary has no directory")?;
+    let mut out = io::stdout().lock();
+    for name in FAMILY {
+        let source = from.join(name);
+        if !source.exists() {
+            // The Docker driver is left out where Docker is not used.
+            let _ = writeln!(out, "not beside this binary, left out: {name}");
+            continue;
+        }
+        let bytes = fs::read(&source).map_err(|e| format!("{}: {e}", source.display()))?;
+        let said = place(&options.into, name, &bytes, 0o755)?;
+        let _ = writeln!(out, "{said} {}", options.into.join(name).display());
+    }
+    if let Some((file, dir)) = &options.conflist {
+        let text = fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let config: Value = serde_json::from_slice(&text)
+            .map_err(|e| format!("{}: not JSON: {e}", file.display()))?;
+        let missing: Vec<String> = named_plugins(&config)
+            .into_iter()
+            .filter(|name| !is_executable(&options.into.join(name)))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "{} names {}, not in {}: the configuration is not written until every plugin it names is there",
+                file.display(),
+                missing.join(", "),
+                options.into.display()
+            ));
+        }
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("{}: no file name", file.display()))?;
+        let said = place(dir, name, &text, 0o644)?;
+        let _ = writeln!(out, "{said} {}", dir.join(name).display());
+    }
+    if let Some((name, file)) = &options.node_name {
+        da_pool::pin_node_name(file, name).map_err(|e| e.to_string())?;
+        let _ = writeln!(out, "pinned node name {name} in {}", file.display());
+    }
+    Ok(())
+}
+
+/// Puts `bytes` in `dir/name` with `mode`, whole in one step: what it did.
+fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<&'static str, String> {
+    let target = dir.join(name);
+    let fail = |e: io::Error| format!("{}: {e}", target.display());
+    if fs::read(&target).is_ok_and(|there| there == bytes) {
+        return Ok("unchanged");
+    }
+    fs::create_dir_all(dir).map_err(fail)?;
+    // In DIR, so that the rename is within one filesystem.
+    let temporary = dir.join(format!(".{name}.install-{}", std::process::id()));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&temporary)
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.set_permissions(fs::Permissions::from_mode(mode))?;
+            file.sync_all()
+        })
+        .and_then(|()| fs::rename(&temporary, &target))
+        .and_then(|()| fs::File::open(dir)?.sync_all());
+    if let Err(e) = written {
+        let _ = fs::remove_file(&temporary);
+        return Err(fail(e));
+    }
+    Ok("installed")
+}
+
+/// The plugins a configuration names: each plugin's type, its IPAM
+/// type, and ipam-delegated's delegates.
+fn named_plugins(config: &Value) -> Vec<String> {
+    let plugins: Vec<&Value> = match config.get("plugins").and_then(Value::as_array) {
+        Some(list) => list.iter().collect(),
+        None => vec![config],
+    };
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |name: Option<&str>| {
+        if let Some(name) = name.filter(|n| !names.iter().any(|m| m == n)) {
+            names.push(name.to_owned());
+        }
+    };
+    for plugin in plugins {
+        add(plugin.get("type").and_then(Value::as_str));
+        let ipam = plugin.get("ipam");
+        add(ipam.and_then(|i| i.get("type")).and_then(Value::as_str));
+        let delegates = ipam
+            .and_then(|i| i.get("delegates"))
+            .and_then(Value::as_array);
+        for delegate in delegates.into_iter().flatten() {
+            add(delegate.as_str());
+        }
+    }
+    names
+}
+
+fn is_executable(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_configuration_names_its_plugins_ipam_and_delegates() {
+        let config = json!({"plugins": [
+            {"type": "bridge", "ipam": {"type": "ipam-delegated", "delegates": ["ipam-ds-static", "ipam-da-pool"]}},
+            {"type": "portmap"},
+            {"type": "bridge", "ipam": {"type": "host-local"}},
+        ]});
+        assert_eq!(
+            named_plugins(&config),
+            [
+                "bridge",
+                "ipam-delegated",
+                "ipam-ds-static",
+                "ipam-da-pool",
+                "portmap",
+                "host-local"
+            ]
+        );
+        assert_eq!(named_plugins(&json!({"type": "macvlan"})), ["macvlan"]);
+    }
+
+    #[test]
+    fn a_file_is_placed_whole_and_left_alone_when_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(place(dir.path(), "a", b"one", 0o755).unwrap(), "installed");
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+        let first = inode(&dir.path().join("a"));
+        assert_eq!(place(dir.path(), "a", b"one", 0o755).unwrap(), "unchanged");
+        assert_eq!(inode(&dir.path().join("a")), first);
+        assert_eq!(place(dir.path(), "a", b"two", 0o755).unwrap(), "installed");
+        assert_ne!(inode(&dir.path().join("a")), first);
+        let mode = fs::metadata(dir.path().join("a"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary left"
+        );
+    }
+
+    #[test]
+    fn options_go_in_pairs() {
+        let parse = |words: &[&str]| VERB.parse_words(words).and_then(|o| options(&o));
+        assert!(parse(&["--into", "/opt/cni/bin"]).is_ok());
+        assert!(parse(&["--into", "/b", "--conflist", "f"]).is_err());
+        assert!(parse(&["--into", "/b", "--node-name-file", "/f"]).is_err());
+        assert!(parse(&["--conflist", "f", "--conf-dir", "d"]).is_err());
+        let pinned = parse(&["--into", "/b", "--node-name", "n1"]).unwrap();
+        assert_eq!(
+            pinned.node_name,
+            Some(("n1".into(), PathBuf::from(da_pool::DEFAULT_NODE_NAME_FILE)))
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! `ipam-delegated install`, as an image's installer runs it on a node:
+//! the family copied into a CNI_PATH directory whole, an unchanged binary
+//! left alone, the configuration written only once every plugin it names
+//! is there, the node's name pinned, and an upgrade that a runtime
+//! executing the plugins meanwhile never sees half done.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::common::{temp_dir, ALLOCATOR, PLUGIN, SELECTOR};
+
+const DOCKER: &str = env!("CARGO_BIN_EXE_ipam-delegated-docker");
+
+/// The family's binaries copied into `dir`, ipam-da-pool with `extra`
+/// bytes after its end (another build of it, as an upgrade brings).
+fn family_in(dir: &Path, extra: &[u8]) -> PathBuf {
+    fs::create_dir_all(dir).unwrap();
+    for binary in [PLUGIN, SELECTOR, ALLOCATOR, DOCKER] {
+        let name = Path::new(binary).file_name().unwrap();
+        let mut bytes = fs::read(binary).unwrap();
+        if name == "ipam-da-pool" {
+            bytes.extend_from_slice(extra);
+        }
+        fs::write(dir.join(name), bytes).unwrap();
+        fs::set_permissions(dir.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir.join("ipam-delegated")
+}
+
+fn install(installer: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(installer)
+        .arg("install")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn inodes(dir: &Path) -> Vec<(String, u64)> {
+    let mut found: Vec<(String, u64)> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().into_string().unwrap(),
+                e.metadata().unwrap().ino(),
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn the_installer_places_the_family_whole_and_the_configuration_last() {
+    let work = temp_dir("install");
+    let installer = family_in(&work.path().join("image"), b"");
+    let bin = work.path().join("host/opt/cni/bin");
+    let netd = work.path().join("host/etc/cni/net.d");
+    let pinned = work.path().join("host/var/lib/cni/ipam-da-pool/node-name");
+    let conflist = work.path().join("pods.conflist");
+    fs::write(
+        &conflist,
+        r#"{"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "bridge",
+            "ipam": {"type": "ipam-delegated", "delegates": ["ipam-ds-static", "ipam-da-pool"]}}]}"#,
+    )
+    .unwrap();
+    let args = [
+        "--into",
+        bin.to_str().unwrap(),
+        "--conflist",
+        conflist.to_str().unwrap(),
+        "--conf-dir",
+        netd.to_str().unwrap(),
+        "--node-name",
+        "node-7",
+        "--node-name-file",
+        pinned.to_str().unwrap(),
+    ];
+    // bridge is not in the directory yet: the binaries go in, the
+    // configuration does not.
+    let out = install(&installer, &args);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("names bridge, not in"),
+        "{out:?}"
+    );
+    assert!(!netd.join("pods.conflist").exists());
+    let names: Vec<String> = inodes(&bin).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "ipam-da-pool",
+            "ipam-delegated",
+            "ipam-delegated-docker",
+            "ipam-ds-static"
+        ]
+    );
+    // Once it is: everything, the binaries left as they were.
+    fs::write(bin.join("bridge"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(bin.join("bridge"), fs::Permissions::from_mode(0o755)).unwrap();
+    let before = inodes(&bin);
+    let out = install(&installer, &args);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.contains(&format!("unchanged {}", bin.join("ipam-da-pool").display())),
+        "{said}"
+    );
+    assert_eq!(inodes(&bin), before, "a second run changes nothing");
+    assert_eq!(
+        fs::read(netd.join("pods.conflist")).unwrap(),
+        fs::read(&conflist).unwrap()
+    );
+    assert_eq!(fs::read_to_string(&pinned).unwrap(), "node-7\n");
+    let conf_inode = fs::metadata(netd.join("pods.conflist")).unwrap().ino();
+    assert!(install(&installer, &args).status.success());
+    assert_eq!(
+        fs::metadata(netd.join("pods.conflist")).unwrap().ino(),
+        conf_inode
+    );
+    assert_eq!(
+        fs::read_dir(&bin).unwrap().count(),
+        5,
+        "no temporary file left"
+    );
+}
+
+#[test]
+fn an_upgrade_never_makes_a_runtime_executing_the_plugin_fail() {
+    let work = temp_dir("upgrade");
+    let old = family_in(&work.path().join("old"), b"");
+    let new = family_in(&work.path().join("new"), b"another build");
+    let bin = work.path().join("bin");
+    let into = ["--into", bin.to_str().unwrap()];
+    assert!(install(&old, &into).status.success());
+    // A runtime runs the allocator from the directory over and over.
+    let stop = Arc::new(AtomicBool::new(false));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let runner = {
+        let (stop, runs, plugin) = (stop.clone(), runs.clone(), bin.join("ipam-da-pool"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let out = Command::new(&plugin).arg("--version").output();
+                match out {
+                    Ok(out) if out.status.success() => {
+                        runs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    failed => return Some(format!("{failed:?}")),
+                }
+            }
+            None
+        })
+    };
+    for round in 0..20 {
+        let installer = if round % 2 == 0 { &new } else { &old };
+        let out = install(installer, &into);
+        assert!(out.status.success(), "{out:?}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(
+        runner.join().unwrap(),
+        None,
+        "a run failed during the upgrades"
+    );
+    assert!(
+        runs.load(Ordering::Relaxed) > 20,
+        "the runtime ran meanwhile"
+    );
+    assert_eq!(
+        fs::read(bin.join("ipam-da-pool")).unwrap(),
+        fs::read(old.with_file_name("ipam-da-pool")).unwrap()
+    );
+}
