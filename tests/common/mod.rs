@@ -512,3 +512,27 @@ pub fn while_held(dir: &Path, address: &str, id: &str, hold: impl FnOnce()) {
     hold();
     fs::remove_file(&marker).unwrap();
 }
+
+/// A cgroup name under every hierarchy, its whole tree removed when dropped.
+pub struct Cgroups(pub String);
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        fn remove_tree(dir: &Path) {
+            for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove_tree(&entry.path());
+                }
+            }
+            let _ = fs::remove_dir(dir);
+        }
+        remove_tree(&Path::new("/sys/fs/cgroup").join(&self.0));
+        for hierarchy in fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            remove_tree(&hierarchy.path().join(&self.0));
+        }
+    }
+}

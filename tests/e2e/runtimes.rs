@@ -679,7 +679,7 @@ fn podman_with_its_cni_backend() {
     let _mount_points = MountPoints::ensure(&private);
     // Cgroups cannot be made private; podman's go under a parent of the
     // test's own, removed afterwards.
-    let cgroups = Cgroups(format!("ipamd-e2e-{}", std::process::id()));
+    let cgroups = crate::common::Cgroups(format!("ipamd-e2e-{}", std::process::id()));
     let cgroup_parent = format!("/{}", cgroups.0);
 
     run_cases(&lab, "podman.conflist", 51, |net| {
@@ -917,30 +917,6 @@ impl Drop for Containerd {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A cgroup name under every hierarchy, its whole tree removed when dropped.
-struct Cgroups(String);
-
-impl Drop for Cgroups {
-    fn drop(&mut self) {
-        fn remove_tree(dir: &Path) {
-            for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    remove_tree(&entry.path());
-                }
-            }
-            let _ = fs::remove_dir(dir);
-        }
-        remove_tree(&Path::new("/sys/fs/cgroup").join(&self.0));
-        for hierarchy in fs::read_dir("/sys/fs/cgroup")
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            remove_tree(&hierarchy.path().join(&self.0));
-        }
     }
 }
 

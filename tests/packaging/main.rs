@@ -1,5 +1,7 @@
-//! What ships: the static plugin's size, the release notes, and
-//! documentation whose every relative link and anchor resolves.
+//! What ships: the static plugin's size, the release archive, the image
+//! and its installer, every binary's command line and manual page, the
+//! release notes, and documentation whose every relative link and anchor
+//! resolves.
 
 // The harness every test binary and the pools bench share: each uses
 // the part it needs.
@@ -7,7 +9,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+// The static build the README's Install makes, which the bench uses too.
+#[path = "../../benches/support/static_build.rs"]
+mod static_build;
+
 mod help;
+mod image;
 mod install;
 mod links;
 mod release;
