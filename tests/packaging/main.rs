@@ -13,6 +13,7 @@ mod common;
 #[path = "../../benches/support/static_build.rs"]
 mod static_build;
 
+mod deb;
 mod help;
 mod image;
 mod install;
