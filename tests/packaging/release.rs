@@ -96,7 +96,7 @@ fn release_in(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u
 }
 
 #[test]
-#[ignore = "needs two static builds of the package (minutes)"]
+#[ignore = "needs two static builds of the package and podman (minutes)"]
 fn two_builds_of_one_commit_give_the_same_archive_of_what_a_release_ships() {
     // The archive does not depend on the flavour the tests run in: the
     // standard run builds it.
@@ -107,10 +107,16 @@ fn two_builds_of_one_commit_give_the_same_archive_of_what_a_release_ships() {
     let (first, second) = (release_in(one.path()), release_in(two.path()));
     let version = env!("CARGO_PKG_VERSION");
     let archive = format!("ipam-delegated-{version}-linux-amd64.tgz");
-    assert!(first.contains_key(&archive), "{:?}", first.keys());
+    let package = format!("ipam-delegated_{version}_amd64.deb");
+    let image = format!("ipam-delegated-{version}-image.oci.tar");
+    for made in [&archive, &package, &image] {
+        assert!(first.contains_key(made), "{made} not in {:?}", first.keys());
+    }
     assert!(first == second, "two builds differ");
     let sums = String::from_utf8(first["SHA256SUMS"].clone()).unwrap();
-    assert!(sums.ends_with(&format!("  {archive}\n")), "{sums}");
+    for made in [&archive, &package, &image] {
+        assert!(sums.contains(&format!("  {made}\n")), "{sums}");
+    }
     // What is in it: sorted, owned by root, the binaries executable.
     let listing = Command::new("tar")
         .args(["-tvzf"])
