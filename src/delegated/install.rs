@@ -28,10 +28,11 @@ pub const FAMILY: [&str; 4] = [
 /// `install`.
 pub const VERB: Verb = Verb {
     name: "install",
-    synopsis:
-        "--into DIR [--conflist FILE --conf-dir DIR] [--node-name NAME [--node-name-file FILE]]",
+    synopsis: "--into DIR [--secrets DIR --secrets-into DIR] [--conflist FILE --conf-dir DIR] [--node-name NAME [--node-name-file FILE]]",
     options: &[
         Opt::value("--into"),
+        Opt::value("--secrets"),
+        Opt::value("--secrets-into"),
         Opt::value("--conflist"),
         Opt::value("--conf-dir"),
         Opt::value("--node-name"),
@@ -43,11 +44,15 @@ Copy each binary of the family found beside this one into DIR
 (a CNI_PATH directory, such as /opt/cni/bin): a new file written
 and synced in DIR, then renamed over the old one, so that a
 runtime never runs half a binary; one already the same is left
-alone. Then, with --conflist, write FILE into --conf-dir (such
-as /etc/cni/net.d) the same way, but only once every plugin it
-names is in DIR. With --node-name, pin the allocator's node
-name (in /var/lib/cni/ipam-da-pool/node-name, or FILE): on
-Kubernetes, the node's spec.nodeName.
+alone. With --secrets, copy the files of that directory (a
+Secret's volume: etcd's certificates, a password file) into
+--secrets-into the same way, readable by root only, for the
+plugins the runtime runs on the host. Then, with --conflist,
+write FILE into --conf-dir (such as /etc/cni/net.d) the same
+way, but only once every plugin it names is in DIR. With
+--node-name, pin the allocator's node name (in
+/var/lib/cni/ipam-da-pool/node-name, or FILE): on Kubernetes,
+the node's spec.nodeName.
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
@@ -56,12 +61,18 @@ Kubernetes, the node's spec.nodeName.
 #[derive(Debug, PartialEq)]
 struct Install {
     into: PathBuf,
+    secrets: Option<(PathBuf, PathBuf)>,
     conflist: Option<(PathBuf, PathBuf)>,
     node_name: Option<(String, PathBuf)>,
 }
 
 fn options(given: &Options) -> Result<Install, String> {
     let into = given.path("--into").ok_or("install needs --into")?;
+    let secrets = match (given.path("--secrets"), given.path("--secrets-into")) {
+        (Some(from), Some(to)) => Some((from, to)),
+        (None, None) => None,
+        _ => return Err("--secrets and --secrets-into go together".into()),
+    };
     let conflist = match (given.path("--conflist"), given.path("--conf-dir")) {
         (Some(file), Some(dir)) => Some((file, dir)),
         (None, None) => None,
@@ -77,6 +88,7 @@ fn options(given: &Options) -> Result<Install, String> {
     };
     Ok(Install {
         into,
+        secrets,
         conflist,
         node_name,
     })
@@ -108,6 +120,14 @@ fn run(options: &Install) -> Result<(), String> {
         let bytes = fs::read(&source).map_err(|e| format!("{}: {e}", source.display()))?;
         let said = place(&options.into, name, &bytes, 0o755)?;
         let _ = writeln!(out, "{said} {}", options.into.join(name).display());
+    }
+    if let Some((from, to)) = &options.secrets {
+        for (name, bytes) in secret_files(from)? {
+            let said = place(to, &name, &bytes, 0o600)?;
+            let _ = writeln!(out, "{said} {}", to.join(&name).display());
+        }
+        fs::set_permissions(to, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("{}: {e}", to.display()))?;
     }
     if let Some((file, dir)) = &options.conflist {
         let text = fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -166,6 +186,24 @@ fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<&'static str
         return Err(fail(e));
     }
     Ok("installed")
+}
+
+/// The files of a Secret's volume in `dir`, by name: its dot-entries are
+/// the volume's own (`..data` and the like), its files links into them.
+fn secret_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let fail = |e: io::Error| format!("{}: {e}", dir.display());
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).map_err(fail)? {
+        let entry = entry.map_err(fail)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if name.starts_with('.') || !fs::metadata(&path).map_err(fail)?.is_file() {
+            continue;
+        }
+        files.push((name, fs::read(&path).map_err(fail)?));
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// The plugins a configuration names: each plugin's type, its IPAM
@@ -248,11 +286,26 @@ mod tests {
     }
 
     #[test]
+    fn a_secrets_volume_gives_its_files_not_its_own_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("..2026_11_25");
+        fs::create_dir(&data).unwrap();
+        fs::write(data.join("ca.crt"), "CA").unwrap();
+        std::os::unix::fs::symlink("..2026_11_25", dir.path().join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/ca.crt", dir.path().join("ca.crt")).unwrap();
+        assert_eq!(
+            secret_files(dir.path()).unwrap(),
+            [("ca.crt".to_owned(), b"CA".to_vec())]
+        );
+    }
+
+    #[test]
     fn options_go_in_pairs() {
         let parse = |words: &[&str]| VERB.parse_words(words).and_then(|o| options(&o));
         assert!(parse(&["--into", "/opt/cni/bin"]).is_ok());
         assert!(parse(&["--into", "/b", "--conflist", "f"]).is_err());
         assert!(parse(&["--into", "/b", "--node-name-file", "/f"]).is_err());
+        assert!(parse(&["--into", "/b", "--secrets", "/s"]).is_err());
         assert!(parse(&["--conflist", "f", "--conf-dir", "d"]).is_err());
         let pinned = parse(&["--into", "/b", "--node-name", "n1"]).unwrap();
         assert_eq!(

@@ -68,9 +68,20 @@ fn the_installer_places_the_family_whole_and_the_configuration_last() {
             "ipam": {"type": "ipam-delegated", "delegates": ["ipam-ds-static", "ipam-da-pool"]}}]}"#,
     )
     .unwrap();
+    // A Secret's volume: files that are links into a directory of its own.
+    let secret = work.path().join("secret");
+    fs::create_dir_all(secret.join("..2026_11_25")).unwrap();
+    fs::write(secret.join("..2026_11_25/ca.crt"), "CA").unwrap();
+    std::os::unix::fs::symlink("..2026_11_25", secret.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/ca.crt", secret.join("ca.crt")).unwrap();
+    let credentials = work.path().join("host/etc/cni/ipam-delegated/etcd");
     let args = [
         "--into",
         bin.to_str().unwrap(),
+        "--secrets",
+        secret.to_str().unwrap(),
+        "--secrets-into",
+        credentials.to_str().unwrap(),
         "--conflist",
         conflist.to_str().unwrap(),
         "--conf-dir",
@@ -116,6 +127,18 @@ fn the_installer_places_the_family_whole_and_the_configuration_last() {
         fs::read(&conflist).unwrap()
     );
     assert_eq!(fs::read_to_string(&pinned).unwrap(), "node-7\n");
+    // The credentials, for the plugins on the host: root's alone.
+    assert_eq!(fs::read(credentials.join("ca.crt")).unwrap(), b"CA");
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        (mode(&credentials), mode(&credentials.join("ca.crt"))),
+        (0o700, 0o600)
+    );
+    assert_eq!(
+        fs::read_dir(&credentials).unwrap().count(),
+        1,
+        "only the Secret's files"
+    );
     let conf_inode = fs::metadata(netd.join("pods.conflist")).unwrap().ino();
     assert!(install(&installer, &args).status.success());
     assert_eq!(

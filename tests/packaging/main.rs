@@ -17,6 +17,7 @@ mod deb;
 mod help;
 mod image;
 mod install;
+mod kubernetes;
 mod links;
 mod release;
 mod size;
