@@ -7,19 +7,21 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::common::{temp_dir, Cgroups};
 use crate::static_build;
 
 /// podman with storage and settings of the test's own under `dir`: its
 /// images and containers go with the test, not into the machine's.
-struct Podman {
+pub(crate) struct Podman {
     conf: std::path::PathBuf,
     storage: std::path::PathBuf,
 }
 
 impl Podman {
-    fn new(dir: &Path) -> Podman {
+    pub(crate) fn new(dir: &Path) -> Podman {
         for sub in ["run", "storage", "tmp"] {
             fs::create_dir_all(dir.join(sub)).unwrap();
         }
@@ -49,7 +51,7 @@ impl Podman {
 
     /// Runs podman with `args`: its output, having checked that it
     /// succeeded.
-    fn run(&self, args: &[&str]) -> String {
+    pub(crate) fn run(&self, args: &[&str]) -> String {
         let out = Command::new("podman")
             .args(args)
             .env("CONTAINERS_CONF", &self.conf)
@@ -61,16 +63,13 @@ impl Podman {
     }
 }
 
-fn inode(path: &Path) -> u64 {
-    fs::metadata(path).unwrap().ino()
-}
-
-#[test]
-#[ignore = "needs root, podman and a static release build (minutes)"]
-fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directories() {
+/// The image built from the static build, in podman's storage of the
+/// test's own under `work`, `extra` bytes after the end of its
+/// ipam-da-pool (another build of it, as an upgrade brings): podman, and
+/// the image's tag, named `name`.
+pub(crate) fn build_image(work: &Path, name: &str, extra: &[u8]) -> (Podman, String) {
     let built = static_build::build_static();
-    let work = temp_dir("image");
-    let context = work.path().join("context");
+    let context = work.join(format!("context-{name}"));
     fs::create_dir(&context).unwrap();
     for binary in [
         "ipam-delegated",
@@ -80,12 +79,14 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
     ] {
         fs::copy(built.join(binary), context.join(binary)).unwrap();
     }
+    let mut allocator = fs::OpenOptions::new()
+        .append(true)
+        .open(context.join("ipam-da-pool"))
+        .unwrap();
+    std::io::Write::write_all(&mut allocator, extra).unwrap();
     let containerfile = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/image/Containerfile");
-    let podman = Podman::new(&work.path().join("podman"));
-    // Its containers' cgroups go under a parent of the test's own.
-    let cgroups = Cgroups(format!("ipamd-image-{}", std::process::id()));
-    let cgroup_parent = format!("/{}", cgroups.0);
-    let tag = format!("localhost/ipam-delegated-test:{}", std::process::id());
+    let podman = Podman::new(&work.join("podman"));
+    let tag = format!("localhost/ipam-delegated-{name}:{}", std::process::id());
     podman.run(&[
         "build",
         "--quiet",
@@ -95,6 +96,22 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
         &tag,
         context.to_str().unwrap(),
     ]);
+    (podman, tag)
+}
+
+fn inode(path: &Path) -> u64 {
+    fs::metadata(path).unwrap().ino()
+}
+
+#[test]
+#[ignore = "needs root, podman and a static release build (minutes)"]
+fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directories() {
+    let work = temp_dir("image");
+    let (podman, tag) = build_image(work.path(), "test", b"");
+    let built = static_build::build_static();
+    // Its containers' cgroups go under a parent of the test's own.
+    let cgroups = Cgroups(format!("ipamd-image-{}", std::process::id()));
+    let cgroup_parent = format!("/{}", cgroups.0);
     // The host, as a DaemonSet mounts it, and the configuration a
     // ConfigMap gives; bridge is Debian's, there already.
     let host = work.path().join("host");
@@ -117,7 +134,7 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
     )
     .unwrap();
     let volume = |from: &Path, to: &str| format!("{}:{to}", from.display());
-    let run = || {
+    let run = |image: &str| {
         podman.run(&[
             "run",
             "--rm",
@@ -133,7 +150,7 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
             &volume(&state, "/host/var/lib/cni"),
             "-v",
             &volume(&config, "/config:ro"),
-            &tag,
+            image,
             "--into",
             "/host/opt/cni/bin",
             "--conflist",
@@ -146,7 +163,7 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
             "/host/var/lib/cni/ipam-da-pool/node-name",
         ])
     };
-    let said = run();
+    let said = run(&tag);
     assert!(
         said.contains("installed /host/opt/cni/bin/ipam-da-pool"),
         "{said}"
@@ -175,7 +192,7 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
         inode(&bin.join("ipam-da-pool")),
         inode(&netd.join("pods.conflist")),
     );
-    let said = run();
+    let said = run(&tag);
     assert!(
         said.contains("unchanged /host/opt/cni/bin/ipam-da-pool"),
         "{said}"
@@ -187,5 +204,46 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
         ),
         before
     );
-    podman.run(&["rmi", "--force", &tag]);
+    // An upgrade (another build of the allocator), and back, while a
+    // runtime runs the allocator from the host's directory over and over:
+    // no run fails.
+    let (_, upgrade) = build_image(work.path(), "upgrade", b"another build");
+    let stop = Arc::new(AtomicBool::new(false));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let runner = {
+        let (stop, runs, plugin) = (stop.clone(), runs.clone(), bin.join("ipam-da-pool"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match Command::new(&plugin).arg("--version").output() {
+                    Ok(out) if out.status.success() => {
+                        runs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    failed => return Some(format!("{failed:?}")),
+                }
+            }
+            None
+        })
+    };
+    for round in 0..6 {
+        let said = run(if round % 2 == 0 { &upgrade } else { &tag });
+        assert!(
+            said.contains("installed /host/opt/cni/bin/ipam-da-pool"),
+            "{said}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(
+        runner.join().unwrap(),
+        None,
+        "a run failed during the upgrades"
+    );
+    assert!(
+        runs.load(Ordering::Relaxed) > 6,
+        "the runtime ran meanwhile"
+    );
+    assert_eq!(
+        fs::read(bin.join("ipam-da-pool")).unwrap(),
+        fs::read(built.join("ipam-da-pool")).unwrap()
+    );
+    podman.run(&["rmi", "--force", &tag, &upgrade]);
 }

@@ -78,3 +78,119 @@ fn the_manifests_render_and_parse_as_kubernetes_objects() {
     let kinds: Vec<&str> = said.lines().filter_map(|l| l.split(' ').next()).collect();
     assert_eq!(kinds, ["Namespace", "ConfigMap", "DaemonSet"], "{said}");
 }
+
+/// Makes, from the rendered objects on stdin and argv (the image's tag,
+/// the host's root, the etcd endpoint, the node's name), what podman 4.3
+/// can play: the DaemonSet's pod template as a Pod (podman plays no
+/// DaemonSet), the host's directories under the test's, the Secret an
+/// empty directory (the test's etcd asks for no credentials), the
+/// configuration naming the test's etcd; and the ConfigMap beside it.
+/// podman does not expand `$(NODE_NAME)` from a fieldRef to spec.nodeName
+/// (it has no node): the name is written in.
+const PLAYABLE: &str = r#"
+import json, sys, yaml
+tag, root, endpoint, node = sys.argv[1:5]
+objects = {o["kind"]: o for o in yaml.safe_load_all(sys.stdin)}
+config = objects["ConfigMap"]
+conflist = json.loads(config["data"]["10-pods.conflist"])
+conflist["plugins"][0]["ipam"]["pool"]["etcd"] = {"endpoints": [endpoint], "prefix": "/ipamd-kube"}
+config["data"]["10-pods.conflist"] = json.dumps(conflist)
+spec = objects["DaemonSet"]["spec"]["template"]["spec"]
+for c in spec["initContainers"] + spec["containers"]:
+    c["image"] = tag
+    c.pop("env", None)
+    if "args" in c:
+        c["args"] = [a.replace("$(NODE_NAME)", node) for a in c["args"]]
+for v in spec["volumes"]:
+    if "hostPath" in v:
+        v["hostPath"]["path"] = root + v["hostPath"]["path"]
+    if "secret" in v:
+        del v["secret"]
+        v["emptyDir"] = {}
+spec.pop("priorityClassName", None)
+pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ipam-delegated-test"}, "spec": spec}
+with open(root + "/pod.yaml", "w") as f:
+    yaml.safe_dump(pod, f)
+with open(root + "/configmap.yaml", "w") as f:
+    yaml.safe_dump(config, f)
+"#;
+
+#[test]
+#[ignore = "needs root, podman, kubectl, python3-kubernetes, etcd-server and a static build"]
+fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() {
+    use crate::common::etcd::Cluster;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    let work = crate::common::temp_dir("kube");
+    let (podman, tag) = crate::image::build_image(work.path(), "test", b"");
+    // kube play takes no cgroup parent: its pod's go under libpod_parent,
+    // removed afterwards unless the machine had one before.
+    let _cgroups = (!Path::new("/sys/fs/cgroup/memory/libpod_parent").exists()
+        && !Path::new("/sys/fs/cgroup/libpod_parent").exists())
+    .then(|| crate::common::Cgroups("libpod_parent".into()));
+    let cluster = Cluster::start(1, None);
+    let root = work.path().join("host");
+    // The node's own plugins, which the configuration names too.
+    let bin = root.join("opt/cni/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for plugin in ["bridge", "portmap"] {
+        std::fs::write(bin.join(plugin), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(bin.join(plugin), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
+    let rendered = Command::new("kubectl")
+        .args(["kustomize", dir])
+        .output()
+        .unwrap();
+    assert!(rendered.status.success(), "{rendered:?}");
+    let mut playable = Command::new("/usr/bin/python3")
+        .args(["-c", PLAYABLE, &tag, root.to_str().unwrap()])
+        .arg(&cluster.endpoints()[0])
+        .arg("node-kube")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    playable
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&rendered.stdout)
+        .unwrap();
+    assert!(playable.wait().unwrap().success());
+    let pod = root.join("pod.yaml");
+    let configmap = root.join("configmap.yaml");
+    let config_arg = format!("--configmap={}", configmap.display());
+    podman.run(&["kube", "play", &config_arg, pod.to_str().unwrap()]);
+    let alive = "/ipamd-kube/nodes/node-kube/alive";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.keys(alive).iter().any(|k| k == alive) {
+        if Instant::now() > deadline {
+            let logs = Command::new("podman")
+                .args(["pod", "logs", "ipam-delegated-test"])
+                .output();
+            podman.run(&["kube", "down", pod.to_str().unwrap()]);
+            panic!("the keeper did not register the node: {logs:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // What the init container installed on the "host".
+    for binary in [
+        "ipam-delegated",
+        "ipam-ds-static",
+        "ipam-da-pool",
+        "ipam-delegated-docker",
+    ] {
+        assert!(bin.join(binary).exists(), "{binary}");
+    }
+    let conflist = root.join("etc/cni/net.d/10-pods.conflist");
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&conflist).unwrap()).unwrap();
+    assert_eq!(written["name"], "pods");
+    let pinned = root.join("var/lib/cni/ipam-da-pool/node-name");
+    assert_eq!(std::fs::read_to_string(pinned).unwrap(), "node-kube\n");
+    podman.run(&["kube", "down", pod.to_str().unwrap()]);
+    podman.run(&["rmi", "--force", &tag]);
+    assert!(Path::new(&root).exists());
+}
