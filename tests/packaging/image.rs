@@ -7,10 +7,9 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use crate::common::{temp_dir, Cgroups};
+use crate::install::Runtime;
 use crate::static_build;
 
 /// podman with storage and settings of the test's own under `dir`: its
@@ -208,22 +207,7 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
     // runtime runs the allocator from the host's directory over and over:
     // no run fails.
     let (_, upgrade) = build_image(work.path(), "upgrade", b"another build");
-    let stop = Arc::new(AtomicBool::new(false));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let runner = {
-        let (stop, runs, plugin) = (stop.clone(), runs.clone(), bin.join("ipam-da-pool"));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match Command::new(&plugin).arg("--version").output() {
-                    Ok(out) if out.status.success() => {
-                        runs.fetch_add(1, Ordering::Relaxed);
-                    }
-                    failed => return Some(format!("{failed:?}")),
-                }
-            }
-            None
-        })
-    };
+    let runtime = Runtime::start(bin.join("ipam-da-pool"));
     for round in 0..6 {
         let said = run(if round % 2 == 0 { &upgrade } else { &tag });
         assert!(
@@ -231,16 +215,7 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
             "{said}"
         );
     }
-    stop.store(true, Ordering::Relaxed);
-    assert_eq!(
-        runner.join().unwrap(),
-        None,
-        "a run failed during the upgrades"
-    );
-    assert!(
-        runs.load(Ordering::Relaxed) > 6,
-        "the runtime ran meanwhile"
-    );
+    assert!(runtime.stop() > 6, "the runtime ran meanwhile");
     assert_eq!(
         fs::read(bin.join("ipam-da-pool")).unwrap(),
         fs::read(built.join("ipam-da-pool")).unwrap()

@@ -15,6 +15,44 @@ use crate::common::{temp_dir, ALLOCATOR, PLUGIN, SELECTOR};
 
 const DOCKER: &str = env!("CARGO_BIN_EXE_ipam-delegated-docker");
 
+/// A runtime that executes a plugin over and over, each run to succeed,
+/// until stopped.
+pub(crate) struct Runtime {
+    stop: Arc<AtomicBool>,
+    runs: Arc<AtomicUsize>,
+    runner: std::thread::JoinHandle<Option<String>>,
+}
+
+impl Runtime {
+    /// Starts running `plugin --version` in a loop.
+    pub(crate) fn start(plugin: PathBuf) -> Runtime {
+        let stop = Arc::new(AtomicBool::new(false));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let runner = {
+            let (stop, runs) = (stop.clone(), runs.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match Command::new(&plugin).arg("--version").output() {
+                        Ok(out) if out.status.success() => {
+                            runs.fetch_add(1, Ordering::Relaxed);
+                        }
+                        failed => return Some(format!("{failed:?}")),
+                    }
+                }
+                None
+            })
+        };
+        Runtime { stop, runs, runner }
+    }
+
+    /// Stops it, having checked that no run failed: how many ran.
+    pub(crate) fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        assert_eq!(self.runner.join().unwrap(), None, "a run failed");
+        self.runs.load(Ordering::Relaxed)
+    }
+}
+
 /// The family's binaries copied into `dir`, ipam-da-pool with `extra`
 /// bytes after its end (another build of it, as an upgrade brings).
 fn family_in(dir: &Path, extra: &[u8]) -> PathBuf {
@@ -161,38 +199,13 @@ fn an_upgrade_never_makes_a_runtime_executing_the_plugin_fail() {
     let into = ["--into", bin.to_str().unwrap()];
     assert!(install(&old, &into).status.success());
     // A runtime runs the allocator from the directory over and over.
-    let stop = Arc::new(AtomicBool::new(false));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let runner = {
-        let (stop, runs, plugin) = (stop.clone(), runs.clone(), bin.join("ipam-da-pool"));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let out = Command::new(&plugin).arg("--version").output();
-                match out {
-                    Ok(out) if out.status.success() => {
-                        runs.fetch_add(1, Ordering::Relaxed);
-                    }
-                    failed => return Some(format!("{failed:?}")),
-                }
-            }
-            None
-        })
-    };
+    let runtime = Runtime::start(bin.join("ipam-da-pool"));
     for round in 0..20 {
         let installer = if round % 2 == 0 { &new } else { &old };
         let out = install(installer, &into);
         assert!(out.status.success(), "{out:?}");
     }
-    stop.store(true, Ordering::Relaxed);
-    assert_eq!(
-        runner.join().unwrap(),
-        None,
-        "a run failed during the upgrades"
-    );
-    assert!(
-        runs.load(Ordering::Relaxed) > 20,
-        "the runtime ran meanwhile"
-    );
+    assert!(runtime.stop() > 20, "the runtime ran meanwhile");
     assert_eq!(
         fs::read(bin.join("ipam-da-pool")).unwrap(),
         fs::read(old.with_file_name("ipam-da-pool")).unwrap()
