@@ -108,7 +108,11 @@ for v in spec["volumes"]:
         del v["secret"]
         v["emptyDir"] = {}
 spec.pop("priorityClassName", None)
-pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ipam-delegated-test"}, "spec": spec}
+# podman removes an init container of type "once" as it ends, and 4.3
+# can find it still running then; "always" keeps it (stopped).
+annotations = {"io.podman.annotations.init.container.type": "always"}
+pod = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "ipam-delegated-test", "annotations": annotations}, "spec": spec}
 with open(root + "/pod.yaml", "w") as f:
     yaml.safe_dump(pod, f)
 with open(root + "/configmap.yaml", "w") as f:

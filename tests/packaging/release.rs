@@ -58,9 +58,12 @@ fn a_version_without_a_section_is_refused() {
 }
 
 #[test]
-fn the_projects_own_changelog_has_an_unreleased_section() {
+fn the_projects_own_changelog_has_a_section_for_the_packages_version() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/release-notes");
-    let out = Command::new(script).arg("Unreleased").output().unwrap();
+    let out = Command::new(script)
+        .arg(env!("CARGO_PKG_VERSION"))
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
