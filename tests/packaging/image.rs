@@ -51,14 +51,19 @@ impl Podman {
     /// Runs podman with `args`: its output, having checked that it
     /// succeeded.
     pub(crate) fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("podman")
+        let out = self.output(args);
+        assert!(out.status.success(), "podman {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs podman with `args`, however it ends.
+    pub(crate) fn output(&self, args: &[&str]) -> std::process::Output {
+        Command::new("podman")
             .args(args)
             .env("CONTAINERS_CONF", &self.conf)
             .env("CONTAINERS_STORAGE_CONF", &self.storage)
             .output()
-            .expect("podman runs");
-        assert!(out.status.success(), "podman {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+            .expect("podman runs")
     }
 }
 

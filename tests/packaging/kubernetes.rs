@@ -166,15 +166,21 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
     let pod = root.join("pod.yaml");
     let configmap = root.join("configmap.yaml");
     let config_arg = format!("--configmap={}", configmap.display());
+    // Whatever happens from here, the pod goes: none of its processes,
+    // mounts or cgroups outlives the test.
+    struct Played<'a>(&'a crate::image::Podman);
+    impl Drop for Played<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.output(&["pod", "rm", "--force", "--all"]);
+        }
+    }
+    let _played = Played(&podman);
     podman.run(&["kube", "play", &config_arg, pod.to_str().unwrap()]);
     let alive = "/ipamd-kube/nodes/node-kube/alive";
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cluster.keys(alive).iter().any(|k| k == alive) {
         if Instant::now() > deadline {
-            let logs = Command::new("podman")
-                .args(["pod", "logs", "ipam-delegated-test"])
-                .output();
-            podman.run(&["kube", "down", pod.to_str().unwrap()]);
+            let logs = podman.output(&["pod", "logs", "ipam-delegated-test"]);
             panic!("the keeper did not register the node: {logs:?}");
         }
         std::thread::sleep(Duration::from_millis(200));
