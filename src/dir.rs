@@ -10,9 +10,66 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
-use crate::signals;
+use crate::cni::{code, Reportable};
+use crate::signals::{self, Interrupted};
 use crate::sys::{self, Lock};
+
+/// How records kept in files fail: a file or directory that cannot be
+/// read or written (or is not what it should be), or a lock not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// A file or directory could not be read or written, or is not what
+    /// it should be.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        #[source]
+        error: io::Error,
+    },
+
+    /// A lock was held past the time the configuration allows.
+    #[error("the lock on {} is still held after {waited:?}: try again later", path.display())]
+    LockTimeout {
+        /// The directory locked.
+        path: PathBuf,
+        /// How long the plugin waited.
+        waited: Duration,
+    },
+
+    /// A termination request came while the plugin waited for a lock.
+    #[error(transparent)]
+    Interrupted(#[from] Interrupted),
+}
+
+impl DirError {
+    /// `error` on `path`.
+    pub fn io(path: &Path, error: io::Error) -> DirError {
+        DirError::Io {
+            path: path.to_owned(),
+            error,
+        }
+    }
+
+    /// Whether it says "not now" rather than "no": a lock that stayed
+    /// held, or a termination request.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            DirError::LockTimeout { .. } | DirError::Interrupted(_)
+        )
+    }
+}
+
+impl Reportable for DirError {
+    fn code(&self) -> u32 {
+        match self {
+            DirError::Io { .. } => code::IO_FAILURE,
+            DirError::LockTimeout { .. } => code::TRY_AGAIN_LATER,
+            DirError::Interrupted(e) => e.code(),
+        }
+    }
+}
 
 /// How often a waiter for a lock tries again (a flock cannot be waited for
 /// alongside the signalfd).
@@ -312,7 +369,7 @@ impl Dir {
 
     /// Takes `lock` on the directory, waiting for other holders, but not
     /// past `deadline` (code 11) nor past a termination request (code 105).
-    pub fn lock(&self, lock: Lock, deadline: Option<Instant>) -> Result<(), Error> {
+    pub fn lock(&self, lock: Lock, deadline: Option<Instant>) -> Result<(), DirError> {
         // Not a plain blocking flock: the plugins' termination signals are
         // blocked (read from a signalfd), so a request to stop must be
         // looked for while waiting.
@@ -322,13 +379,13 @@ impl Dir {
                 return Ok(());
             }
             if let Some(signal) = signals::received(1) {
-                return Err(Error::Interrupted {
+                return Err(DirError::from(Interrupted {
                     signal,
                     during: "waiting for a lock",
-                });
+                }));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Error::LockTimeout {
+                return Err(DirError::LockTimeout {
                     path: self.path.clone(),
                     waited: started.elapsed(),
                 });
@@ -337,20 +394,14 @@ impl Dir {
         }
     }
 
-    /// `error` on this directory, as the crate reports it.
-    pub fn error(&self, error: io::Error) -> Error {
-        Error::Files {
-            path: self.path.clone(),
-            error,
-        }
+    /// `error` on this directory.
+    pub fn error(&self, error: io::Error) -> DirError {
+        DirError::io(&self.path, error)
     }
 
-    /// `error` on file `name` in this directory, as the crate reports it.
-    pub fn error_at(&self, name: &str, error: io::Error) -> Error {
-        Error::Files {
-            path: self.path.join(name),
-            error,
-        }
+    /// `error` on file `name` in this directory.
+    pub fn error_at(&self, name: &str, error: io::Error) -> DirError {
+        DirError::io(&self.path.join(name), error)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -588,7 +639,7 @@ mod tests {
         one.lock(Lock::Exclusive, None).unwrap();
         let deadline = Instant::now() + Duration::from_millis(100);
         let e = two.lock(Lock::Shared, Some(deadline)).unwrap_err();
-        assert_eq!(e.code(), crate::error::code::TRY_AGAIN_LATER);
+        assert_eq!(e.code(), code::TRY_AGAIN_LATER);
         drop(one);
         // A moment's wait: a child another test thread forks meanwhile
         // holds a copy of the descriptor, and so the lock, until it execs.

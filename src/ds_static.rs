@@ -21,8 +21,7 @@ use serde_json::{json, Map, Value};
 
 use crate::addr::Addr;
 use crate::args::Program;
-use crate::cni::{self, Environment, NetConf};
-use crate::error::Error;
+use crate::cni::{Environment, Error, NetConf};
 use crate::pools::{requested_by_runtime, Pool, Wanted};
 use crate::skel::{self, Plugin};
 
@@ -49,6 +48,10 @@ STATUS print nothing.
 pub struct Selector;
 
 impl Plugin for Selector {
+    // It keeps nothing and runs nothing: every way it fails is a
+    // configuration the protocol's rules refuse.
+    type Error = Error;
+
     fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
         let chosen = select(env, &net)?;
         skel::write_reply(stdout, &result(&net, &chosen))
@@ -240,7 +243,7 @@ fn result(net: &NetConf, chosen: &[Value]) -> Vec<u8> {
 
 /// A configuration error (code 7) saying `reason`.
 fn invalid(reason: String) -> Error {
-    cni::Error::InvalidConfig(reason).into()
+    Error::InvalidConfig(reason)
 }
 
 /// The configuration's top-level member `key`, which must be an object if
@@ -259,6 +262,7 @@ fn object_member(net: &NetConf, key: &str) -> Result<Option<Map<String, Value>>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::Reportable;
 
     fn env(args: &str) -> Environment {
         crate::cni::add_with_args(args)

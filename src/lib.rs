@@ -1,15 +1,17 @@
 //! ipam-delegated and the plugins released with it: a CNI IPAM
 //! meta-plugin that runs a stack of IPAM delegates, a selector and an
 //! allocator to stack under it, and a Docker driver that serves the same
-//! stacks. Each binary of `src/bin` is a short `main` over one module here.
+//! stacks. Each binary (`src/main.rs`, ipam-delegated's, and those of
+//! `src/bin`) is a short `main` over one module here.
 //!
 //! Data flows one way in every binary: the environment and stdin are read
 //! once into [`cni`] types (by [`skel`]), the command runs against them,
-//! and one reply, or one error object, is written at the end.
+//! and one reply, or one error object, is written at the end. Each part
+//! fails with its own error enum, which knows its CNI code; only [`skel`],
+//! which writes the reply, puts them together.
 
 // The protocol: what every plugin speaks, and how a binary serves it.
 pub mod cni;
-pub mod error;
 pub mod skel;
 
 // The plugins, each in the module named as it is, and the Docker driver.
@@ -26,6 +28,7 @@ mod etcd;
 mod http;
 pub mod logging;
 mod netd;
+mod node_name;
 mod pools;
 mod signals;
 mod sys;

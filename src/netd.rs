@@ -5,11 +5,39 @@
 //! `.conf`, `.conflist` and `.json` files in the order of their names, the
 //! first file that names a network being that network.
 
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::error::Error;
+use crate::cni::{code, Reportable};
+
+/// A network configuration file given on a command line that cannot be
+/// used: unreadable, not JSON, or without the plugin a command is about.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct ConfigFileError {
+    /// The file (or directory) given.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ConfigFileError {
+    /// `path` cannot be used, for `reason`.
+    pub fn new(path: &Path, reason: impl Into<String>) -> ConfigFileError {
+        ConfigFileError {
+            path: path.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Reportable for ConfigFileError {
+    fn code(&self) -> u32 {
+        code::INVALID_CONFIG
+    }
+}
 
 /// The file names a directory's configurations have, as libcni reads them.
 const EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];
@@ -42,11 +70,8 @@ pub struct Found {
 /// The stdin a main plugin would give our plugin for `file`: from a list,
 /// the one plugin that is ours, with the list's cniVersion and name, as
 /// libcni derives it; or the file's own object, if it is ours.
-pub fn load(file: &Path, ours: &Ours) -> Result<Vec<u8>, Error> {
-    let fail = |reason: String| Error::ConfigFile {
-        path: file.to_owned(),
-        reason,
-    };
+pub fn load(file: &Path, ours: &Ours) -> Result<Vec<u8>, ConfigFileError> {
+    let fail = |reason: String| ConfigFileError::new(file, reason);
     let described = ours.described;
     let text = std::fs::read(file).map_err(|e| fail(format!("cannot be read: {e}")))?;
     let value: Value =
@@ -87,14 +112,15 @@ pub fn load(file: &Path, ours: &Ours) -> Result<Vec<u8>, Error> {
 
 /// The networks at `path`: a file's one network (its error if it has
 /// none), or a directory's, each file read with [`load`] and checked by
-/// `name_of`, which gives the network's name. A file of a directory that
-/// gives none, or names a network an earlier file named, is skipped.
-pub fn scan(
+/// `name_of`, which gives the network's name (or the caller's error). A
+/// file of a directory that gives none, or names a network an earlier
+/// file named, is skipped.
+pub fn scan<E: From<ConfigFileError> + Display>(
     path: &Path,
     ours: &Ours,
-    name_of: impl Fn(&[u8]) -> Result<String, Error>,
-) -> Result<Found, Error> {
-    let read = |file: &Path| -> Result<Network, Error> {
+    name_of: impl Fn(&[u8]) -> Result<String, E>,
+) -> Result<Found, E> {
+    let read = |file: &Path| -> Result<Network, E> {
         let stdin = load(file, ours)?;
         Ok(Network {
             name: name_of(&stdin)?,
@@ -110,12 +136,7 @@ pub fn scan(
                 skipped: Vec::new(),
             })
         }
-        Err(e) => {
-            return Err(Error::ConfigFile {
-                path: path.to_owned(),
-                reason: format!("cannot be read: {e}"),
-            })
-        }
+        Err(e) => return Err(ConfigFileError::new(path, format!("cannot be read: {e}")).into()),
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -156,7 +177,16 @@ mod tests {
         is_ours: |ipam| ipam["type"] == "ipam-delegated",
     };
 
-    fn name_of(stdin: &[u8]) -> Result<String, Error> {
+    /// What a command's own error would be: here, the protocol's.
+    #[derive(Debug, thiserror::Error)]
+    enum Either {
+        #[error(transparent)]
+        File(#[from] ConfigFileError),
+        #[error(transparent)]
+        Config(#[from] crate::cni::Error),
+    }
+
+    fn name_of(stdin: &[u8]) -> Result<String, Either> {
         Ok(crate::cni::NetConf::parse(stdin)?.name.to_owned())
     }
 

@@ -304,6 +304,7 @@ fn invalid(reason: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::Reportable;
     use serde_json::json;
 
     /// A configuration with, if given, `prevResult` set to `prev`.

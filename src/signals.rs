@@ -10,13 +10,37 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::cni;
-use crate::error::Error;
+use crate::cni::{code, Reportable};
 use crate::sys::{self, poll, pollfd};
 
 /// The termination requests: blocked in the plugin and read from the
 /// signalfd, unblocked again in the delegates it starts.
 pub const WATCHED: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGINT];
+
+/// A termination request that stopped the plugin while it was waiting,
+/// not running a delegate.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped: the plugin received signal {signal} while {during}")]
+pub struct Interrupted {
+    pub signal: i32,
+    /// What it was waiting for.
+    pub during: &'static str,
+}
+
+impl Reportable for Interrupted {
+    fn code(&self) -> u32 {
+        code::INTERRUPTED
+    }
+}
+
+/// Why stdin was not read to its end.
+#[derive(Debug)]
+pub enum Unread {
+    /// A termination request came first.
+    Interrupted(Interrupted),
+    /// Reading failed.
+    Failed(io::Error),
+}
 
 /// How many termination requests have been read.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -60,11 +84,11 @@ pub fn wait(pause: std::time::Duration) {
 /// Reads `input` to its end, unless a termination request comes first: a
 /// runtime that never closes the plugin's stdin must still be able to
 /// stop it, and the requests are blocked, so they cannot end the read.
-pub fn read_to_end(input: &mut (impl Read + AsFd)) -> Result<Vec<u8>, Error> {
+pub fn read_to_end(input: &mut (impl Read + AsFd)) -> Result<Vec<u8>, Unread> {
     let mut bytes = Vec::new();
     let Some(requests) = raw_fd() else {
         // Not watched: a request ends the process as it always would.
-        input.read_to_end(&mut bytes).map_err(read_failed)?;
+        input.read_to_end(&mut bytes).map_err(Unread::Failed)?;
         return Ok(bytes);
     };
     loop {
@@ -72,13 +96,13 @@ pub fn read_to_end(input: &mut (impl Read + AsFd)) -> Result<Vec<u8>, Error> {
             pollfd(Some(input.as_fd().as_raw_fd()), libc::POLLIN),
             pollfd(Some(requests), libc::POLLIN),
         ];
-        poll(&mut fds, None).map_err(read_failed)?;
+        poll(&mut fds, None).map_err(Unread::Failed)?;
         if fds[1].revents != 0 {
             if let Some(signal) = received(1) {
-                return Err(Error::Interrupted {
+                return Err(Unread::Interrupted(Interrupted {
                     signal,
                     during: "reading the network configuration from stdin",
-                });
+                }));
             }
         }
         // Ready (data, end of file or an error to report): a read cannot block.
@@ -87,14 +111,10 @@ pub fn read_to_end(input: &mut (impl Read + AsFd)) -> Result<Vec<u8>, Error> {
                 Ok(0) => return Ok(bytes),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(read_failed(e)),
+                Err(e) => return Err(Unread::Failed(e)),
             }
         }
     }
-}
-
-fn read_failed(error: io::Error) -> Error {
-    cni::Error::ReadStdin(error).into()
 }
 
 fn raw_fd() -> Option<RawFd> {

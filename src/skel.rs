@@ -4,7 +4,9 @@
 //! it), answers VERSION, checks the configuration's common keys and that
 //! its version has the command, runs the command, and writes the one reply
 //! and the exit status. Without CNI_COMMAND the binary is not a CNI plugin
-//! call, and its command line takes over.
+//! call, and its command line takes over. It is the one place where the
+//! protocol's failures and a plugin's own meet, in the reply: a plugin's
+//! error is its own enum, which knows its CNI code ([`Reportable`]).
 //!
 //! A plugin on it is as short as its commands:
 //!
@@ -12,14 +14,15 @@
 //! use std::io::Write;
 //! use std::process::ExitCode;
 //!
-//! use ipam_delegated::cni::{Environment, NetConf};
-//! use ipam_delegated::error::Error;
+//! use ipam_delegated::cni::{Environment, Error, NetConf};
 //! use ipam_delegated::skel::{self, Plugin};
 //!
 //! /// Hands every container the same address, and keeps nothing.
 //! struct Fixed;
 //!
 //! impl Plugin for Fixed {
+//!     // Nothing of its own can fail: the protocol's errors are its errors.
+//!     type Error = Error;
 //!     fn add(&self, _: &Environment, net: NetConf, out: &mut dyn Write) -> Result<(), Error> {
 //!         let version = net.cni_version;
 //!         let result = format!(r#"{{"cniVersion":"{version}","ips":[{{"address":"10.1.0.2/24"}}]}}"#);
@@ -42,35 +45,81 @@ use std::process::ExitCode;
 
 use tracing::debug;
 
-use crate::cni::{self, Command, Environment, NetConf};
-use crate::error::Error;
-use crate::signals;
+use crate::cni::{self, Command, Environment, NetConf, Reportable};
+use crate::signals::{self, Interrupted, Unread};
 
 /// A CNI plugin's commands, as [`serve`] calls them (libcni's CNIFuncs).
 /// Each gets the environment and the configuration, its common keys
 /// checked and its version known to have the command.
 pub trait Plugin {
+    /// How its commands fail: its own error enum, which knows the CNI
+    /// code of each failure.
+    type Error: Reportable;
+
     /// ADD: allocate, and write the result on `stdout`.
-    fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error>;
+    fn add(
+        &self,
+        env: &Environment,
+        net: NetConf,
+        stdout: &mut dyn Write,
+    ) -> Result<(), Self::Error>;
     /// DEL: release whatever the attachment holds, and succeed when it
     /// holds nothing (DEL is repeated, and may come for what never was).
-    fn del(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+    fn del(&self, env: &Environment, net: NetConf) -> Result<(), Self::Error>;
     /// CHECK (0.4.0 and later): fail unless the attachment is as ADD left it.
-    fn check(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+    fn check(&self, env: &Environment, net: NetConf) -> Result<(), Self::Error>;
     /// GC (1.1.0): release what the runtime's `cni.dev/valid-attachments`
     /// does not list.
-    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), Self::Error>;
     /// STATUS (1.1.0): fail (50, 51) when an ADD could not succeed now.
-    fn status(&self, env: &Environment, net: NetConf) -> Result<(), Error>;
+    fn status(&self, env: &Environment, net: NetConf) -> Result<(), Self::Error>;
+}
+
+/// Every way an invocation can fail, as its reply reports it: the
+/// protocol's failures (the environment, stdin, the configuration's
+/// common keys, the reply), a termination request while stdin was read,
+/// or the plugin's own.
+#[derive(Debug, thiserror::Error)]
+enum Failed<E: Reportable> {
+    #[error(transparent)]
+    Protocol(#[from] cni::Error),
+    #[error(transparent)]
+    Interrupted(#[from] Interrupted),
+    #[error(transparent)]
+    Plugin(E),
+}
+
+impl<E: Reportable> Reportable for Failed<E> {
+    fn code(&self) -> u32 {
+        match self {
+            Failed::Protocol(e) => e.code(),
+            Failed::Interrupted(e) => e.code(),
+            Failed::Plugin(e) => e.code(),
+        }
+    }
+
+    fn details(&self) -> String {
+        match self {
+            Failed::Plugin(e) => e.details(),
+            _ => String::new(),
+        }
+    }
+
+    fn summary(&self) -> String {
+        match self {
+            Failed::Plugin(e) => e.summary(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// Serves one invocation of `plugin`; without CNI_COMMAND, `command_line`
 /// runs instead.
-pub fn serve(plugin: &impl Plugin, command_line: impl FnOnce() -> ExitCode) -> ExitCode {
+pub fn serve<P: Plugin>(plugin: &P, command_line: impl FnOnce() -> ExitCode) -> ExitCode {
     let env = match Environment::from_vars(|name| std::env::var_os(name)) {
         Ok(Some(env)) => Ok(env),
         Ok(None) => return command_line(),
-        Err(e) => Err(Error::from(e)),
+        Err(e) => Err(Failed::Protocol(e)),
     };
     // From here a termination request is answered, not fatal: it stops the
     // command cleanly, or the wait for stdin. On failure the signals keep
@@ -82,7 +131,8 @@ pub fn serve(plugin: &impl Plugin, command_line: impl FnOnce() -> ExitCode) -> E
     // carries the configuration's cniVersion.
     let (stdin, read) = match signals::read_to_end(&mut std::io::stdin().lock()) {
         Ok(stdin) => (stdin, Ok(())),
-        Err(e) => (Vec::new(), Err(e)),
+        Err(Unread::Interrupted(e)) => (Vec::new(), Err(Failed::Interrupted(e))),
+        Err(Unread::Failed(e)) => (Vec::new(), Err(cni::Error::ReadStdin(e).into())),
     };
     let outcome = env.and_then(|env| {
         read?;
@@ -92,12 +142,12 @@ pub fn serve(plugin: &impl Plugin, command_line: impl FnOnce() -> ExitCode) -> E
 }
 
 /// Runs the command the environment names, with `stdin` as configuration.
-fn dispatch(
-    plugin: &impl Plugin,
+fn dispatch<P: Plugin>(
+    plugin: &P,
     env: &Environment,
     stdin: &[u8],
     stdout: &mut dyn Write,
-) -> Result<(), Error> {
+) -> Result<(), Failed<P::Error>> {
     debug!(
         command = %env.command,
         container_id = env.container_id.as_deref().unwrap_or(""),
@@ -106,22 +156,24 @@ fn dispatch(
     // Every command but VERSION checks the configuration first: JSON (6),
     // then its version (1), then its name (7), then that the version has
     // the command (1).
-    let checked = || -> Result<NetConf, Error> {
+    let checked = || -> Result<NetConf, cni::Error> {
         let net = NetConf::parse(stdin)?;
         cni::check_command(env.command, net.cni_version)?;
         Ok(net)
     };
-    match env.command {
+    let ran = match env.command {
         // Needs no configuration, and never fails on its input.
         Command::Version => {
-            write_reply(stdout, &cni::version_result(&cni::version_for_reply(stdin)))
+            let version = cni::version_result(&cni::version_for_reply(stdin));
+            return Ok(write_reply(stdout, &version)?);
         }
         Command::Add => plugin.add(env, checked()?, stdout),
         Command::Del => plugin.del(env, checked()?),
         Command::Check => plugin.check(env, checked()?),
         Command::Gc => plugin.gc(env, checked()?),
         Command::Status => plugin.status(env, checked()?),
-    }
+    };
+    ran.map_err(Failed::Plugin)
 }
 
 /// What a plugin binary says when run with neither CNI_COMMAND nor
@@ -139,19 +191,19 @@ pub fn about(program: &str, purpose: &str) -> ExitCode {
 
 /// Writes a reply whole and flushed: a buffered write that fails only at
 /// exit would go unnoticed.
-pub fn write_reply(stdout: &mut dyn Write, reply: &[u8]) -> Result<(), Error> {
+pub fn write_reply(stdout: &mut dyn Write, reply: &[u8]) -> Result<(), cni::Error> {
     stdout
         .write_all(reply)
         .and_then(|()| stdout.flush())
-        .map_err(|e| cni::Error::WriteReply(e).into())
+        .map_err(cni::Error::WriteReply)
 }
 
 /// Writes the reply for `outcome` and returns the exit status. On failure
 /// the reply is a CNI error object, whose cniVersion `cni_version` gives
 /// (called only then, since it parses the input again), and the failure is
 /// logged.
-pub(crate) fn respond(
-    outcome: Result<Option<Vec<u8>>, Error>,
+pub(crate) fn respond<E: Reportable>(
+    outcome: Result<Option<Vec<u8>>, E>,
     cni_version: impl FnOnce() -> String,
 ) -> ExitCode {
     let (reply, status) = match &outcome {
@@ -159,7 +211,10 @@ pub(crate) fn respond(
             Cow::from(result.as_deref().unwrap_or_default()),
             ExitCode::SUCCESS,
         ),
-        Err(e) => (Cow::from(e.to_reply(&cni_version())), ExitCode::FAILURE),
+        Err(e) => {
+            let object = cni::error_object(&cni_version(), e.code(), &e.to_string(), &e.details());
+            (Cow::from(object), ExitCode::FAILURE)
+        }
     };
     // The reply first: it is what the runtime acts on, whatever the logs do.
     let written = write_reply(&mut std::io::stdout().lock(), &reply);

@@ -8,9 +8,8 @@ use std::process::ExitStatus;
 
 use std::collections::HashMap;
 
-use ipam_delegated::cni::Command;
-use ipam_delegated::delegated::{judge, Printed, StackError};
-use ipam_delegated::error::Error;
+use ipam_delegated::cni::{self, Command, Reportable};
+use ipam_delegated::delegated::{judge, DelegatedError, Printed};
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -30,13 +29,14 @@ fuzz_target!(|data: &[u8]| {
         Ok(Printed::Nothing) => {}
         Ok(Printed::Ignored { .. }) => panic!("ADD never ignores what it printed"),
         Err(failure) => {
-            let error = Error::from(StackError::Failed {
+            let error = DelegatedError::Failed {
                 delegate: "fuzzed".into(),
                 command: Command::Add,
                 failure,
-            });
-            let reply: Value =
-                serde_json::from_slice(&error.to_reply("1.1.0")).expect("reply is JSON");
+            };
+            let object =
+                cni::error_object("1.1.0", error.code(), &error.to_string(), &error.details());
+            let reply: Value = serde_json::from_slice(&object).expect("reply is JSON");
             assert!(reply["code"].as_u64().is_some_and(|c| c > 0));
         }
     }

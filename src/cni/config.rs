@@ -215,6 +215,7 @@ fn separate(head: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use crate::cni::code;
+    use crate::cni::Reportable;
 
     const GOOD: &str = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ipam-delegated","delegates":["a","b"]}}"#;
 

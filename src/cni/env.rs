@@ -209,6 +209,7 @@ pub fn add_with_args(args: &str) -> Environment {
 mod tests {
     use super::*;
     use crate::cni::code;
+    use crate::cni::Reportable;
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> Result<Option<Environment>, Error> {

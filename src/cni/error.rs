@@ -1,6 +1,7 @@
 //! What goes wrong at the protocol's level, in any plugin (its environment,
-//! its input, its reply), the specification's error codes, and the error
-//! object a failing plugin prints.
+//! its input, its reply); the error codes, the specification's and the
+//! family's own; what every part's error gives the reply ([`Reportable`]);
+//! and the error object a failing plugin prints.
 
 use std::io;
 
@@ -9,7 +10,8 @@ use serde_json::json;
 use super::command::Command;
 use super::version::SUPPORTED;
 
-/// The specification's error codes.
+/// CNI error codes: the specification's where one fits, the family's own
+/// from 100 up. docs/reference.md's table lists each one.
 pub mod code {
     /// The configuration's cniVersion, or a command at that version, is not supported.
     pub const INCOMPATIBLE_VERSION: u32 = 1;
@@ -23,6 +25,51 @@ pub mod code {
     pub const INVALID_CONFIG: u32 = 7;
     /// Try again later.
     pub const TRY_AGAIN_LATER: u32 = 11;
+    /// STATUS: the plugin cannot serve an ADD now.
+    pub const NOT_AVAILABLE: u32 = 50;
+
+    /// A delegate is not in any CNI_PATH directory as an executable file.
+    pub const DELEGATE_NOT_FOUND: u32 = 100;
+    /// A delegate was found but could not be started.
+    pub const DELEGATE_NOT_STARTED: u32 = 101;
+    /// A delegate exited non-zero without printing a CNI error object.
+    pub const DELEGATE_EXITED: u32 = 102;
+    /// A delegate was killed by a signal.
+    pub const DELEGATE_KILLED: u32 = 103;
+    /// A delegate printed more than the output cap and was stopped.
+    pub const DELEGATE_OUTPUT_TOO_LARGE: u32 = 104;
+    /// SIGTERM or SIGINT stopped the plugin before its work was done.
+    pub const INTERRUPTED: u32 = 105;
+    /// A pool has no free address.
+    pub const POOL_EXHAUSTED: u32 = 110;
+    /// The address asked for cannot be given (outside the pool, its
+    /// gateway, held by another attachment …).
+    pub const ADDRESS_UNAVAILABLE: u32 = 111;
+    /// CHECK: an address of the previous result is not held by the
+    /// attachment.
+    pub const NOT_HELD: u32 = 112;
+}
+
+/// What the reply needs of an error, whichever part's it is: each part's
+/// own error enum knows its code, and says more in `details` where it
+/// has more to say. Its message is its `Display`. Only the layer that
+/// writes the reply puts errors of several parts together.
+pub trait Reportable: std::error::Error {
+    /// The CNI error code it is reported with.
+    fn code(&self) -> u32;
+
+    /// The error object's `details`: nothing, unless the error carries
+    /// more than its message (a delegate's own details, the failures that
+    /// came with it).
+    fn details(&self) -> String {
+        String::new()
+    }
+
+    /// One line for logs and for lists of failures that always names who
+    /// failed: its message, unless that leaves the culprit out.
+    fn summary(&self) -> String {
+        self.to_string()
+    }
 }
 
 /// A protocol-level failure.
@@ -84,9 +131,8 @@ pub enum Error {
     InvalidConfig(String),
 }
 
-impl Error {
-    /// The CNI error code this failure is reported with.
-    pub fn code(&self) -> u32 {
+impl Reportable for Error {
+    fn code(&self) -> u32 {
         match self {
             Error::UnsupportedVersion(_) | Error::CommandNeedsVersion { .. } => {
                 code::INCOMPATIBLE_VERSION
@@ -100,7 +146,9 @@ impl Error {
             Error::InvalidConfig(_) => code::INVALID_CONFIG,
         }
     }
+}
 
+impl Error {
     /// The variable problems found in an environment as one error (the
     /// problem itself when there is one), or none.
     pub(super) fn from_variables(mut problems: Vec<Error>) -> Option<Error> {

@@ -21,7 +21,7 @@ pub use env::{
     check_container_id, check_ifname, is_identifier, path_outside_runtime, search_path,
     Environment, IDENTIFIER_RULE,
 };
-pub use error::{code, error_object, Error};
+pub use error::{code, error_object, Error, Reportable};
 pub use json::{check_object, is_object, string, Members};
 pub use result::{in_version, ConversionError};
 pub use version::{check_command, supported, version_result, NEWEST, SUPPORTED};

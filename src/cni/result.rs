@@ -4,7 +4,7 @@
 
 use serde_json::value::RawValue;
 
-use super::error::code;
+use super::error::{code, Reportable};
 use super::json::{self, push_member, Members};
 
 /// Why a result cannot be the reply to a configuration.
@@ -28,9 +28,8 @@ pub enum ConversionError {
     },
 }
 
-impl ConversionError {
-    /// The CNI error code it is reported with.
-    pub fn code(&self) -> u32 {
+impl Reportable for ConversionError {
+    fn code(&self) -> u32 {
         match self {
             ConversionError::Version { .. } => code::INCOMPATIBLE_VERSION,
             ConversionError::Content { .. } => code::DECODING_FAILURE,

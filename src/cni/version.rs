@@ -56,6 +56,7 @@ pub fn version_result(cni_version: &str) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::cni::code;
+    use crate::cni::Reportable;
 
     #[test]
     fn every_listed_version_is_supported_and_nothing_else() {

@@ -6,14 +6,15 @@
 
 use tracing::warn;
 
-use super::holds::{sweep_ended_holds, workload_hold};
-use super::settings::{invalid, Settings};
-use super::store::{self, Held, Hold, Holding, Owner, Sticky, Store};
-use super::PoolError;
-use super::{result, search, ATTEMPTS};
+use super::clock;
+use super::definitions::pool_of;
+use super::error::PoolError;
+use super::settings::Settings;
+use super::sticky::{hold_to_take_over, sweep_ended_holds};
+use super::store::{Allocation, Owner, PoolAddress, StickyClaim, Store, WorkloadHold, ATTEMPTS};
+use super::{result, search};
 use crate::addr::Addr;
 use crate::cni::NetConf;
-use crate::error::Error;
 use crate::pools::{self, Pool, Wanted};
 
 /// ADD: what the attachment holds already, if anything (an ADD repeated
@@ -27,7 +28,7 @@ pub(super) fn add(
     settings: &Settings,
     owner: &Owner,
     asked: &[Addr],
-) -> Result<Vec<u8>, Error> {
+) -> Result<Vec<u8>, PoolError> {
     let wanted = pools::wanted(net, &settings.default)?;
     let pools: Vec<Pool> = wanted
         .iter()
@@ -37,10 +38,10 @@ pub(super) fn add(
     let mut lost = 0;
     let mut swept = false;
     for _ in 0..ATTEMPTS {
-        if let Some(holding) = store.holding(&owner.node, &owner.id, &owner.ifname)? {
-            if holds_all(store, &holding)? {
-                still_asked(&holding, &pools, &requested)?;
-                return result::build(store, net, settings, &pools, &holding.held);
+        if let Some(allocation) = store.allocation(&owner.node, &owner.id, &owner.ifname)? {
+            if holds_all(store, &allocation)? {
+                still_asked(&allocation, &pools, &requested)?;
+                return result::build(store, net, settings, &pools, &allocation.held);
             }
             // A claim cut short (the allocator killed between its record
             // and its addresses): what it got is given back, and the ADD
@@ -50,15 +51,15 @@ pub(super) fn add(
                 "{}/{} holds only part of what its record lists: claiming again",
                 owner.id, owner.ifname
             );
-            store.release(&holding)?;
+            store.release(&allocation)?;
             continue;
         }
         let sticky = settings.sticky.as_ref().zip(owner.workload.as_deref());
         let hold = match sticky {
-            Some(_) => workload_hold(store, owner)?,
+            Some(_) => hold_to_take_over(store, owner)?,
             None => None,
         };
-        let mut chosen: Vec<Held> = Vec::new();
+        let mut chosen: Vec<PoolAddress> = Vec::new();
         for (pool, asked) in pools.iter().zip(&requested) {
             let address = match asked {
                 Some(address) => check_requested(store, pool, *address, owner)?,
@@ -69,22 +70,22 @@ pub(super) fn add(
                         match search::choose_free(store, pool, start, &chosen, true) {
                             // Holds whose time is up keep addresses until
                             // someone needs them: now.
-                            Err(Error::Pool(PoolError::Exhausted { .. })) if !swept => {
+                            Err(PoolError::Exhausted { .. }) if !swept => {
                                 swept = true;
                                 if sweep_ended_holds(store)? > 0 {
                                     lost += 1;
                                     break;
                                 }
-                                return Err(Error::from(PoolError::Exhausted {
+                                return Err(PoolError::Exhausted {
                                     pool: pool.name.clone(),
-                                }));
+                                });
                             }
                             found => found?,
                         }
                     }
                 },
             };
-            chosen.push(Held {
+            chosen.push(PoolAddress {
                 pool: pool.name.clone(),
                 address,
             });
@@ -93,7 +94,7 @@ pub(super) fn add(
             // Swept: look again.
             continue;
         }
-        let claim = sticky.map(|(s, workload)| Sticky {
+        let claim = sticky.map(|(s, workload)| StickyClaim {
             workload,
             sticky_for: s.sticky_for,
             prior: hold.as_ref(),
@@ -103,13 +104,13 @@ pub(super) fn add(
         }
         // Looked for only now: a fence makes every claim of the node fail.
         if let Some(fenced) = store.fenced(&owner.node)? {
-            return Err(fenced.into());
+            return Err(fenced);
         }
         lost += 1;
     }
-    Err(Error::from(PoolError::Busy(format!(
+    Err(PoolError::Busy(format!(
         "other attachments took the addresses chosen, {ATTEMPTS} times over"
-    ))))
+    )))
 }
 
 /// The address asked for in each pool, if one is: the pool's own
@@ -120,21 +121,21 @@ fn requested(
     wanted: &[Wanted],
     pools: &[Pool],
     asked: &[Addr],
-) -> Result<Vec<Option<Addr>>, Error> {
+) -> Result<Vec<Option<Addr>>, PoolError> {
     let mut requested: Vec<Option<Addr>> = wanted.iter().map(|w| w.requested).collect();
     let names = || {
         let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
         names.join(", ")
     };
     for address in asked {
-        let holding: Vec<usize> = (0..pools.len())
+        let allocation: Vec<usize> = (0..pools.len())
             .filter(|i| pools[*i].range_of(*address).is_some())
             .collect();
-        if holding.iter().any(|i| requested[*i] == Some(*address)) {
+        if allocation.iter().any(|i| requested[*i] == Some(*address)) {
             continue;
         }
-        let Some(free) = holding.iter().find(|i| requested[**i].is_none()) else {
-            let why = match holding.first() {
+        let Some(free) = allocation.iter().find(|i| requested[**i].is_none()) else {
+            let why = match allocation.first() {
                 None => "it is in none of the pools asked for".to_owned(),
                 Some(i) => format!(
                     "pool {:?} is asked for {} already",
@@ -142,22 +143,22 @@ fn requested(
                     requested[*i].map(|a| a.to_string()).unwrap_or_default()
                 ),
             };
-            return Err(Error::from(PoolError::AddressUnavailable {
+            return Err(PoolError::AddressUnavailable {
                 address: address.to_string(),
                 pool: names(),
                 why,
-            }));
+            });
         };
         requested[*free] = Some(*address);
     }
     for (i, address) in requested.iter().enumerate() {
         if let Some(address) = address {
             if requested[..i].contains(&Some(*address)) {
-                return Err(Error::from(PoolError::AddressUnavailable {
+                return Err(PoolError::AddressUnavailable {
                     address: address.to_string(),
                     pool: names(),
                     why: "two pools are asked for it: an attachment holds an address once".into(),
-                }));
+                });
             }
         }
     }
@@ -166,29 +167,37 @@ fn requested(
 
 /// An ADD repeated for an attachment that holds its addresses already must
 /// not ask for others: it would get what it holds, not what it asks for.
-fn still_asked(holding: &Holding, pools: &[Pool], requested: &[Option<Addr>]) -> Result<(), Error> {
+fn still_asked(
+    allocation: &Allocation,
+    pools: &[Pool],
+    requested: &[Option<Addr>],
+) -> Result<(), PoolError> {
     for (pool, asked) in pools.iter().zip(requested) {
         let Some(asked) = asked else { continue };
-        if !holding.held.iter().any(|h| h.address == *asked) {
-            let held: Vec<String> = holding.held.iter().map(|h| h.address.to_string()).collect();
-            return Err(Error::from(PoolError::AddressUnavailable {
+        if !allocation.held.iter().any(|h| h.address == *asked) {
+            let held: Vec<String> = allocation
+                .held
+                .iter()
+                .map(|h| h.address.to_string())
+                .collect();
+            return Err(PoolError::AddressUnavailable {
                 address: asked.to_string(),
                 pool: pool.name.clone(),
                 why: format!(
                     "the attachment holds {} already: DEL it first",
                     held.join(", ")
                 ),
-            }));
+            });
         }
     }
     Ok(())
 }
 
 /// Whether the attachment holds every address its record lists.
-pub(super) fn holds_all(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
-    for h in &holding.held {
+pub(super) fn holds_all(store: &dyn Store, allocation: &Allocation) -> Result<bool, PoolError> {
+    for h in &allocation.held {
         let holder = store.holder(h.address)?;
-        if !holder.is_some_and(|o| holding.owner.owns(&o)) {
+        if !holder.is_some_and(|o| allocation.owner.owns(&o)) {
             return Ok(false);
         }
     }
@@ -200,11 +209,11 @@ pub(super) fn holds_all(store: &dyn Store, holding: &Holding) -> Result<bool, Er
 /// workload still holds it.
 fn kept(
     store: &dyn Store,
-    hold: Option<&Hold>,
+    hold: Option<&WorkloadHold>,
     pool: &Pool,
     owner: &Owner,
-    chosen: &[Held],
-) -> Result<Option<Addr>, Error> {
+    chosen: &[PoolAddress],
+) -> Result<Option<Addr>, PoolError> {
     let Some(held) = hold.and_then(|h| h.held.iter().find(|h| h.pool == pool.name)) else {
         return Ok(None);
     };
@@ -219,35 +228,6 @@ fn kept(
     })
 }
 
-/// The pool `wanted` names: its inline ranges, else the configuration's,
-/// else the store's.
-fn pool_of(store: &dyn Store, settings: &Settings, wanted: &Wanted) -> Result<Pool, Error> {
-    if let Some(pool) = &wanted.inline {
-        return Ok(pool.clone());
-    }
-    find_pool(store, settings, &wanted.name)?.ok_or_else(|| {
-        invalid(format!(
-            "pool {:?} is not defined: not in the previous result, nor in \"ipam.pool.pools\", nor in the store",
-            wanted.name
-        ))
-    })
-}
-
-/// Pool `name` as the configuration defines it, else the store.
-pub(super) fn find_pool(
-    store: &dyn Store,
-    settings: &Settings,
-    name: &str,
-) -> Result<Option<Pool>, Error> {
-    if let Some(pool) = settings.pool(name) {
-        return Ok(Some(pool.clone()));
-    }
-    match store.pool_definition(name)? {
-        Some(ranges) => Ok(Some(Pool::parse(name, &ranges)?)),
-        None => Ok(None),
-    }
-}
-
 /// `address`, asked for, if the pool may give it and nobody else holds it;
 /// else why not (code 111), with nothing claimed.
 fn check_requested(
@@ -255,13 +235,11 @@ fn check_requested(
     pool: &Pool,
     address: Addr,
     owner: &Owner,
-) -> Result<Addr, Error> {
-    let refuse = |why: String| {
-        Error::from(PoolError::AddressUnavailable {
-            address: address.to_string(),
-            pool: pool.name.clone(),
-            why,
-        })
+) -> Result<Addr, PoolError> {
+    let refuse = |why: String| PoolError::AddressUnavailable {
+        address: address.to_string(),
+        pool: pool.name.clone(),
+        why,
     };
     if let Some(why) = pool.refusal(address) {
         return Err(refuse(why));
@@ -273,44 +251,45 @@ fn check_requested(
         };
         // Another workload's hold whose time is up gives it back now.
         let hold = match &holder.workload {
-            Some(workload) => store.hold(workload, &holder.ifname)?,
+            Some(workload) => store.workload_hold(workload, &holder.ifname)?,
             None => None,
         };
         let bound_alive = match hold
             .as_ref()
             .and_then(|h| Some((&h.node, h.container.as_ref()?)))
         {
-            Some((node, id)) => store.holding(node, id, &holder.ifname)?.is_some(),
+            Some((node, id)) => store.allocation(node, id, &holder.ifname)?.is_some(),
             None => false,
         };
         match hold {
             Some(hold)
                 if hold
                     .ends(bound_alive)
-                    .is_some_and(|end| end <= store::now()) =>
+                    .is_some_and(|end| end <= clock::now()) =>
             {
                 store.end_hold(&hold)?;
             }
             _ => return Err(refuse(format!("it is held by {holder}"))),
         }
     }
-    Err(Error::from(PoolError::Busy(format!(
+    Err(PoolError::Busy(format!(
         "{address}'s record changed under every one of {ATTEMPTS} attempts to read it"
-    ))))
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::da_pool::store::fake::Fake;
+    use crate::cni::code;
+    use crate::cni::Reportable;
+    use crate::da_pool::store::fake_store::FakeStore;
     use crate::da_pool::teardown::{check, del};
     use crate::da_pool::testing::*;
-    use crate::error::code;
     use serde_json::json;
 
     #[test]
     fn a_workloads_address_follows_it_to_its_next_container_on_any_node_and_no_one_else_gets_it() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = sticky_config();
         let web = |id: &str, node: &str| of_workload(id, "default/web-0", node);
         let first = add_as(&store, &raw, &web("c1", "node-a"), &[]).unwrap();
@@ -348,7 +327,10 @@ mod tests {
         // Recreated under another container ID, on another node: the same.
         let again = add_as(&store, &raw, &web("c2", "node-b"), &[]).unwrap();
         assert_eq!(addresses(&again), ["10.1.0.2/29"]);
-        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
+        let hold = store
+            .workload_hold("default/web-0", "eth0")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (hold.container.as_deref(), hold.node.as_str(), hold.until),
             (Some("c2"), "node-b", None)
@@ -375,7 +357,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(addresses(&taker), ["10.1.0.2/29"]);
-        assert!(store.hold("default/web-0", "eth0").unwrap().is_none());
+        assert!(store
+            .workload_hold("default/web-0", "eth0")
+            .unwrap()
+            .is_none());
         // And the workload gets another one.
         let later = add_as(&store, &raw, &web("c3", "node-a"), &[]).unwrap();
         assert_ne!(addresses(&later), ["10.1.0.2/29"]);
@@ -383,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_requested_address_wins_and_moves_the_hold() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = sticky_config();
         let web = |id: &str| of_workload(id, "default/web-0", "node-a");
         add_as(&store, &raw, &web("c1"), &[]).unwrap();
@@ -391,8 +376,11 @@ mod tests {
         let moved = add_as(&store, &raw, &web("c2"), &["10.1.0.5"]).unwrap();
         assert_eq!(addresses(&moved), ["10.1.0.5/29"]);
         assert_eq!(store.held(), ["10.1.0.5"], "10.1.0.2 given back");
-        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
-        assert_eq!(hold.held, holding(&store, "c2").held);
+        let hold = store
+            .workload_hold("default/web-0", "eth0")
+            .unwrap()
+            .unwrap();
+        assert_eq!(hold.held, allocation(&store, "c2").held);
         del(&store, &owner("c2")).unwrap();
         assert_eq!(
             addresses(&add_as(&store, &raw, &web("c3"), &[]).unwrap()),
@@ -402,7 +390,7 @@ mod tests {
 
     #[test]
     fn without_the_keys_in_cni_args_an_add_is_the_containers_alone() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = sticky_config();
         add_for(&store, &raw, "plain", &[]).unwrap();
         del(&store, &owner("plain")).unwrap();
@@ -411,7 +399,7 @@ mod tests {
 
     #[test]
     fn holds_whose_time_is_up_give_their_addresses_to_whoever_needs_them() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = sticky_config();
         // Five workloads fill .2 to .6, then go.
         for i in 0..5 {
@@ -429,7 +417,7 @@ mod tests {
 
     #[test]
     fn add_gives_one_address_from_each_pool_and_again_the_same_to_the_same_attachment() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
         let first = add_for(&store, &raw, "c1", &[]).unwrap();
         assert_eq!(
@@ -457,7 +445,7 @@ mod tests {
 
     #[test]
     fn a_claim_cut_short_is_claimed_again_never_answered_with_another_attachments_address() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
         let first = add_for(&store, &raw, "c1", &[]).unwrap();
         // As a SIGKILL between the records leaves it: c1's record lists
@@ -479,7 +467,7 @@ mod tests {
 
     #[test]
     fn the_previous_results_members_stay_in_place_and_legacy_versions_say_the_ip_version() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let prev = json!({"cniVersion": "0.4.0", "ips": [], "dns": {"nameservers": ["10.0.0.53"]}, "pools": [{"name": "blue"}]});
         let raw = config("0.4.0", pools(), Some(prev));
         let text = {
@@ -495,7 +483,7 @@ mod tests {
 
     #[test]
     fn an_inline_pool_is_used_as_the_original_readmes_example_flow_gives_it() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let prev = json!({"cniVersion": "1.0.0", "ips": [], "routes": [], "dns": {}, "pools": [
             {"name": "local-pool", "subnet": "192.168.0.0/24", "gateway": "192.168.0.1", "requested-ip": "192.168.0.23"},
         ]});
@@ -510,7 +498,7 @@ mod tests {
 
     #[test]
     fn a_requested_address_is_given_or_refused_saying_why_with_nothing_claimed() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
         let given = add_for(&store, &raw, "c1", &["10.1.0.5", "fd00::5"]).unwrap();
         assert_eq!(addresses(&given), ["10.1.0.5/29", "fd00::5/64"]);
@@ -531,7 +519,7 @@ mod tests {
 
     #[test]
     fn every_address_asked_for_is_given_or_the_add_fails() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
         let e = add_for(&store, &raw, "c1", &["10.1.0.5", "10.1.0.6"]).unwrap_err();
         assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE);
@@ -564,7 +552,7 @@ mod tests {
 
     #[test]
     fn earlier_delegates_addresses_and_routes_stay_in_the_result() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let prev = json!({
             "cniVersion": "1.0.0",
             "ips": [{"address": "fd99::7/64"}],
@@ -588,7 +576,7 @@ mod tests {
 
     #[test]
     fn an_exhausted_pool_is_code_110_and_claims_nothing_from_the_others() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let prev = json!({"pools": [{"name": "blue"}, {"name": "tiny"}]});
         let raw = config("1.0.0", pools(), Some(prev));
         // tiny, a /30, gives one address: .2 (.1 is its gateway).
@@ -606,7 +594,7 @@ mod tests {
 
     #[test]
     fn a_pool_found_full_is_not_read_whole_again_until_an_address_is_given_back() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let mut settings = pools();
         settings["pools"]["wide"] = json!([{"subnet": "10.8.0.0/24"}]);
         settings["default"] = json!("wide");
@@ -634,7 +622,7 @@ mod tests {
 
     #[test]
     fn allocation_goes_on_after_the_last_address_given_then_wraps() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let prev = json!({"pools": [{"name": "blue"}]});
         let raw = config("1.0.0", pools(), Some(prev));
         for id in ["c1", "c2", "c3"] {
@@ -668,7 +656,7 @@ mod tests {
         let at = |n: u32| Addr::new(std::net::Ipv4Addr::from(0x0a08_0000 + n).into());
         // The worst layout for a search in order: the free tenth in one
         // block, the hint at the start of the full nine tenths.
-        let store = Fake::default();
+        let store = FakeStore::default();
         for n in 2..=58_982 {
             store.addresses.borrow_mut().insert(at(n), holder.clone());
         }
@@ -685,7 +673,7 @@ mod tests {
             store.looked_at.get()
         );
         // After churn: one address in ten free, anywhere.
-        let store = Fake::default();
+        let store = FakeStore::default();
         for n in (2..=65_534).filter(|n| n % 10 != 0) {
             store.addresses.borrow_mut().insert(at(n), holder.clone());
         }
@@ -699,7 +687,7 @@ mod tests {
 
     #[test]
     fn a_wide_ipv6_pool_is_never_enumerated() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let prev = json!({"pools": [{"name": "wide", "subnet": "fd00:1::/48"}]});
         let raw = config("1.0.0", json!({"node": "node-a"}), Some(prev));
         for id in 0..50 {
@@ -711,7 +699,7 @@ mod tests {
 
     #[test]
     fn excluded_and_reserved_addresses_are_never_given_nor_given_when_asked_for() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config(
             "1.0.0",
             json!({"node": "node-a", "default": "p", "pools": {"p": {
@@ -766,7 +754,7 @@ mod tests {
                 format!("{}/{p}", std::net::Ipv6Addr::from(start))
             })
             .collect();
-        let store = Fake::default();
+        let store = FakeStore::default();
         let prev =
             json!({"pools": [{"name": "wide", "subnet": "fd00:1::/48", "exclude": exclude}]});
         let raw = config("1.0.0", json!({"node": "node-a"}), Some(prev));
@@ -777,7 +765,7 @@ mod tests {
 
     #[test]
     fn a_lost_race_is_run_again_and_one_lost_for_ever_is_try_again_later() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
         store.losing_claims.set(2);
         let given = add_for(&store, &raw, "c1", &[]).unwrap();
@@ -798,7 +786,7 @@ mod tests {
 
     #[test]
     fn after_a_lost_race_the_search_starts_at_random() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config(
             "1.0.0",
             json!({"node": "node-a", "default": "big", "pools": {"big": [{"subnet": "10.8.0.0/16"}]}}),
@@ -825,7 +813,7 @@ mod tests {
 
     #[test]
     fn a_pool_may_be_defined_by_the_store() {
-        let mut store = Fake::default();
+        let mut store = FakeStore::default();
         store
             .pools
             .insert("central".into(), json!([{"subnet": "10.7.0.0/24"}]));

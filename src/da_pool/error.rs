@@ -1,8 +1,17 @@
-//! How ipam-da-pool refuses: a pool with no free address, an address
-//! that cannot be given or is not held, a store that is not ready or
-//! moved, other nodes in the way, this node fenced. The reply type gives each its code.
+//! How ipam-da-pool fails: a pool with no free address, an address that
+//! cannot be given or is not held, a store that is not ready or moved,
+//! other nodes in the way, this node fenced; and what it meets on its
+//! way: a configuration the protocol refuses, the etcd cluster, its
+//! files, the node's name, a file given on its command line. Each knows
+//! its CNI code.
 
-/// A refusal of the allocator.
+use crate::cni::{self, code, Reportable};
+use crate::dir::DirError;
+use crate::etcd::EtcdError;
+use crate::netd::ConfigFileError;
+use crate::node_name::NodeNameError;
+
+/// A failure of the allocator.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
     /// A pool has no free address.
@@ -47,4 +56,41 @@ pub enum PoolError {
         /// The marker file `import` left.
         marker: std::path::PathBuf,
     },
+
+    /// The configuration breaks a rule (the protocol's, or `ipam.pool`'s).
+    #[error(transparent)]
+    Config(#[from] cni::Error),
+
+    /// The etcd cluster the records are kept in.
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+
+    /// The local store's files, or its lock.
+    #[error(transparent)]
+    Files(#[from] DirError),
+
+    /// The node's name, pinned in a file.
+    #[error(transparent)]
+    NodeName(#[from] NodeNameError),
+
+    /// A file given on an operator's command line.
+    #[error(transparent)]
+    ConfigFile(#[from] ConfigFileError),
+}
+
+impl Reportable for PoolError {
+    fn code(&self) -> u32 {
+        match self {
+            PoolError::Exhausted { .. } => code::POOL_EXHAUSTED,
+            PoolError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
+            PoolError::NotHeld { .. } => code::NOT_HELD,
+            PoolError::NotAvailable(_) | PoolError::Fenced(_) => code::NOT_AVAILABLE,
+            PoolError::Busy(_) | PoolError::Moved { .. } => code::TRY_AGAIN_LATER,
+            PoolError::Config(e) => e.code(),
+            PoolError::Etcd(e) => e.code(),
+            PoolError::Files(e) => e.code(),
+            PoolError::NodeName(e) => e.code(),
+            PoolError::ConfigFile(e) => e.code(),
+        }
+    }
 }

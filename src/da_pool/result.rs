@@ -5,12 +5,12 @@
 
 use serde_json::{json, Map, Value};
 
-use super::add::find_pool;
+use super::definitions::find_pool;
+use super::error::PoolError;
 use super::settings::Settings;
-use super::store::{Held, Store};
+use super::store::{PoolAddress, Store};
 use crate::addr::{Addr, Family};
 use crate::cni::{self, NetConf};
-use crate::error::Error;
 use crate::pools::Pool;
 
 /// The result of an ADD that gives `held` (from `pools`, or as a pool is
@@ -20,8 +20,8 @@ pub fn build(
     net: &NetConf,
     settings: &Settings,
     pools: &[Pool],
-    held: &[Held],
-) -> Result<Vec<u8>, Error> {
+    held: &[PoolAddress],
+) -> Result<Vec<u8>, PoolError> {
     let legacy = matches!(net.cni_version, "0.3.0" | "0.3.1" | "0.4.0");
     let previous: Value = net
         .member("prevResult")

@@ -3,10 +3,9 @@
 //! pool 90 % full, one in ten is free, however it is laid out), and only
 //! when the pool may be exhausted, through every range in order.
 
-use super::store::{Held, Store};
-use super::PoolError;
+use super::error::PoolError;
+use super::store::{PoolAddress, Store};
 use crate::addr::Addr;
-use crate::error::Error;
 use crate::pools::Pool;
 
 /// How many addresses one look at a place covers: one page of etcd keys
@@ -29,7 +28,7 @@ pub fn starting_point(
     node: &str,
     pool: &Pool,
     lost: usize,
-) -> Result<Addr, Error> {
+) -> Result<Addr, PoolError> {
     if lost > 0 {
         return Ok(random_address(pool));
     }
@@ -58,9 +57,9 @@ pub fn choose_free(
     store: &dyn Store,
     pool: &Pool,
     start: Addr,
-    taken: &[Held],
+    taken: &[PoolAddress],
     note: bool,
-) -> Result<Addr, Error> {
+) -> Result<Addr, PoolError> {
     // Excluded blocks are stepped over whole, never looked at address by
     // address: one can be a /64.
     let free_in = |range: &crate::addr::Range, from: Addr, to: Addr| {
@@ -74,7 +73,7 @@ pub fn choose_free(
         }
         Ok(None)
     };
-    let look = |at: Addr| -> Result<Option<Addr>, Error> {
+    let look = |at: Addr| -> Result<Option<Addr>, PoolError> {
         let Some(range) = pool.range_of(at) else {
             return Ok(None);
         };
@@ -84,10 +83,8 @@ pub fn choose_free(
             .unwrap_or(range.end);
         free_in(range, at, to)
     };
-    let exhausted = || {
-        Error::from(PoolError::Exhausted {
-            pool: pool.name.clone(),
-        })
+    let exhausted = || PoolError::Exhausted {
+        pool: pool.name.clone(),
     };
     if let Some(free) = look(start)? {
         return Ok(free);

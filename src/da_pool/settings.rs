@@ -9,11 +9,10 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use crate::cni::{self, Environment, NetConf};
-use crate::error::Error;
-use crate::etcd;
+use crate::da_pool::error::PoolError;
+use crate::etcd::EtcdSettings;
+use crate::node_name;
 use crate::pools::{self, Pool};
-
-use super::identity;
 
 /// The keys of `ipam.pool`.
 const KEYS: [&str; 11] = [
@@ -61,7 +60,7 @@ pub enum StoreSettings {
     /// Files under a directory on this node.
     Local { data_dir: PathBuf },
     /// An etcd cluster, shared by every node.
-    Etcd(etcd::Settings),
+    Etcd(EtcdSettings),
 }
 
 /// `ipam.pool`.
@@ -91,7 +90,7 @@ pub struct Settings {
 impl Settings {
     /// Reads `ipam.pool` from `net`, every pool checked whole, and no two
     /// of them giving one address.
-    pub fn from_net(net: &NetConf) -> Result<Settings, Error> {
+    pub fn from_net(net: &NetConf) -> Result<Settings, PoolError> {
         let pool = pool_object(net)?;
         // A misspelt key would leave what it meant to set unset, unnoticed.
         if let Some(key) = pool.keys().find(|k| !KEYS.contains(&k.as_str())) {
@@ -201,7 +200,7 @@ impl Settings {
     /// Reads only where the records are, whose they are and GC's grace:
     /// what DEL, CHECK and GC need, so that a mistake in a pool never
     /// stops a teardown. Pools, default and routes are left empty.
-    pub fn store_only(net: &NetConf) -> Result<Settings, Error> {
+    pub fn store_only(net: &NetConf) -> Result<Settings, PoolError> {
         let pool = pool_object(net)?;
         let store = match (pool.get("etcd"), pool.get("dataDir")) {
             (Some(_), Some(_)) => {
@@ -210,7 +209,7 @@ impl Settings {
                 ))
             }
             (Some(settings), None) => StoreSettings::Etcd(
-                etcd::Settings::parse(settings)
+                EtcdSettings::parse(settings)
                     .map_err(|e| invalid(format!("\"ipam.pool.etcd\": {e}")))?,
             ),
             (None, data_dir) => StoreSettings::Local {
@@ -226,8 +225,8 @@ impl Settings {
             },
         };
         let node = match pool.get("node") {
-            None => identity::pinned(&match pool.get("nodeNameFile") {
-                None => PathBuf::from(identity::DEFAULT_NODE_NAME_FILE),
+            None => node_name::pinned(&match pool.get("nodeNameFile") {
+                None => PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE),
                 Some(Value::String(file)) if file.starts_with('/') => file.into(),
                 Some(other) => {
                     return Err(invalid(format!(
@@ -270,7 +269,7 @@ impl Settings {
 }
 
 /// `ipam.pool`, an object; none is an empty one.
-fn pool_object(net: &NetConf) -> Result<Map<String, Value>, Error> {
+fn pool_object(net: &NetConf) -> Result<Map<String, Value>, PoolError> {
     let ipam = net
         .member("ipam")
         .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
@@ -283,7 +282,7 @@ fn pool_object(net: &NetConf) -> Result<Map<String, Value>, Error> {
 }
 
 /// `ipam.pool.sticky`: a non-empty list of `CNI_ARGS` keys.
-fn sticky_keys(value: &Value) -> Result<Vec<String>, Error> {
+fn sticky_keys(value: &Value) -> Result<Vec<String>, PoolError> {
     let fail = || {
         invalid(format!(
             "\"ipam.pool.sticky\" must be a non-empty list of CNI_ARGS keys, such as [\"K8S_POD_NAMESPACE\", \"K8S_POD_NAME\"], not {value}"
@@ -357,13 +356,14 @@ pub fn workload(env: &Environment, settings: &Settings) -> Option<String> {
 }
 
 /// A configuration error (code 7) saying `reason`.
-pub fn invalid(reason: String) -> Error {
+pub fn invalid(reason: String) -> PoolError {
     cni::Error::InvalidConfig(reason).into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::Reportable;
     use serde_json::json;
 
     fn net(ipam_pool: Value, prev: Option<Value>) -> Vec<u8> {
@@ -378,7 +378,7 @@ mod tests {
         config.to_string().into_bytes()
     }
 
-    fn settings(ipam_pool: Value) -> Result<Settings, Error> {
+    fn settings(ipam_pool: Value) -> Result<Settings, PoolError> {
         let raw = net(ipam_pool, None);
         Settings::from_net(&NetConf::parse(&raw).unwrap())
     }

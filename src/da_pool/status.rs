@@ -2,25 +2,24 @@
 //! is not fenced, and every pool the configuration defines or names as a
 //! default has a free address.
 
-use super::add::find_pool;
-use super::holds::ended_holds;
+use super::definitions::find_pool;
+use super::error::PoolError;
 use super::search;
 use super::settings::{invalid, Settings};
+use super::sticky::ended_holds;
 use super::store::Store;
-use super::PoolError;
-use crate::error::Error;
 use crate::pools::Pool;
 
 /// STATUS: the store answers, and every pool the configuration defines or
 /// names as a default has a free address; else why not, as code 50.
-pub(super) fn status(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
-    ready(store, settings).map_err(|e| Error::from(PoolError::NotAvailable(e.to_string())))
+pub(super) fn status(store: &dyn Store, settings: &Settings) -> Result<(), PoolError> {
+    ready(store, settings).map_err(|e| PoolError::NotAvailable(e.to_string()))
 }
 
-fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
+fn ready(store: &dyn Store, settings: &Settings) -> Result<(), PoolError> {
     store.ping()?;
     if let Some(fenced) = store.fenced(&settings.node)? {
-        return Err(fenced.into());
+        return Err(fenced);
     }
     let mut pools: Vec<Pool> = settings.pools.clone();
     for name in &settings.default {
@@ -35,7 +34,7 @@ fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
         match search::choose_free(store, pool, start, &[], false) {
             // An ADD would give back a hold whose time is up, and take
             // its address: STATUS writes nothing, but says so.
-            Err(Error::Pool(PoolError::Exhausted { .. }))
+            Err(PoolError::Exhausted { .. })
                 if ended_holds(store)?
                     .iter()
                     .flat_map(|h| &h.held)
@@ -49,19 +48,20 @@ fn ready(store: &dyn Store, settings: &Settings) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::code;
     use crate::cni::NetConf;
+    use crate::cni::Reportable;
     use crate::da_pool::add::add;
-    use crate::da_pool::holds::sweep_ended_holds;
-    use crate::da_pool::store::fake::Fake;
+    use crate::da_pool::sticky::sweep_ended_holds;
+    use crate::da_pool::store::fake_store::FakeStore;
     use crate::da_pool::teardown::del;
     use crate::da_pool::testing::*;
-    use crate::error::code;
     use serde_json::json;
 
     #[test]
     fn status_counts_the_addresses_of_ended_holds_as_free_and_a_live_containers_hold_is_never_ended(
     ) {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = sticky_config();
         let settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
         for i in 0..5 {
@@ -78,15 +78,21 @@ mod tests {
         assert_eq!(store.holds.borrow().len(), 5, "STATUS writes nothing");
         // Its container c0 runs: its hold is not ended, however old.
         expire(&store, "default/web-0");
-        let hold = store.hold("default/web-0", "eth0").unwrap().unwrap();
+        let hold = store
+            .workload_hold("default/web-0", "eth0")
+            .unwrap()
+            .unwrap();
         assert!(!store.end_hold(&hold).unwrap());
         assert_eq!(sweep_ended_holds(&store).unwrap(), 1, "web-4's only");
-        assert!(store.hold("default/web-0", "eth0").unwrap().is_some());
+        assert!(store
+            .workload_hold("default/web-0", "eth0")
+            .unwrap()
+            .is_some());
     }
 
     #[test]
     fn status_checks_the_default_pools_too() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let settings_of = |raw: &[u8]| Settings::from_net(&NetConf::parse(raw).unwrap()).unwrap();
         let mut store_pools = pools();
         store_pools["default"] = json!("central");
@@ -111,7 +117,7 @@ mod tests {
 
     #[test]
     fn status_says_which_pool_is_exhausted() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.1.0", pools(), Some(json!({"pools": [{"name": "tiny"}]})));
         let net = NetConf::parse(&raw).unwrap();
         let settings = Settings::from_net(&net).unwrap();

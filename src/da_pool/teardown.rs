@@ -4,57 +4,54 @@
 
 use serde_json::Value;
 
-use super::holds::sweep_ended_holds;
+use super::clock;
+use super::error::PoolError;
 use super::settings::{invalid, Settings};
-use super::store::{self, Holding, Owner, Store};
-use super::PoolError;
-use super::ATTEMPTS;
+use super::sticky::sweep_ended_holds;
+use super::store::{Allocation, Owner, Store, ATTEMPTS};
 use crate::addr::Addr;
 use crate::cni::NetConf;
-use crate::error::Error;
 
 /// DEL: gives back what the attachment holds, if anything.
-pub(super) fn del(store: &dyn Store, owner: &Owner) -> Result<(), Error> {
+pub(super) fn del(store: &dyn Store, owner: &Owner) -> Result<(), PoolError> {
     for _ in 0..ATTEMPTS {
-        let Some(holding) = store.holding(&owner.node, &owner.id, &owner.ifname)? else {
+        let Some(allocation) = store.allocation(&owner.node, &owner.id, &owner.ifname)? else {
             return Ok(());
         };
-        if store.release(&holding)? {
+        if store.release(&allocation)? {
             return Ok(());
         }
     }
-    Err(Error::from(PoolError::Busy(format!(
+    Err(PoolError::Busy(format!(
         "{}/{}'s record changed under every one of {ATTEMPTS} attempts to release it",
         owner.id, owner.ifname
-    ))))
+    )))
 }
 
 /// CHECK fails for an attachment that holds nothing here.
-pub(super) fn nothing_held(owner: &Owner) -> Error {
-    Error::from(PoolError::NotHeld {
+pub(super) fn nothing_held(owner: &Owner) -> PoolError {
+    PoolError::NotHeld {
         address: "any address".into(),
         id: owner.id.clone(),
         ifname: owner.ifname.clone(),
         why: "the attachment holds no address in this network".into(),
-    })
+    }
 }
 
 /// CHECK: every address the attachment's record lists must be in the
 /// previous result and held by it; an address of the previous result that
 /// the network's records give to another attachment is a failure too.
 /// Addresses the records do not know are another delegate's business.
-pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(), Error> {
+pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(), PoolError> {
     let prev: Value = net
         .member("prevResult")
         .and_then(|raw| serde_json::from_str(raw.get()).ok())
         .ok_or_else(|| invalid("CHECK needs the ADD's result as \"prevResult\"".into()))?;
-    let not_held = |address: String, why: String| {
-        Error::from(PoolError::NotHeld {
-            address,
-            id: owner.id.clone(),
-            ifname: owner.ifname.clone(),
-            why,
-        })
+    let not_held = |address: String, why: String| PoolError::NotHeld {
+        address,
+        id: owner.id.clone(),
+        ifname: owner.ifname.clone(),
+        why,
     };
     let mut listed = Vec::new();
     for ip in prev["ips"].as_array().into_iter().flatten() {
@@ -69,12 +66,12 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
             None => return Err(not_held(text.into(), "it is not an address".into())),
         }
     }
-    let holding = store
-        .holding(&owner.node, &owner.id, &owner.ifname)?
+    let allocation = store
+        .allocation(&owner.node, &owner.id, &owner.ifname)?
         .ok_or_else(|| nothing_held(owner))?;
     // As recorded: with the workload its addresses follow, if any.
-    let owner = &holding.owner;
-    for h in &holding.held {
+    let owner = &allocation.owner;
+    for h in &allocation.held {
         if !listed.contains(&h.address) {
             return Err(not_held(
                 h.address.to_string(),
@@ -86,7 +83,7 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
         }
     }
     for address in listed {
-        let recorded = holding.held.iter().any(|h| h.address == address);
+        let recorded = allocation.held.iter().any(|h| h.address == address);
         let why = match store.holder(address)? {
             Some(o) if owner.owns(&o) && !recorded => {
                 "the address's record names the attachment, but the attachment's record does not list it".to_owned()
@@ -107,7 +104,7 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
 /// runtime always sends (an empty list included); without it, or with an
 /// entry that is not `{"containerID", "ifname"}`, nothing is freed (code 7)
 /// rather than everything.
-pub(super) fn valid_attachments(net: &NetConf) -> Result<Vec<(String, String)>, Error> {
+pub(super) fn valid_attachments(net: &NetConf) -> Result<Vec<(String, String)>, PoolError> {
     let raw = net.member("cni.dev/valid-attachments").ok_or_else(|| {
         invalid("GC needs \"cni.dev/valid-attachments\", the attachments to keep".into())
     })?;
@@ -133,9 +130,9 @@ pub(super) fn gc(
     store: &dyn Store,
     valid: &[(String, String)],
     settings: &Settings,
-) -> Result<(), Error> {
-    let now = store::now();
-    let stale = |h: &Holding| {
+) -> Result<(), PoolError> {
+    let now = clock::now();
+    let stale = |h: &Allocation| {
         (!store.is_shared() || h.owner.node == settings.node)
             && h.since.saturating_add(settings.gc_grace) <= now
             && !valid
@@ -143,10 +140,14 @@ pub(super) fn gc(
                 .any(|(id, ifname)| *id == h.owner.id && *ifname == h.owner.ifname)
     };
     // This node's records only, read without every other node's.
-    for holding in store.holdings_of(&settings.node)?.into_iter().filter(stale) {
+    for allocation in store
+        .allocations_of(&settings.node)?
+        .into_iter()
+        .filter(stale)
+    {
         // A record that changed meanwhile is a new ADD's: the next GC
         // judges it. A workload's addresses stay held by its hold.
-        store.release(&holding)?;
+        store.release(&allocation)?;
     }
     // Holds are left alone until their time is up; then they are no more.
     sweep_ended_holds(store)?;
@@ -156,14 +157,15 @@ pub(super) fn gc(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::da_pool::store::fake::Fake;
+    use crate::cni::code;
+    use crate::cni::Reportable;
+    use crate::da_pool::store::fake_store::FakeStore;
     use crate::da_pool::testing::*;
-    use crate::error::code;
     use serde_json::json;
 
     #[test]
     fn gc_keeps_holds_and_ends_those_whose_time_is_up() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = sticky_config();
         for i in 0..3 {
             let owner = of_workload(&format!("c{i}"), &format!("default/web-{i}"), "node-a");
@@ -197,7 +199,7 @@ mod tests {
 
     #[test]
     fn del_gives_back_and_succeeds_when_nothing_is_held() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
         add_for(&store, &raw, "c1", &[]).unwrap();
         del(&store, &owner("c1")).unwrap();
@@ -208,7 +210,7 @@ mod tests {
 
     #[test]
     fn check_fails_unless_the_previous_results_addresses_are_the_attachments() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
         let result = add_for(&store, &raw, "c1", &[]).unwrap();
         let other = add_for(&store, &raw, "c2", &[]).unwrap();
@@ -250,19 +252,19 @@ mod tests {
 
     #[test]
     fn gc_frees_only_this_nodes_unlisted_attachments_old_enough() {
-        let store = Fake::default();
+        let store = FakeStore::default();
         let raw = config("1.1.0", pools(), None);
         for id in ["kept", "stale", "young", "elsewhere"] {
             add_for(&store, &raw, id, &[]).unwrap();
         }
         {
             let mut attachments = store.attachments.borrow_mut();
-            for ((id, _), holding) in attachments.iter_mut() {
+            for ((id, _), allocation) in attachments.iter_mut() {
                 if id != "young" {
-                    holding.since -= 2 * crate::da_pool::settings::DEFAULT_GC_GRACE_SECONDS;
+                    allocation.since -= 2 * crate::da_pool::settings::DEFAULT_GC_GRACE_SECONDS;
                 }
                 if id == "elsewhere" {
-                    holding.owner.node = "node-b".into();
+                    allocation.owner.node = "node-b".into();
                 }
             }
         }
@@ -271,7 +273,7 @@ mod tests {
         let gc_raw = gc_config.to_string().into_bytes();
         let gc_net = NetConf::parse(&gc_raw).unwrap();
         let mut settings = Settings::from_net(&gc_net).unwrap();
-        let left = |store: &Fake| -> Vec<String> {
+        let left = |store: &FakeStore| -> Vec<String> {
             let attachments = store.attachments.borrow();
             attachments.keys().map(|(id, _)| id.clone()).collect()
         };
@@ -309,14 +311,14 @@ mod tests {
             assert_eq!(e.code(), 7);
             assert!(e.to_string().contains(said), "{e}");
         }
-        let store = Fake {
+        let store = FakeStore {
             local: true,
-            ..Fake::default()
+            ..FakeStore::default()
         };
         let raw = config("1.1.0", pools(), None);
         add_for(&store, &raw, "renamed", &[]).unwrap();
-        for holding in store.attachments.borrow_mut().values_mut() {
-            holding.owner.node = "old-hostname".into();
+        for allocation in store.attachments.borrow_mut().values_mut() {
+            allocation.owner.node = "old-hostname".into();
         }
         let mut settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
         settings.gc_grace = 0;

@@ -4,12 +4,12 @@
 use serde_json::{json, Value};
 
 use super::add::add;
+use super::error::PoolError;
 use super::settings::Settings;
-use super::store::fake::Fake;
-use super::store::{Holding, Owner};
+use super::store::fake_store::FakeStore;
+use super::store::{Allocation, Owner};
 use crate::addr::Addr;
 use crate::cni::NetConf;
-use crate::error::Error;
 
 /// A configuration with `ipam.pool` set to `pool` and the previous
 /// result `prev`, at `version`.
@@ -48,12 +48,22 @@ pub fn owner(id: &str) -> Owner {
 }
 
 /// ADD for container `id` with `raw` as configuration.
-pub fn add_for(store: &Fake, raw: &[u8], id: &str, asked: &[&str]) -> Result<Value, Error> {
+pub fn add_for(
+    store: &FakeStore,
+    raw: &[u8],
+    id: &str,
+    asked: &[&str],
+) -> Result<Value, PoolError> {
     add_as(store, raw, &owner(id), asked)
 }
 
 /// ADD for `owner` with `raw` as configuration.
-pub fn add_as(store: &Fake, raw: &[u8], owner: &Owner, asked: &[&str]) -> Result<Value, Error> {
+pub fn add_as(
+    store: &FakeStore,
+    raw: &[u8],
+    owner: &Owner,
+    asked: &[&str],
+) -> Result<Value, PoolError> {
     let net = NetConf::parse(raw).unwrap();
     let settings = Settings::from_net(&net)?;
     let asked: Vec<Addr> = asked
@@ -86,14 +96,14 @@ pub fn sticky_config() -> Vec<u8> {
 }
 
 /// Makes the hold of `workload` end now, as if its hour were over.
-pub fn expire(store: &Fake, workload: &str) {
+pub fn expire(store: &FakeStore, workload: &str) {
     let mut holds = store.holds.borrow_mut();
     let hold = holds.get_mut(&(workload.into(), "eth0".into())).unwrap();
     hold.until = Some(1);
     hold.since = 0;
 }
 
-pub fn holding(store: &Fake, id: &str) -> Holding {
+pub fn allocation(store: &FakeStore, id: &str) -> Allocation {
     store.attachments.borrow()[&(id.into(), "eth0".into())].clone()
 }
 

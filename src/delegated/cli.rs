@@ -1,6 +1,7 @@
 //! ipam-delegated's command line, for when it is not run as a CNI plugin
 //! (no CNI_COMMAND): agent mode's `ensure` and `release`, the `doctor`,
-//! `docker-plugin`, which starts the Docker driver beside it, and
+//! `docker-plugin`, which runs the Docker driver's binary beside it with
+//! the arguments it was given (the driver defines and reads them), and
 //! `install`, which puts the family into place on a node.
 
 use std::io::Write;
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 
 use super::agent::{self, Request};
 use super::{config, doctor, install};
-use crate::args::{Opt, Options, Program, Verb};
+use crate::args::{Operands, Opt, Options, Program, Verb};
 use crate::skel::respond;
 use crate::{cni, signals};
 
@@ -39,7 +40,7 @@ delegates' directories (/opt/cni/bin if unset).
             name: "ensure",
             synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
             options: AGENT_OPTIONS,
-            operands: false,
+            operands: Operands::None,
             help: "\
 Make sure the attachment (network of FILE, ID, interface NAME,
 eth0 by default) holds an address, for a node agent; print it.
@@ -50,7 +51,7 @@ eth0 by default) holds an address, for a node agent; print it.
             name: "release",
             synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
             options: AGENT_OPTIONS,
-            operands: false,
+            operands: Operands::None,
             help: "Give that address back and forget it.\n",
             run: |options| agent_command(options, false),
         },
@@ -58,7 +59,7 @@ eth0 by default) holds an address, for a node agent; print it.
             name: "doctor",
             synopsis: "--config FILE",
             options: &[Opt::value("--config")],
-            operands: false,
+            operands: Operands::None,
             help: "Check FILE and its delegates without allocating anything.\n",
             run: run_doctor,
         },
@@ -74,23 +75,18 @@ ipam.type is ipam-delegated is used) or one plugin's configuration.
     command: None,
 };
 
-/// `docker-plugin`: what the Docker driver's binary takes too.
-pub const DOCKER_PLUGIN: Verb = Verb {
+/// `docker-plugin`: the Docker driver's binary, run with the arguments
+/// as given; its options are its own, defined and read there.
+const DOCKER_PLUGIN: Verb = Verb {
     name: "docker-plugin",
-    synopsis: "--config PATH [--name NAME | --socket PATH]",
-    options: &[
-        Opt::value("--config"),
-        Opt::value("--name"),
-        Opt::value("--socket"),
-    ],
-    operands: false,
+    synopsis: "OPTION...",
+    options: &[],
+    operands: Operands::Forwarded,
     help: "\
-Serve Docker as a remote IPAM driver on
-/run/docker/plugins/NAME.sock (NAME ipam-delegated by default)
-or on the socket given, for the networks in PATH (a file, or a
-directory of them, such as /etc/cni/net.d), until SIGTERM.
-Docker networks use it with --ipam-driver NAME
-[--ipam-opt network=CNI-NETWORK].
+Run the Docker driver (ipam-delegated-docker, installed beside
+this binary) with these OPTIONs: it serves Docker as a remote
+IPAM driver for the CNI networks of its --config, until SIGTERM.
+`ipam-delegated docker-plugin --help` lists its options.
 ",
     run: |options| Ok(docker_plugin(options)),
 };
@@ -157,12 +153,13 @@ fn run_doctor(options: &Options) -> Result<ExitCode, String> {
 
 /// `docker-plugin`: the Docker driver, a binary of its own beside this
 /// one, so that the plugin every pod start runs carries none of it; it is
-/// given the options as read. Only returns if it cannot be started.
+/// given the arguments as they came. Only returns if it cannot be started.
 fn docker_plugin(options: &Options) -> ExitCode {
-    let options = options.to_args();
     let driver = std::env::current_exe().map(|exe| exe.with_file_name(DOCKER_DRIVER));
     let error = match &driver {
-        Ok(driver) => std::process::Command::new(driver).args(options).exec(),
+        Ok(driver) => std::process::Command::new(driver)
+            .args(options.operands())
+            .exec(),
         Err(e) => std::io::Error::new(e.kind(), e.to_string()),
     };
     let place = driver.map_or_else(|_| "beside it".into(), |d| d.display().to_string());

@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 
 use crate::cni::{self, string, Members, NetConf};
-use crate::error::Error;
-use crate::netd;
+use crate::netd::{self, ConfigFileError};
 
 /// A configuration, its common keys and the plugin's own checked.
 #[derive(Debug)]
@@ -27,12 +26,12 @@ pub struct Config<'a> {
 impl<'a> Config<'a> {
     /// Parses and checks a configuration: the common keys first (codes 6,
     /// then 1, then 7), then the plugin's own (7).
-    pub fn parse(raw: &'a [u8]) -> Result<Self, Error> {
+    pub fn parse(raw: &'a [u8]) -> Result<Self, cni::Error> {
         Self::from_net(NetConf::parse(raw)?)
     }
 
     /// Checks the plugin's own keys of `net`, whose common keys are checked.
-    pub fn from_net(net: NetConf<'a>) -> Result<Self, Error> {
+    pub fn from_net(net: NetConf<'a>) -> Result<Self, cni::Error> {
         let ipam = net
             .object("ipam")?
             .ok_or_else(|| invalid_config("\"ipam\" is missing".into()))?;
@@ -45,13 +44,13 @@ impl<'a> Config<'a> {
     }
 }
 
-fn invalid_config(reason: String) -> Error {
-    cni::Error::InvalidConfig(reason).into()
+fn invalid_config(reason: String) -> cni::Error {
+    cni::Error::InvalidConfig(reason)
 }
 
 /// `ipam.delegates`: a non-empty array of names, each safe to look up as a
 /// file name in a CNI_PATH directory.
-fn delegates(ipam: &Members) -> Result<Vec<String>, Error> {
+fn delegates(ipam: &Members) -> Result<Vec<String>, cni::Error> {
     let list = ipam
         .get("delegates")
         .ok_or_else(|| invalid_config("\"ipam.delegates\" is missing".into()))?;
@@ -79,7 +78,7 @@ fn delegates(ipam: &Members) -> Result<Vec<String>, Error> {
 /// `ipam.timeout`: seconds, from a millisecond (less rounds to nothing) to
 /// a day (more is no bound a runtime waits for, and far more would overflow
 /// a deadline).
-fn timeout(value: &RawValue) -> Result<Duration, Error> {
+fn timeout(value: &RawValue) -> Result<Duration, cni::Error> {
     const RANGE: std::ops::RangeInclusive<f64> = 0.001..=86_400.0;
     serde_json::from_str::<f64>(value.get())
         .ok()
@@ -94,7 +93,7 @@ fn timeout(value: &RawValue) -> Result<Duration, Error> {
 }
 
 /// `ipam.stateDir`: an absolute directory.
-fn state_dir(value: &RawValue) -> Result<PathBuf, Error> {
+fn state_dir(value: &RawValue) -> Result<PathBuf, cni::Error> {
     string(value)
         .map(PathBuf::from)
         .filter(|dir| dir.is_absolute())
@@ -107,7 +106,7 @@ fn state_dir(value: &RawValue) -> Result<PathBuf, Error> {
 }
 
 /// Names select files inside CNI_PATH directories and must not leave them.
-fn check_delegate_name(name: &str) -> Result<(), Error> {
+fn check_delegate_name(name: &str) -> Result<(), cni::Error> {
     let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']);
     if bad {
         Err(invalid_config(format!(
@@ -127,18 +126,18 @@ pub(crate) const OURS: netd::Ours = netd::Ours {
 /// The stdin a main plugin would give the plugin for `file`: from a list,
 /// the one plugin whose `ipam.type` is ipam-delegated, with the list's
 /// cniVersion and name, as libcni derives it; or the file's own object.
-pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, Error> {
+pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, ConfigFileError> {
     netd::load(file, &OURS)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::code;
+    use crate::cni::{code, Reportable};
 
     const GOOD: &str = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ipam-delegated","delegates":["a","b"]}}"#;
 
-    fn parse_err(text: &str) -> Error {
+    fn parse_err(text: &str) -> cni::Error {
         Config::parse(text.as_bytes()).expect_err("should be refused")
     }
 

@@ -8,11 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::agent;
-use super::chain::{self, Delegate};
 use super::config::{self, Config};
-use super::StackError;
+use super::delegate::{self, Delegate};
+use super::error::DelegatedError;
 use crate::cni;
-use crate::error::Error;
 use crate::sys;
 
 /// How long a delegate may take to answer VERSION when the configuration
@@ -63,11 +62,11 @@ pub fn examine(file: &Path, cni_path: &str) -> Report {
     for (name, found) in config
         .delegates
         .iter()
-        .zip(chain::resolve_each(&config.delegates, &dirs))
+        .zip(delegate::resolve_each(&config.delegates, &dirs))
     {
         let (path, versions, verdict) = match found {
             Ok(delegate) => check_delegate(&delegate, &config, timeout),
-            Err(e @ Error::Stack(StackError::SelfReference { .. })) => (
+            Err(e @ DelegatedError::SelfReference { .. }) => (
                 "(this plugin)".into(),
                 String::new(),
                 Err(format!("{e}; remove it from ipam.delegates")),
@@ -112,18 +111,18 @@ fn check_delegate(
 ) -> (String, String, Result<(), String>) {
     let path = delegate.path.display().to_string();
     let name = &delegate.name;
-    if chain::is_copy_of_this_plugin(&delegate.path) {
-        let copy = Error::from(StackError::SelfReference {
+    if delegate::is_copy_of_this_plugin(&delegate.path) {
+        let copy = DelegatedError::SelfReference {
             name: name.clone(),
             how: format!("{path} is a copy of it"),
-        });
+        };
         return (
             path,
             String::new(),
             Err(format!("{copy}; remove it from ipam.delegates")),
         );
     }
-    match chain::supported_versions(delegate, config.net.cni_version, timeout) {
+    match delegate::supported_versions(delegate, config.net.cni_version, timeout) {
         Ok(versions) => {
             let shown = versions.join(",");
             let verdict = if versions.iter().any(|v| v == config.net.cni_version) {
@@ -159,7 +158,7 @@ fn not_found(name: &str, dirs: &[PathBuf]) -> String {
     }
     format!(
         "{name} is in none of {}: install it there, or add its directory to CNI_PATH",
-        chain::list_dirs(dirs)
+        delegate::list_dirs(dirs)
     )
 }
 

@@ -3,8 +3,9 @@
 //! configuration into a net.d directory, each file whole in one step (a
 //! runtime that reads the directory meanwhile finds the old file or the
 //! new one, never a part of one), leaving a file that is already as it
-//! should be alone; and pins the allocator's node name. What an image's
-//! installer (a DaemonSet's init container) runs on every node.
+//! should be alone; and pins the node's name (`node_name`, which the
+//! allocator reads). What an image's installer (a DaemonSet's init
+//! container) runs on every node.
 
 use std::fs;
 use std::io::{self, Write};
@@ -14,8 +15,8 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::args::{Opt, Options, Verb};
-use crate::da_pool;
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::node_name;
 
 /// The family's binaries, as installed side by side.
 pub const FAMILY: [&str; 4] = [
@@ -38,7 +39,7 @@ pub const VERB: Verb = Verb {
         Opt::value("--node-name"),
         Opt::value("--node-name-file"),
     ],
-    operands: false,
+    operands: Operands::None,
     help: "\
 Copy each binary of the family found beside this one into DIR
 (a CNI_PATH directory, such as /opt/cni/bin): a new file written
@@ -81,7 +82,7 @@ fn options(given: &Options) -> Result<Install, String> {
     let node_name = match (given.value("--node-name"), given.path("--node-name-file")) {
         (Some(name), file) => Some((
             name.to_owned(),
-            file.unwrap_or_else(|| PathBuf::from(da_pool::DEFAULT_NODE_NAME_FILE)),
+            file.unwrap_or_else(|| PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE)),
         )),
         (None, Some(_)) => return Err("--node-name-file needs --node-name".into()),
         (None, None) => None,
@@ -153,7 +154,7 @@ fn run(options: &Install) -> Result<(), String> {
         let _ = writeln!(out, "{said} {}", dir.join(name).display());
     }
     if let Some((name, file)) = &options.node_name {
-        da_pool::pin_node_name(file, name).map_err(|e| e.to_string())?;
+        node_name::pin(file, name).map_err(|e| e.to_string())?;
         let _ = writeln!(out, "pinned node name {name} in {}", file.display());
     }
     Ok(())
@@ -310,7 +311,10 @@ mod tests {
         let pinned = parse(&["--into", "/b", "--node-name", "n1"]).unwrap();
         assert_eq!(
             pinned.node_name,
-            Some(("n1".into(), PathBuf::from(da_pool::DEFAULT_NODE_NAME_FILE)))
+            Some((
+                "n1".into(),
+                PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE)
+            ))
         );
     }
 }

@@ -1,14 +1,14 @@
-//! ipam-delegated, the meta-plugin: runs the configuration's stack of
-//! IPAM delegates in order, hands each one's result to the next as
-//! `prevResult`, answers with the last one's result, and undoes the stack
-//! when an ADD fails. Run by hand, its command line keeps addresses for
-//! node agents (agent mode), checks a configuration (the doctor), and
-//! starts the Docker driver.
+//! ipam-delegated, the meta-plugin: its `delegate` module runs the
+//! configuration's stack of IPAM delegates in order, hands each one's
+//! result to the next as `prevResult`, answers with the last one's result,
+//! and undoes the stack when an ADD fails. Run by hand, its command line
+//! keeps addresses for node agents (agent mode), checks a configuration
+//! (the doctor), installs the family, and starts the Docker driver.
 
 pub(crate) mod agent;
-pub(crate) mod chain;
 mod cli;
 pub mod config;
+pub(crate) mod delegate;
 mod doctor;
 mod error;
 mod install;
@@ -18,9 +18,8 @@ use std::io::Write;
 use tracing::warn;
 
 /// For the fuzz targets: what a delegate's exit status and output amount to.
-pub use chain::{judge, Printed};
-pub(crate) use cli::DOCKER_PLUGIN;
-pub use error::{Failure, StackError};
+pub use delegate::{judge, Printed};
+pub use error::{DelegatedError, Failure};
 
 /// Runs the command line `args` (without the program name), for when the
 /// binary is not run as a CNI plugin.
@@ -29,10 +28,9 @@ pub fn command_line(args: impl IntoIterator<Item = std::ffi::OsString>) -> std::
 }
 
 use crate::cni::{Environment, NetConf};
-use crate::error::Error;
 use crate::skel::{self, Plugin};
-use chain::{Chain, Delegate, Processes, PARENT_VARIABLE};
 use config::Config;
+use delegate::{Chain, Delegate, Processes, PARENT_VARIABLE};
 
 /// ipam-delegated as a CNI plugin: each command runs the configuration's
 /// stack of delegates.
@@ -59,56 +57,63 @@ impl Delegated {
         &self,
         env: &Environment,
         net: NetConf<'a>,
-    ) -> Result<(Stack<'a>, Vec<Found>), Error> {
+    ) -> Result<(Stack<'a>, Vec<Found>), DelegatedError> {
         if let Some(parent) = &self.parent {
-            return Err(Error::from(StackError::Recursion {
+            return Err(DelegatedError::Recursion {
                 parent: parent.clone(),
-            }));
+            });
         }
         let config = Config::from_net(net)?;
-        let found = chain::resolve_each(&config.delegates, &env.path);
+        let found = delegate::resolve_each(&config.delegates, &env.path);
         let runner = Processes::default();
         Ok((Stack { config, runner }, found))
     }
 }
 
 /// A delegate looked up in CNI_PATH, or why it was not found.
-type Found = Result<Delegate, Error>;
+type Found = Result<Delegate, DelegatedError>;
 
 impl Plugin for Delegated {
+    type Error = DelegatedError;
+
     /// A result that cannot be written is undone: the runtime would never
     /// learn of the address.
-    fn add(&self, env: &Environment, net: NetConf, stdout: &mut dyn Write) -> Result<(), Error> {
+    fn add(
+        &self,
+        env: &Environment,
+        net: NetConf,
+        stdout: &mut dyn Write,
+    ) -> Result<(), DelegatedError> {
         let (stack, found) = self.stack(env, net)?;
-        let delegates = chain::all(found)?;
+        let delegates = delegate::all(found)?;
         let chain = stack.chain();
         let result = chain.add(&delegates)?;
         skel::write_reply(stdout, &result).map_err(|e| {
             warn!("the result could not be written ({e}): undoing the ADD");
-            e.with_rollback(chain.undo(&delegates, &result))
+            DelegatedError::from(e).with_rollback(chain.undo(&delegates, &result))
         })
     }
 
-    fn del(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+    fn del(&self, env: &Environment, net: NetConf) -> Result<(), DelegatedError> {
         let (stack, found) = self.stack(env, net)?;
         stack.chain().del(found)
     }
 
-    fn check(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+    fn check(&self, env: &Environment, net: NetConf) -> Result<(), DelegatedError> {
         let (stack, found) = self.stack(env, net)?;
-        stack.chain().check(&chain::all(found)?)
+        stack.chain().check(&delegate::all(found)?)
     }
 
     /// Agent mode's attachments are kept from GC, under their lock.
-    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+    fn gc(&self, env: &Environment, net: NetConf) -> Result<(), DelegatedError> {
         let (stack, found) = self.stack(env, net)?;
         let protected = agent::protect_from_gc(&stack.config)?;
         stack.chain().gc(protected.input(&stack.config.net), found)
     }
 
-    fn status(&self, env: &Environment, net: NetConf) -> Result<(), Error> {
+    fn status(&self, env: &Environment, net: NetConf) -> Result<(), DelegatedError> {
         let (stack, found) = self.stack(env, net)?;
-        stack.chain().status(&chain::all(found)?)
+        stack.chain().status(&delegate::all(found)?)
     }
 }
 

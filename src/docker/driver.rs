@@ -14,19 +14,21 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
+use super::error::DockerError;
 use super::leftovers::{self, Leftovers};
 use super::networks::{self, Network};
-use super::pools::{PoolId, Requests};
-use super::DockerError;
+use super::pool_ids::{PoolId, PoolRequests};
 use crate::addr::{Addr, Family, Subnet};
+use crate::cni::Reportable;
 use crate::delegated::agent::state::{self, Attachment};
 use crate::delegated::agent::{self, Request, Setup};
 use crate::delegated::config::Config;
-use crate::error::Error;
+use crate::delegated::DelegatedError;
+use crate::dir::DirError;
 use crate::http::Status;
 
 /// The interface name of every attachment the driver makes.
-pub(super) const IFNAME: &str = "eth0";
+const IFNAME: &str = "eth0";
 
 /// The namespace delegates are given: the driver's own, the host's.
 const HOST_NETNS: &str = "/proc/self/ns/net";
@@ -57,47 +59,44 @@ pub enum Undo {
 struct Body(serde_json::Map<String, Value>);
 
 impl Body {
-    fn parse(bytes: &[u8]) -> Result<Body, Error> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-            Error::from(DockerError::Request(format!(
-                "the request is not JSON: {e}"
-            )))
-        })?;
+    fn parse(bytes: &[u8]) -> Result<Body, DockerError> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| DockerError::Request(format!("the request is not JSON: {e}")))?;
         match value {
             Value::Object(members) => Ok(Body(members)),
-            other => Err(Error::from(DockerError::Request(format!(
+            other => Err(DockerError::Request(format!(
                 "the request is not a JSON object: {other}"
-            )))),
+            ))),
         }
     }
 
     /// A string member; missing or null is empty.
-    fn text(&self, key: &str) -> Result<&str, Error> {
+    fn text(&self, key: &str) -> Result<&str, DockerError> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(""),
             Some(Value::String(text)) => Ok(text),
-            Some(other) => Err(Error::from(DockerError::Request(format!(
+            Some(other) => Err(DockerError::Request(format!(
                 "\"{key}\" must be a string, not {other}"
-            )))),
+            ))),
         }
     }
 
     /// `Options`, a map of strings; Docker sends null for none.
-    fn options(&self) -> Result<HashMap<String, String>, Error> {
+    fn options(&self) -> Result<HashMap<String, String>, DockerError> {
         match self.0.get("Options") {
             None | Some(Value::Null) => Ok(HashMap::new()),
             Some(Value::Object(options)) => options
                 .iter()
                 .map(|(key, value)| match value {
                     Value::String(text) => Ok((key.clone(), text.clone())),
-                    other => Err(Error::from(DockerError::Request(format!(
+                    other => Err(DockerError::Request(format!(
                         "option {key:?} must be a string, not {other}"
-                    )))),
+                    ))),
                 })
                 .collect(),
-            Some(other) => Err(Error::from(DockerError::Request(format!(
+            Some(other) => Err(DockerError::Request(format!(
                 "\"Options\" must be an object, not {other}"
-            )))),
+            ))),
         }
     }
 }
@@ -187,44 +186,42 @@ impl Driver {
 
     /// RequestPool: checks that the network can give addresses from the
     /// pool and counts one more request of it. Nothing is allocated.
-    fn request_pool(&self, request: &Body) -> Result<(Value, String), Error> {
+    fn request_pool(&self, request: &Body) -> Result<(Value, String), DockerError> {
         let options = request.options()?;
         let (asked_pool, sub_pool) = (request.text("Pool")?, request.text("SubPool")?);
         let v6 = request.0.get("V6") == Some(&Value::Bool(true));
         if let Some(unknown) = options.keys().find(|key| *key != "network") {
-            return Err(Error::from(DockerError::Request(format!(
+            return Err(DockerError::Request(format!(
                 "unknown IPAM option {unknown:?}: this driver takes --ipam-opt network=NAME"
-            ))));
+            )));
         }
         let net = networks::find(&self.config, options.get("network").map(String::as_str))?;
         let subnet = if asked_pool.is_empty() {
             if !sub_pool.is_empty() {
-                return Err(Error::from(DockerError::Request(
+                return Err(DockerError::Request(
                     "an --ip-range needs a --subnet".into(),
-                )));
+                ));
             }
             net.declared_subnet(if v6 { Family::V6 } else { Family::V4 })?
         } else {
-            Subnet::parse(asked_pool).map_err(|e| {
-                Error::from(DockerError::Request(format!("--subnet {asked_pool}: {e}")))
-            })?
+            Subnet::parse(asked_pool)
+                .map_err(|e| DockerError::Request(format!("--subnet {asked_pool}: {e}")))?
         };
         let range = match sub_pool {
             "" => None,
             text => {
-                let range = Subnet::parse(text).map_err(|e| {
-                    Error::from(DockerError::Request(format!("--ip-range {text}: {e}")))
-                })?;
+                let range = Subnet::parse(text)
+                    .map_err(|e| DockerError::Request(format!("--ip-range {text}: {e}")))?;
                 if !subnet.covers(&range) {
-                    return Err(Error::from(DockerError::Request(format!(
+                    return Err(DockerError::Request(format!(
                         "--ip-range {range} is not inside --subnet {subnet}"
-                    ))));
+                    )));
                 }
                 let (first, last) = range.host_bounds_in(&subnet);
                 if first > last {
-                    return Err(Error::from(DockerError::Request(format!(
+                    return Err(DockerError::Request(format!(
                         "--ip-range {range} holds no address a host of {subnet} may have"
-                    ))));
+                    )));
                 }
                 Some(range)
             }
@@ -232,17 +229,17 @@ impl Driver {
         let declared = net.subnets();
         if !net.takes("ipRanges") {
             if range.is_some() {
-                return Err(Error::from(DockerError::Request(format!(
+                return Err(DockerError::Request(format!(
                     "an --ip-range is given to the stack as the ipRanges capability, which network {:?}'s plugin does not take (\"capabilities\": {{\"ipRanges\": true}})",
                     net.name
-                ))));
+                )));
             }
             if !declared.is_empty() && !declared.contains(&subnet) {
-                return Err(Error::from(DockerError::Request(format!(
+                return Err(DockerError::Request(format!(
                     "network {:?} declares {}, not {subnet}, and its plugin does not take the ipRanges capability through which the stack could be given it",
                     net.name,
                     networks::list(&declared)
-                ))));
+                )));
             }
         }
         let pool = PoolId {
@@ -252,7 +249,7 @@ impl Driver {
         };
         let state = lock(&net)?;
         settle(&net, &state);
-        let mut requests = Requests::read(&state)?;
+        let mut requests = PoolRequests::read(&state)?;
         requests.add(&pool);
         let leftovers = sweep(&net, &state, &mut requests);
         requests.write(&state)?;
@@ -268,19 +265,19 @@ impl Driver {
     /// attachment of the pool still kept. One that fails stays kept, its
     /// pool recorded as released, and is tried again at the network's next
     /// RequestPool or ReleasePool.
-    fn release_pool(&self, pool: &str) -> Result<(), Error> {
+    fn release_pool(&self, pool: &str) -> Result<(), DockerError> {
         let pool = PoolId::parse(pool)?;
         let net = networks::find(&self.config, Some(&pool.network))?;
         let state = lock(&net)?;
         settle(&net, &state);
-        let mut requests = Requests::read(&state)?;
+        let mut requests = PoolRequests::read(&state)?;
         if !requests.holds(&pool) {
             warn!("pool {pool} is not held: releasing what is left of it");
         }
         requests.remove(&pool);
         let failures = sweep(&net, &state, &mut requests);
         requests.write(&state)?;
-        Error::from_failures(failures)?;
+        DelegatedError::from_failures(failures)?;
         info!("pool {pool} released");
         Ok(())
     }
@@ -289,15 +286,13 @@ impl Driver {
     /// asks for (if any) passed every way CNI IPAM plugins read one; the
     /// result is kept, or given back if it does not hold the address the
     /// pool needs.
-    fn request_address(&self, request: &Body) -> Result<(Value, (String, String)), Error> {
+    fn request_address(&self, request: &Body) -> Result<(Value, (String, String)), DockerError> {
         let pool = PoolId::parse(request.text("PoolID")?)?;
         let options = request.options()?;
-        let unavailable = |address: &str, why: String| {
-            Error::from(DockerError::AddressUnavailable {
-                address: address.to_owned(),
-                pool: pool.to_string(),
-                why,
-            })
+        let unavailable = |address: &str, why: String| DockerError::AddressUnavailable {
+            address: address.to_owned(),
+            pool: pool.to_string(),
+            why,
         };
         let asked = match request.text("Address")? {
             "" => None,
@@ -317,11 +312,11 @@ impl Driver {
         let id = format!("{}{}", pool.attachment_prefix(), random_hex()?);
         let setup = Setup::new(&request_for(&net, &id, asked), &stdin)?;
         let state = setup.network()?;
-        if !Requests::read(&state)?.holds(&pool) {
-            return Err(Error::from(DockerError::Request(format!(
+        if !PoolRequests::read(&state)?.holds(&pool) {
+            return Err(DockerError::Request(format!(
                 "pool {pool} was not requested from this driver, or its state (under {}) was lost",
                 agent::state_root(&setup.config).display()
-            ))));
+            )));
         }
         settle(&net, &state);
         let delegates = setup.find_all()?;
@@ -337,10 +332,10 @@ impl Driver {
             Ok(result) => result,
             // Undone whole by the stack, or left to undo again later.
             Err(e) => {
-                if !matches!(e, Error::RollbackFailed { .. }) {
+                if !matches!(e, DelegatedError::RollbackFailed { .. }) {
                     Leftovers::forget(&state, &attachment.id)?;
                 }
-                return Err(e);
+                return Err(e.into());
             }
         };
         // Kept before it is judged: if giving it back fails, it stays
@@ -376,13 +371,11 @@ impl Driver {
     /// (with its kept result as prevResult), then the attachment
     /// forgotten. An address no attachment of the pool holds is released
     /// already.
-    fn release_address(&self, pool: &str, address: &str) -> Result<(), Error> {
+    fn release_address(&self, pool: &str, address: &str) -> Result<(), DockerError> {
         let pool = PoolId::parse(pool)?;
-        let ip: IpAddr = address.parse().map_err(|_| {
-            Error::from(DockerError::Request(format!(
-                "{address:?} is not an address"
-            )))
-        })?;
+        let ip: IpAddr = address
+            .parse()
+            .map_err(|_| DockerError::Request(format!("{address:?} is not an address")))?;
         let address = Addr::new(ip);
         let net = networks::find(&self.config, Some(&pool.network))?;
         let state = lock(&net)?;
@@ -405,7 +398,7 @@ impl Driver {
                         "{address} of pool {pool} is left to release again: {}",
                         message(&e)
                     );
-                    return Err(e);
+                    return Err(e.into());
                 }
                 info!("{address} released from pool {pool} by {}", attachment.id);
                 return Ok(());
@@ -418,7 +411,7 @@ impl Driver {
 
 /// What Docker is told when a request fails: the error's one-line summary
 /// (naming a delegate that failed), its CNI code, and its details.
-fn message(e: &Error) -> String {
+fn message(e: &impl Reportable) -> String {
     let details = e.details();
     let mut text = format!("{} (CNI error code {})", e.summary(), e.code());
     if !details.is_empty() {
@@ -431,10 +424,14 @@ fn message(e: &Error) -> String {
 /// Undoes what requests of network `net` left to undo (`state` its
 /// attachments, locked); what still fails is said and kept.
 pub(super) fn settle(net: &Network, state: &state::Network) {
-    let undone = leftovers::undo(net, state, |net, pool, attachment| {
-        let kept = state.read(attachment)?;
+    let undone = leftovers::undo(net, state, |net, pool, id| {
+        let attachment = Attachment {
+            id: id.to_owned(),
+            ifname: IFNAME.into(),
+        };
+        let kept = state.read(&attachment)?;
         let stdin = net.stdin(runtime_config(net, pool, None));
-        release(net, &stdin, state, attachment, kept.as_deref())
+        release(net, &stdin, state, &attachment, kept.as_deref())
     });
     if let Err(e) = undone {
         warn!("{}", message(&e));
@@ -443,7 +440,7 @@ pub(super) fn settle(net: &Network, state: &state::Network) {
 
 /// The network's attachments, locked, if it has a state directory: what
 /// the driver's timer looks at, making nothing.
-pub(super) fn lock_existing(net: &Network) -> Result<Option<state::Network>, Error> {
+pub(super) fn lock_existing(net: &Network) -> Result<Option<state::Network>, DelegatedError> {
     let stdin = net.stdin(Vec::new());
     let config = Config::parse(&stdin)?;
     if !agent::state_root(&config).join(&config.net.name).is_dir() {
@@ -453,7 +450,7 @@ pub(super) fn lock_existing(net: &Network) -> Result<Option<state::Network>, Err
 }
 
 /// The network's attachments, locked.
-fn lock(net: &Network) -> Result<state::Network, Error> {
+fn lock(net: &Network) -> Result<state::Network, DelegatedError> {
     let stdin = net.stdin(Vec::new());
     let config = Config::parse(&stdin)?;
     state::Network::lock(&agent::state_root(&config), &config.net.name)
@@ -503,7 +500,11 @@ fn runtime_config(net: &Network, pool: &PoolId, asked: Option<Addr>) -> Vec<(&'s
 /// Releases what is left of every pool Docker no longer holds (DEL of
 /// each of its attachments still kept), forgetting each pool once nothing
 /// of it is left. Returns the failures.
-fn sweep(net: &Network, state: &state::Network, requests: &mut Requests) -> Vec<Error> {
+fn sweep(
+    net: &Network,
+    state: &state::Network,
+    requests: &mut PoolRequests,
+) -> Vec<DelegatedError> {
     let mut failures = Vec::new();
     let attachments = match state.attachments() {
         Ok(attachments) => attachments,
@@ -539,7 +540,7 @@ fn release(
     state: &state::Network,
     attachment: &Attachment,
     kept: Option<&[u8]>,
-) -> Result<(), Error> {
+) -> Result<(), DelegatedError> {
     let mut request = request_for(net, &attachment.id, None);
     request.ifname.clone_from(&attachment.ifname);
     Setup::new(&request, stdin)?.del(kept)?;
@@ -562,7 +563,7 @@ fn addresses(result: &[u8]) -> Vec<Addr> {
 
 /// The address of `result` that answers the request: the one asked for,
 /// or one inside the pool (and its ip-range).
-fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr, Error> {
+fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr, DockerError> {
     let given = addresses(result);
     let listed = || {
         let texts: Vec<String> = given.iter().map(ToString::to_string).collect();
@@ -574,11 +575,11 @@ fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr
     };
     if let Some(asked) = asked {
         return given.contains(&asked).then_some(asked).ok_or_else(|| {
-            Error::from(DockerError::AddressUnavailable {
+            DockerError::AddressUnavailable {
                 address: asked.to_string(),
                 pool: pool.to_string(),
                 why: format!("the stack gave {} instead", listed()),
-            })
+            }
         });
     }
     let within = pool.range.as_ref().unwrap_or(&pool.subnet);
@@ -587,23 +588,20 @@ fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr
         .copied()
         .find(|addr| within.contains(*addr))
         .ok_or_else(|| {
-            Error::from(DockerError::Request(format!(
+            DockerError::Request(format!(
                 "the stack gave {}, outside pool {pool}: network {:?}'s delegates must give addresses from {within}",
                 listed(),
                 pool.network
-            )))
+            ))
         })
 }
 
 /// 16 random hex digits, for container IDs no one else makes.
-fn random_hex() -> Result<String, Error> {
+fn random_hex() -> Result<String, DockerError> {
     let mut bytes = [0u8; 8];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|error| Error::Files {
-            path: "/dev/urandom".into(),
-            error,
-        })?;
+        .map_err(|error| DirError::io(std::path::Path::new("/dev/urandom"), error))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -631,7 +629,7 @@ mod tests {
             a("10.1.0.5")
         );
         let e = address_for(RESULT, &p, Some(a("10.1.0.9"))).unwrap_err();
-        assert_eq!(e.code(), crate::error::code::ADDRESS_UNAVAILABLE);
+        assert_eq!(e.code(), crate::cni::code::ADDRESS_UNAVAILABLE);
         assert!(
             e.to_string()
                 .contains("10.1.0.9 cannot be given from pool \"n/10.1.0.0/16\": the stack gave fd00::5, 10.1.0.5 instead"),
@@ -649,7 +647,7 @@ mod tests {
 
     #[test]
     fn failures_reach_docker_with_their_code_and_details() {
-        let e = Error::from(crate::delegated::StackError::Failed {
+        let e = DockerError::from(DelegatedError::Failed {
             delegate: "ipam-da-x".into(),
             command: crate::cni::Command::Add,
             failure: crate::delegated::Failure::Reported {

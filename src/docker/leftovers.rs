@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use tracing::{info, warn};
 
+use super::error::DockerError;
 use super::networks::Network;
-use super::pools::PoolId;
-use super::DockerError;
-use crate::delegated::agent::state::{self, Attachment};
-use crate::error::Error;
+use super::pool_ids::PoolId;
+use crate::delegated::agent::state;
+use crate::delegated::DelegatedError;
 
 /// The record's name in the network's state directory.
 const RECORD: &str = "docker-leftovers";
@@ -24,37 +24,36 @@ pub struct Leftovers(BTreeMap<String, String>);
 
 impl Leftovers {
     /// The network's record; none is nothing left.
-    pub fn read(network: &state::Network) -> Result<Leftovers, Error> {
+    pub fn read(network: &state::Network) -> Result<Leftovers, DockerError> {
         let Some(bytes) = network.read_record(RECORD)? else {
             return Ok(Leftovers::default());
         };
         serde_json::from_slice(&bytes).map(Leftovers).map_err(|e| {
-            Error::from(DockerError::Request(format!(
+            DockerError::Request(format!(
                 "the driver's record of what is left to undo ({RECORD} in the network's state directory) is damaged: {e}"
-            )))
+            ))
         })
     }
 
     /// Stores it, whole; nothing left is no record.
-    fn write(&self, network: &state::Network) -> Result<(), Error> {
+    fn write(&self, network: &state::Network) -> Result<(), DockerError> {
         if self.0.is_empty() {
-            return network.remove_record(RECORD);
+            return Ok(network.remove_record(RECORD)?);
         }
-        let bytes = serde_json::to_vec(&self.0)
-            .map_err(|e| Error::from(DockerError::Request(e.to_string())))?;
-        network.write_record(RECORD, &bytes)
+        let bytes = serde_json::to_vec(&self.0).map_err(|e| DockerError::Request(e.to_string()))?;
+        Ok(network.write_record(RECORD, &bytes)?)
     }
 
     /// Records, durably, that attachment `id` of `pool` is to be undone
     /// unless it is forgotten first.
-    pub fn add(network: &state::Network, id: &str, pool: &PoolId) -> Result<(), Error> {
+    pub fn add(network: &state::Network, id: &str, pool: &PoolId) -> Result<(), DockerError> {
         let mut leftovers = Leftovers::read(network)?;
         leftovers.0.insert(id.to_owned(), pool.to_string());
         leftovers.write(network)
     }
 
     /// Forgets attachment `id`: nothing of it is left to undo.
-    pub fn forget(network: &state::Network, id: &str) -> Result<(), Error> {
+    pub fn forget(network: &state::Network, id: &str) -> Result<(), DockerError> {
         let mut leftovers = Leftovers::read(network)?;
         if leftovers.0.remove(id).is_some() {
             leftovers.write(network)?;
@@ -64,13 +63,14 @@ impl Leftovers {
 }
 
 /// Undoes what is left in `state`, network `net`'s, with `release` (the
-/// DEL of an attachment through the stack, then forgotten): each one
-/// undone is forgotten, each failure said and kept for the next time.
+/// DEL through the stack of the attachment of a container ID, then
+/// forgotten): each one undone is forgotten, each failure said and kept
+/// for the next time.
 pub fn undo(
     net: &Network,
     state: &state::Network,
-    release: impl Fn(&Network, &PoolId, &Attachment) -> Result<(), Error>,
-) -> Result<(), Error> {
+    release: impl Fn(&Network, &PoolId, &str) -> Result<(), DelegatedError>,
+) -> Result<(), DockerError> {
     let mut leftovers = Leftovers::read(state)?;
     if leftovers.0.is_empty() {
         return Ok(());
@@ -80,11 +80,7 @@ pub fn undo(
             warn!("{RECORD}: {pool:?} is not a pool of this driver: forgetting {id}");
             return false;
         };
-        let attachment = Attachment {
-            id: id.clone(),
-            ifname: super::driver::IFNAME.into(),
-        };
-        match release(net, &pool, &attachment) {
+        match release(net, &pool, id) {
             Ok(()) => {
                 info!("{id} of pool {pool}, left to undo, is released");
                 false

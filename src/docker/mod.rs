@@ -4,14 +4,16 @@
 //! cluster) as the CNI runtimes. It is built on ipam-delegated's agent
 //! mode (`delegated::agent`): every address Docker asks for is an
 //! attachment agent mode runs through the stack and keeps in its state.
-//! This module owns its command line and the socket: where it is, who may
-//! use it, serving each connection in a thread of its own, and stopping
-//! cleanly on SIGTERM.
+//! This module owns its command line (defined and read here, whether the
+//! binary runs alone or `ipam-delegated docker-plugin` runs it) and the
+//! socket: where it is, who may use it, serving each connection in a
+//! thread of its own, and stopping cleanly on SIGTERM.
 
 mod driver;
+mod error;
 mod leftovers;
 mod networks;
-mod pools;
+mod pool_ids;
 
 use std::ffi::OsString;
 use std::io::{self, BufReader};
@@ -25,31 +27,14 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::args::{self, Program, Verb};
-use crate::delegated::DOCKER_PLUGIN;
-use crate::dir::Dir;
-use crate::error::Error;
-
-/// A request the Docker driver cannot serve. The reply type gives each its
-/// code.
-#[derive(Debug, thiserror::Error)]
-pub enum DockerError {
-    /// Not as the driver can serve it, as Docker put it.
-    #[error("{0}")]
-    Request(String),
-
-    /// The address asked for cannot be given from the pool.
-    #[error("{address} cannot be given from pool {pool:?}: {why}")]
-    AddressUnavailable {
-        address: String,
-        pool: String,
-        why: String,
-    },
-}
+use crate::args::{self, Operands, Opt, Program, Verb};
+use crate::dir::{Dir, DirError};
 use crate::http::{self, Status};
+use crate::netd::ConfigFileError;
 use crate::sys::{poll, pollfd, Lock};
 use crate::{cni, signals};
 use driver::Driver;
+pub use error::DockerError;
 
 /// Where Docker looks for plugins' sockets.
 const PLUGIN_DIR: &str = "/run/docker/plugins";
@@ -91,8 +76,24 @@ pub const PROGRAM: Program = Program {
     command: Some(&COMMAND),
 };
 
-/// `docker-plugin`'s definition, served here.
+/// Its one command: what `ipam-delegated docker-plugin` runs.
 const COMMAND: Verb = Verb {
+    name: "docker-plugin",
+    synopsis: "--config PATH [--name NAME | --socket PATH]",
+    options: &[
+        Opt::value("--config"),
+        Opt::value("--name"),
+        Opt::value("--socket"),
+    ],
+    operands: Operands::None,
+    help: "\
+Serve Docker as a remote IPAM driver on
+/run/docker/plugins/NAME.sock (NAME ipam-delegated by default)
+or on the socket given, for the networks in PATH (a file, or a
+directory of them, such as /etc/cni/net.d), until SIGTERM.
+Docker networks use it with --ipam-driver NAME
+[--ipam-opt network=CNI-NETWORK].
+",
     run: |given| {
         let options = options(given)?;
         Ok(match serve(&options) {
@@ -103,7 +104,6 @@ const COMMAND: Verb = Verb {
             }
         })
     },
-    ..DOCKER_PLUGIN
 };
 
 /// Runs the command line `args` (without the program name), the options
@@ -144,23 +144,18 @@ fn options(given: &args::Options) -> Result<Options, String> {
 /// Serves the driver on `options.socket` until SIGTERM or SIGINT, then
 /// removes the socket and waits for the requests under way (whose
 /// delegates are stopped, and an ADD rolled back, as the plugin's are).
-fn serve(options: &Options) -> Result<(), Error> {
+fn serve(options: &Options) -> Result<(), DockerError> {
     crate::logging::for_service();
     // Before any thread: they all inherit the blocked signals.
-    signals::watch().map_err(|e| {
-        Error::from(DockerError::Request(format!(
-            "SIGTERM and SIGINT cannot be taken: {e}"
-        )))
-    })?;
+    signals::watch()
+        .map_err(|e| DockerError::Request(format!("SIGTERM and SIGINT cannot be taken: {e}")))?;
     let (networks, skipped) = networks::load(&options.config)?;
     for reason in &skipped {
         warn!("skipped {reason}");
     }
     if networks.is_empty() {
-        return Err(Error::ConfigFile {
-            path: options.config.clone(),
-            reason: "no network there uses ipam-delegated".into(),
-        });
+        let none = ConfigFileError::new(&options.config, "no network there uses ipam-delegated");
+        return Err(none.into());
     }
     let listener = bind(&options.socket)?;
     let names: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
@@ -179,7 +174,7 @@ fn serve(options: &Options) -> Result<(), Error> {
             undo_leftovers(&config);
             std::thread::sleep(UNDO_EVERY);
         })
-        .map_err(|e| Error::from(DockerError::Request(format!("cannot start a thread: {e}"))))?;
+        .map_err(|e| DockerError::Request(format!("cannot start a thread: {e}")))?;
     let load = Arc::new(Load::default());
     let outcome = accept(&listener, &driver, &load);
     // Removed first, so that Docker stops coming while the rest finishes.
@@ -394,7 +389,7 @@ impl Load {
 /// so that two drivers starting at once cannot both take the name, and
 /// the socket is made under a temporary name and renamed into place once
 /// its permissions are set.
-fn bind(socket: &Path) -> Result<UnixListener, Error> {
+fn bind(socket: &Path) -> Result<UnixListener, DockerError> {
     let fail = |e: io::Error| socket_error(socket, e);
     let (Some(dir), Some(name)) = (socket.parent(), socket.file_name()) else {
         return Err(fail(io::ErrorKind::InvalidInput.into()));
@@ -437,11 +432,8 @@ fn bind(socket: &Path) -> Result<UnixListener, Error> {
     Ok(listener)
 }
 
-fn socket_error(socket: &Path, error: io::Error) -> Error {
-    Error::Files {
-        path: socket.to_owned(),
-        error,
-    }
+fn socket_error(socket: &Path, error: io::Error) -> DockerError {
+    DirError::io(socket, error).into()
 }
 
 #[cfg(test)]
@@ -449,9 +441,7 @@ mod tests {
     use super::*;
 
     fn parse_options(list: &[&str]) -> Result<Options, String> {
-        DOCKER_PLUGIN
-            .parse_words(list)
-            .and_then(|given| options(&given))
+        COMMAND.parse_words(list).and_then(|given| options(&given))
     }
 
     #[test]

@@ -9,11 +9,10 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 use tracing::debug;
 
-use super::DockerError;
+use super::error::DockerError;
 use crate::addr::{Family, Subnet};
-use crate::delegated::config;
-use crate::error::Error;
-use crate::netd;
+use crate::delegated::{config, DelegatedError};
+use crate::netd::{self, ConfigFileError};
 
 /// One network: its plugin's configuration, as a main plugin would pass
 /// it to ipam-delegated.
@@ -69,7 +68,7 @@ impl Network {
 
     /// The one subnet of `family` the configuration declares, for a Docker
     /// network created without `--subnet`.
-    pub fn declared_subnet(&self, family: Family) -> Result<Subnet, Error> {
+    pub fn declared_subnet(&self, family: Family) -> Result<Subnet, DockerError> {
         let of_family: Vec<Subnet> = self
             .subnets()
             .into_iter()
@@ -81,17 +80,17 @@ impl Network {
         };
         match of_family.as_slice() {
             [one] => Ok(*one),
-            [] => Err(Error::from(DockerError::Request(format!(
+            [] => Err(DockerError::Request(format!(
                 "network {:?} ({}) declares no {version} subnet (in ipam.subnet, ipam.ranges or ipam.pool): give one with --subnet",
                 self.name,
                 self.file.display()
-            )))),
-            several => Err(Error::from(DockerError::Request(format!(
+            ))),
+            several => Err(DockerError::Request(format!(
                 "network {:?} ({}) declares several {version} subnets ({}): pick one with --subnet",
                 self.name,
                 self.file.display(),
                 list(several)
-            )))),
+            ))),
         }
     }
 
@@ -140,7 +139,7 @@ fn as_list(value: &Value) -> &[Value] {
 /// Network `name` of the configurations at `path`, or the only one there
 /// when no name is given. Read at every request, as a runtime reads its
 /// configuration at every invocation: a change applies to the next one.
-pub fn find(path: &Path, name: Option<&str>) -> Result<Network, Error> {
+pub fn find(path: &Path, name: Option<&str>) -> Result<Network, DockerError> {
     let (mut networks, skipped) = load(path)?;
     let skipped_note = || {
         if skipped.is_empty() {
@@ -152,21 +151,21 @@ pub fn find(path: &Path, name: Option<&str>) -> Result<Network, Error> {
     match name {
         Some(name) => match networks.iter().position(|n| n.name == name) {
             Some(i) => Ok(networks.swap_remove(i)),
-            None => Err(Error::from(DockerError::Request(format!(
+            None => Err(DockerError::Request(format!(
                 "no network {name:?} uses ipam-delegated in {} (found: {}){}",
                 path.display(),
                 names(&networks),
                 skipped_note()
-            )))),
+            ))),
         },
         None if networks.len() == 1 => Ok(networks.remove(0)),
-        None => Err(Error::from(DockerError::Request(format!(
+        None => Err(DockerError::Request(format!(
             "{} holds {} networks that use ipam-delegated ({}): name one with --ipam-opt network=NAME{}",
             path.display(),
             networks.len(),
             names(&networks),
             skipped_note()
-        )))),
+        ))),
     }
 }
 
@@ -182,25 +181,28 @@ fn names(networks: &[Network]) -> String {
 /// libcni reads it), each checked as the plugin would check it, so that a
 /// broken network is refused by name before Docker counts on it; and why
 /// each file of a directory that gave none was skipped.
-pub fn load(path: &Path) -> Result<(Vec<Network>, Vec<String>), Error> {
-    let found = netd::scan(path, &config::OURS, |stdin| {
-        Ok(config::Config::parse(stdin)?.net.name)
-    })?;
+pub fn load(path: &Path) -> Result<(Vec<Network>, Vec<String>), DockerError> {
+    let found = netd::scan(
+        path,
+        &config::OURS,
+        |stdin| -> Result<String, DockerError> {
+            let config = config::Config::parse(stdin).map_err(DelegatedError::from)?;
+            Ok(config.net.name)
+        },
+    )?;
     let networks = found
         .networks
         .into_iter()
         .map(|network| {
-            let config = serde_json::from_slice(&network.stdin).map_err(|e| Error::ConfigFile {
-                path: network.file.clone(),
-                reason: e.to_string(),
-            })?;
+            let config = serde_json::from_slice(&network.stdin)
+                .map_err(|e| ConfigFileError::new(&network.file, e.to_string()))?;
             Ok(Network {
                 name: network.name,
                 file: network.file,
                 config,
             })
         })
-        .collect::<Result<_, Error>>()?;
+        .collect::<Result<_, DockerError>>()?;
     Ok((networks, found.skipped))
 }
 

@@ -17,14 +17,18 @@ use std::time::{Duration, Instant};
 use rustls::ClientConfig;
 use serde_json::{json, Value};
 
-use crate::error::Error;
+use crate::cni::{code, Reportable};
 use base64::{decode, encode};
 use connection::Connection;
-pub use settings::Settings;
+pub use settings::EtcdSettings;
 
-/// How the etcd cluster fails a call. The reply type gives each its code.
+/// How the etcd cluster fails a call, or a client cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
+    /// The settings name files (TLS, a password) that cannot be used.
+    #[error("invalid network configuration: {0}")]
+    Settings(String),
+
     /// The cluster cannot answer now: unreachable, no quorum, out of
     /// time. Nothing of the command is half done: try again later.
     #[error("the etcd cluster ({endpoints}) cannot answer now: {reason}; try again later")]
@@ -55,10 +59,22 @@ pub enum EtcdError {
     Auth { message: String },
 }
 
+impl Reportable for EtcdError {
+    fn code(&self) -> u32 {
+        match self {
+            EtcdError::Settings(_) => code::INVALID_CONFIG,
+            EtcdError::Unavailable { .. } | EtcdError::NoSpace { .. } => code::TRY_AGAIN_LATER,
+            EtcdError::Refused { .. } | EtcdError::Tls { .. } | EtcdError::Auth { .. } => {
+                code::IO_FAILURE
+            }
+        }
+    }
+}
+
 /// The least time one try at one member gets, within the call's timeout.
 const MIN_TRY: Duration = Duration::from_millis(500);
 
-/// How many keys one read of [`Client::with_prefix`] asks for.
+/// How many keys one read of [`EtcdClient::with_prefix`] asks for.
 const PREFIX_PAGE: usize = 4096;
 
 /// How long a call waits before it tries every endpoint again.
@@ -72,7 +88,7 @@ const TRANSIENT: [u64; 4] = [4, 8, 10, 14];
 /// unauthenticated.
 const AUTH: [u64; 2] = [7, 16];
 
-/// What [`Client::health`] found.
+/// What [`EtcdClient::health`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
     /// The member asked.
@@ -116,8 +132,8 @@ pub enum Op {
 
 /// A client: the settings, the TLS configuration they make, and the
 /// connection in use, with the index of its endpoint.
-pub struct Client {
-    settings: Settings,
+pub struct EtcdClient {
+    settings: EtcdSettings,
     tls: Option<Arc<ClientConfig>>,
     connection: RefCell<Option<(usize, Connection)>>,
     /// The user and password to sign in with, if the settings name one.
@@ -126,14 +142,14 @@ pub struct Client {
     token: RefCell<Option<String>>,
 }
 
-impl Client {
+impl EtcdClient {
     /// A client for `settings`; nothing is connected until the first call.
     /// TLS files that cannot be read are code 7.
-    pub fn new(settings: Settings) -> Result<Client, Error> {
+    pub fn new(settings: EtcdSettings) -> Result<EtcdClient, EtcdError> {
         let tls = match &settings.tls {
             None => None,
             Some(files) => Some(files.load().map_err(|reason| {
-                crate::cni::Error::InvalidConfig(format!("\"ipam.pool.etcd.tls\": {reason}"))
+                EtcdError::Settings(format!("\"ipam.pool.etcd.tls\": {reason}"))
             })?),
         };
         let credentials = match &settings.credentials {
@@ -141,13 +157,11 @@ impl Client {
             Some((user, file)) => Some((
                 user.clone(),
                 settings::read_password(file).map_err(|reason| {
-                    crate::cni::Error::InvalidConfig(format!(
-                        "\"ipam.pool.etcd.passwordFile\": {reason}"
-                    ))
+                    EtcdError::Settings(format!("\"ipam.pool.etcd.passwordFile\": {reason}"))
                 })?,
             )),
         };
-        Ok(Client {
+        Ok(EtcdClient {
             settings,
             tls,
             connection: RefCell::new(None),
@@ -157,19 +171,19 @@ impl Client {
     }
 
     /// The settings the client was made with.
-    pub fn settings(&self) -> &Settings {
+    pub fn settings(&self) -> &EtcdSettings {
         &self.settings
     }
 
     /// The value of `key`, if it exists.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Kv>, Error> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Kv>, EtcdError> {
         let answer = self.call("/v3/kv/range", &json!({ "key": encode(key) }))?;
         Ok(kvs(&answer)?.into_iter().next())
     }
 
     /// The values of `keys`, each if it exists, read in one request at
     /// one revision.
-    pub fn get_each(&self, keys: &[&[u8]]) -> Result<Vec<Option<Kv>>, Error> {
+    pub fn get_each(&self, keys: &[&[u8]]) -> Result<Vec<Option<Kv>>, EtcdError> {
         let ranges: Vec<Value> = keys
             .iter()
             .map(|key| json!({"request_range": {"key": encode(key)}}))
@@ -198,7 +212,7 @@ impl Client {
         to: &[u8],
         limit: usize,
         keys_only: bool,
-    ) -> Result<Vec<Kv>, Error> {
+    ) -> Result<Vec<Kv>, EtcdError> {
         let request = json!({
             "key": encode(from),
             "range_end": encode(to),
@@ -214,7 +228,7 @@ impl Client {
     /// keys, 40 MB of JSON at once), and no answer nears the reader's cap.
     /// The pages are read at different revisions: a key written meanwhile
     /// may be in or out, as with any read that is not a transaction.
-    pub fn with_prefix(&self, prefix: &[u8]) -> Result<Vec<Kv>, Error> {
+    pub fn with_prefix(&self, prefix: &[u8]) -> Result<Vec<Kv>, EtcdError> {
         let end = prefix_end(prefix);
         let mut found = Vec::new();
         let mut from = prefix.to_vec();
@@ -234,7 +248,7 @@ impl Client {
 
     /// Runs `ops` if every one of `compares` holds, all or nothing:
     /// whether they held.
-    pub fn txn(&self, compares: &[Compare], ops: &[Op]) -> Result<bool, Error> {
+    pub fn txn(&self, compares: &[Compare], ops: &[Op]) -> Result<bool, EtcdError> {
         let compare: Vec<Value> = compares
             .iter()
             .map(|c| match c {
@@ -270,7 +284,7 @@ impl Client {
     }
 
     /// A new lease of `ttl` seconds: its ID.
-    pub fn grant_lease(&self, ttl: u64) -> Result<i64, Error> {
+    pub fn grant_lease(&self, ttl: u64) -> Result<i64, EtcdError> {
         let answer = self.call("/v3/lease/grant", &json!({"TTL": ttl.to_string()}))?;
         int64(&answer["ID"])
             .filter(|id| *id != 0)
@@ -279,7 +293,7 @@ impl Client {
 
     /// Renews lease `id` for its TTL: the seconds it has now, or `None`
     /// if it is gone (expired, or revoked).
-    pub fn keep_lease(&self, id: i64) -> Result<Option<u64>, Error> {
+    pub fn keep_lease(&self, id: i64) -> Result<Option<u64>, EtcdError> {
         // A stream of one request: the gateway answers with one result.
         let answer = self.call("/v3/lease/keepalive", &json!({"ID": id.to_string()}))?;
         // Protobuf's JSON leaves a TTL of 0 (the lease is gone) out.
@@ -291,7 +305,7 @@ impl Client {
     /// the cluster's alarms (NOSPACE, CORRUPT): for an operator's check.
     /// The quota is read from the member's metrics, `None` if they cannot
     /// be read.
-    pub fn health(&self) -> Result<Health, Error> {
+    pub fn health(&self) -> Result<Health, EtcdError> {
         let status = self.call("/v3/maintenance/status", &json!({}))?;
         let alarms = self.call("/v3/maintenance/alarm", &json!({"action": "GET"}))?;
         let endpoint = self
@@ -337,14 +351,10 @@ impl Client {
     }
 
     /// Ends lease `id`, and with it the keys put under it.
-    pub fn revoke_lease(&self, id: i64) -> Result<(), Error> {
+    pub fn revoke_lease(&self, id: i64) -> Result<(), EtcdError> {
         match self.call("/v3/lease/revoke", &json!({"ID": id.to_string()})) {
             // Gone already: what revoking it was for.
-            Err(Error::Etcd(EtcdError::Refused { message, .. }))
-                if message.contains("not found") =>
-            {
-                Ok(())
-            }
+            Err(EtcdError::Refused { message, .. }) if message.contains("not found") => Ok(()),
             other => other.map(drop),
         }
     }
@@ -362,7 +372,7 @@ impl Client {
     /// first if there is none; a token the cluster says is no longer
     /// valid (etcd's simple tokens expire) is replaced by a new sign-in,
     /// once.
-    fn call(&self, path: &str, request: &Value) -> Result<Value, Error> {
+    fn call(&self, path: &str, request: &Value) -> Result<Value, EtcdError> {
         let body = request.to_string().into_bytes();
         let Some((user, password)) = &self.credentials else {
             return self.exchange(path, &body, None);
@@ -376,7 +386,7 @@ impl Client {
                     let sign_in = json!({"name": user, "password": password}).to_string();
                     match self.exchange("/v3/auth/authenticate", sign_in.as_bytes(), None) {
                         // Credentials for a cluster that asks for none.
-                        Err(Error::Etcd(EtcdError::Refused { message, .. }))
+                        Err(EtcdError::Refused { message, .. })
                             if message.contains("authentication is not enabled") =>
                         {
                             return self.exchange(path, &body, None);
@@ -390,7 +400,7 @@ impl Client {
                 }
             };
             match self.exchange(path, &body, Some(&token)) {
-                Err(Error::Etcd(EtcdError::Auth { message }))
+                Err(EtcdError::Auth { message })
                     if message.contains("invalid auth token") && !signed_in_again =>
                 {
                     signed_in_again = true;
@@ -401,9 +411,9 @@ impl Client {
         }
     }
 
-    /// [`Client::call`]'s exchange with the cluster: `body` POSTed with
+    /// [`EtcdClient::call`]'s exchange with the cluster: `body` POSTed with
     /// `token`, if any.
-    fn exchange(&self, path: &str, body: &[u8], token: Option<&str>) -> Result<Value, Error> {
+    fn exchange(&self, path: &str, body: &[u8], token: Option<&str>) -> Result<Value, EtcdError> {
         let deadline = Instant::now() + self.settings.timeout;
         let count = self.settings.endpoints.len();
         let mut first = self
@@ -422,9 +432,9 @@ impl Client {
                 let share = (self.settings.timeout / 4).max(MIN_TRY);
                 let try_deadline = deadline.min(Instant::now() + share);
                 match self.call_one(index, path, token, body, try_deadline) {
-                    Err(Error::Etcd(EtcdError::Unavailable { reason, .. })) => last_error = reason,
+                    Err(EtcdError::Unavailable { reason, .. }) => last_error = reason,
                     // Perhaps this member's certificate only: the next.
-                    Err(tls @ Error::Etcd(EtcdError::Tls { .. })) => tls_failed.push(tls),
+                    Err(tls @ EtcdError::Tls { .. }) => tls_failed.push(tls),
                     answered => return answered,
                 }
             }
@@ -453,7 +463,7 @@ impl Client {
         token: Option<&str>,
         body: &[u8],
         deadline: Instant,
-    ) -> Result<Value, Error> {
+    ) -> Result<Value, EtcdError> {
         let endpoint = &self.settings.endpoints[index];
         let failed = |e: std::io::Error| {
             let at = format!("{}:{}", endpoint.host, endpoint.port);
@@ -461,10 +471,10 @@ impl Client {
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>());
             match tls {
-                Some(tls) => Error::from(EtcdError::Tls {
+                Some(tls) => EtcdError::Tls {
                     endpoint: at,
                     reason: tls.to_string(),
-                }),
+                },
                 None => self.unavailable(format!("{at}: {e}")),
             }
         };
@@ -490,7 +500,7 @@ impl Client {
 
     /// A gateway's answer: the JSON of a success, or its error as the
     /// crate reports it.
-    fn answer(&self, status: u16, body: &[u8]) -> Result<Value, Error> {
+    fn answer(&self, status: u16, body: &[u8]) -> Result<Value, EtcdError> {
         let value: Value = match serde_json::from_slice(body) {
             Ok(value) => value,
             // Not the gateway (a proxy's page, a gateway turned off):
@@ -498,10 +508,10 @@ impl Client {
             Err(e) if (400..500).contains(&status) && ![408, 429].contains(&status) => {
                 let text = String::from_utf8_lossy(body);
                 let start: String = text.trim().chars().take(120).collect();
-                return Err(Error::from(EtcdError::Refused {
+                return Err(EtcdError::Refused {
                     status,
                     message: format!("an answer that is not etcd's JSON ({e}): {start:?}"),
-                }));
+                });
             }
             Err(e) => {
                 return Err(self.unavailable(format!(
@@ -521,7 +531,7 @@ impl Client {
         let code = value.get("code").and_then(Value::as_u64).unwrap_or(0);
         // Not worth another member: the quota is the cluster's.
         if message.contains("database space exceeded") {
-            return Err(Error::from(EtcdError::NoSpace { message }));
+            return Err(EtcdError::NoSpace { message });
         }
         // Unauthenticated, permission denied, or a sign-in refused (or
         // missing: "user name is empty").
@@ -529,20 +539,20 @@ impl Client {
             || message.contains("authentication failed")
             || message.contains("user name is empty")
         {
-            return Err(Error::from(EtcdError::Auth { message }));
+            return Err(EtcdError::Auth { message });
         }
         if TRANSIENT.contains(&code) || status == 503 {
             Err(self.unavailable(message))
         } else {
-            Err(Error::from(EtcdError::Refused { status, message }))
+            Err(EtcdError::Refused { status, message })
         }
     }
 
-    fn unavailable(&self, reason: String) -> Error {
-        Error::from(EtcdError::Unavailable {
+    fn unavailable(&self, reason: String) -> EtcdError {
+        EtcdError::Unavailable {
             endpoints: self.settings.described(),
             reason,
-        })
+        }
     }
 }
 
@@ -569,7 +579,7 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// The key-values of a range's answer.
-fn kvs(answer: &Value) -> Result<Vec<Kv>, Error> {
+fn kvs(answer: &Value) -> Result<Vec<Kv>, EtcdError> {
     let Some(list) = answer.get("kvs").and_then(Value::as_array) else {
         return Ok(Vec::new());
     };
@@ -577,11 +587,9 @@ fn kvs(answer: &Value) -> Result<Vec<Kv>, Error> {
         .map(|kv| {
             let field = |name: &str| kv.get(name).and_then(Value::as_str).unwrap_or("");
             let decoded = |name: &str| {
-                decode(field(name)).ok_or_else(|| {
-                    Error::from(EtcdError::Refused {
-                        status: 200,
-                        message: format!("a {name} that is not base64"),
-                    })
+                decode(field(name)).ok_or_else(|| EtcdError::Refused {
+                    status: 200,
+                    message: format!("a {name} that is not base64"),
                 })
             };
             Ok(Kv {
@@ -610,11 +618,12 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let settings =
-            Settings::parse(&json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 0.3}))
-                .unwrap();
-        let error = Client::new(settings).unwrap().get(b"k").unwrap_err();
-        assert_eq!(error.code(), crate::error::code::TRY_AGAIN_LATER);
+        let settings = EtcdSettings::parse(
+            &json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 0.3}),
+        )
+        .unwrap();
+        let error = EtcdClient::new(settings).unwrap().get(b"k").unwrap_err();
+        assert_eq!(error.code(), code::TRY_AGAIN_LATER);
         assert!(
             error.to_string().contains(&format!("127.0.0.1:{port}")),
             "{error}"
@@ -660,21 +669,22 @@ mod tests {
     #[test]
     fn a_4xx_that_is_not_etcds_json_is_a_prompt_refusal_and_a_5xx_is_try_again_later() {
         let client = |port: u16| {
-            let settings =
-                Settings::parse(&json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 2}))
-                    .unwrap();
-            Client::new(settings).unwrap()
+            let settings = EtcdSettings::parse(
+                &json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 2}),
+            )
+            .unwrap();
+            EtcdClient::new(settings).unwrap()
         };
         let page =
             answering(b"HTTP/1.1 404 Not Found\r\nContent-Length: 19\r\n\r\n404 page not found\n");
         let started = Instant::now();
         let error = client(page).get(b"k").unwrap_err();
-        assert_eq!(error.code(), crate::error::code::IO_FAILURE, "{error}");
+        assert_eq!(error.code(), code::IO_FAILURE, "{error}");
         assert!(error.to_string().contains("(404)"), "{error}");
         assert!(error.to_string().contains("404 page not found"), "{error}");
         assert!(started.elapsed() < Duration::from_secs(1), "not waited for");
         let proxy = answering(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 3\r\n\r\nbad");
         let error = client(proxy).get(b"k").unwrap_err();
-        assert_eq!(error.code(), crate::error::code::TRY_AGAIN_LATER, "{error}");
+        assert_eq!(error.code(), code::TRY_AGAIN_LATER, "{error}");
     }
 }

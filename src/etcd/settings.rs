@@ -30,7 +30,7 @@ const KEYS: [&str; 6] = [
 /// How to reach a cluster: `{"endpoints", "prefix"?, "tls"?: {"ca", "cert"?,
 /// "key"?}, "timeout"?, "username"?, "passwordFile"?}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
+pub struct EtcdSettings {
     /// The members' client addresses, tried in turn.
     pub endpoints: Vec<Endpoint>,
     /// Every key the pools keep starts with it.
@@ -65,9 +65,9 @@ pub struct TlsFiles {
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
-impl Settings {
+impl EtcdSettings {
     /// Reads the settings; the error says which one is wrong.
-    pub fn parse(value: &Value) -> Result<Settings, String> {
+    pub fn parse(value: &Value) -> Result<EtcdSettings, String> {
         let object = value.as_object().ok_or("must be an object")?;
         if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(format!(
@@ -131,7 +131,7 @@ impl Settings {
                 ))
             }
         };
-        Ok(Settings {
+        Ok(EtcdSettings {
             endpoints,
             prefix,
             tls,
@@ -281,14 +281,14 @@ mod tests {
 
     #[test]
     fn settings_are_checked_and_named() {
-        let s = Settings::parse(&json!({"endpoints": ["127.0.0.1:2379", "http://[::1]:2379"]}))
+        let s = EtcdSettings::parse(&json!({"endpoints": ["127.0.0.1:2379", "http://[::1]:2379"]}))
             .unwrap();
         assert_eq!(s.endpoints[1].host, "::1");
         assert_eq!(
             (s.prefix.as_str(), s.timeout),
             (DEFAULT_PREFIX, DEFAULT_TIMEOUT)
         );
-        let s = Settings::parse(&json!({"endpoints": ["10.0.0.1:2379"], "tls": {"ca": "/ca.pem", "cert": "/c.pem", "key": "/k.pem"}})).unwrap();
+        let s = EtcdSettings::parse(&json!({"endpoints": ["10.0.0.1:2379"], "tls": {"ca": "/ca.pem", "cert": "/c.pem", "key": "/k.pem"}})).unwrap();
         assert!(s.endpoints[0].tls, "TLS settings make TLS the default");
         for (settings, said) in [
             (json!({"endpoints": []}), "\"endpoints\""),
@@ -325,7 +325,7 @@ mod tests {
                 "an absolute file name",
             ),
         ] {
-            let e = Settings::parse(&settings).unwrap_err();
+            let e = EtcdSettings::parse(&settings).unwrap_err();
             assert!(e.contains(said), "{settings}: {e}");
         }
     }

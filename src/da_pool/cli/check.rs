@@ -18,12 +18,15 @@ use serde_json::Value;
 
 use super::{dead_for, finish, open_unlocked, Opened, DEFAULT_DEAD_FOR};
 use crate::addr::Addr;
-use crate::args::{Opt, Options, Verb};
-use crate::da_pool::nodes;
-use crate::da_pool::settings::{Settings, StoreSettings};
-use crate::da_pool::store::{self, utc, Hold, Holding, Owner, Store};
-use crate::error::Error;
-use crate::etcd::Health;
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::da_pool::clock::{self, utc};
+use crate::da_pool::cluster::{self, first_sight};
+use crate::da_pool::error::PoolError;
+use crate::da_pool::settings::Settings;
+use crate::da_pool::store::fence::Fence;
+use crate::da_pool::store::{Allocation, Owner, PoolAddress, Store, WorkloadHold};
+use crate::etcd::{EtcdClient, Health};
+use crate::netd::ConfigFileError;
 use crate::pools::Pool;
 
 /// `check`.
@@ -38,7 +41,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--dead-for"),
         Opt::flag("--json"),
     ],
-    operands: false,
+    operands: Operands::None,
     help: "\
 Finds what is wrong in the network's records and names each:
 an address held outside every range of its pool (a range shrunk
@@ -82,7 +85,7 @@ fn options(given: &Options) -> Result<Check, String> {
 
 /// Checks the network's records, printing each finding: whether there
 /// were none.
-fn run(options: &Check) -> Result<bool, Error> {
+fn run(options: &Check) -> Result<bool, PoolError> {
     // A report waits; allocations on this node should not.
     crate::sys::give_way();
     // Read before anything else: a bad list changes nothing and reads nothing.
@@ -93,23 +96,24 @@ fn run(options: &Check) -> Result<bool, Error> {
     let Opened {
         name,
         settings,
+        stores,
         store,
     } = open_unlocked(&options.config, options.network.as_deref())?;
     let records = match &store {
         Some(store) => Records {
-            holdings: store.holdings()?,
-            holds: store.holds()?,
+            allocations: store.allocations()?,
+            holds: store.workload_holds()?,
             addresses: store.address_records()?,
         },
         None => Records {
-            holdings: Vec::new(),
+            allocations: Vec::new(),
             holds: Vec::new(),
             addresses: Vec::new(),
         },
     };
-    let cluster = match &settings.store {
-        StoreSettings::Etcd(cluster) => Some(Cluster::read(cluster, options.dead_for)?),
-        StoreSettings::Local { .. } => None,
+    let cluster = match stores.cluster()? {
+        Some(client) => Some(Cluster::read(&client, options.dead_for)?),
+        None => None,
     };
     let dead = cluster.as_ref().map_or(&[][..], |c| &c.dead);
     let mut findings = findings(
@@ -145,7 +149,7 @@ fn run(options: &Check) -> Result<bool, Error> {
             out,
             "network {name} (this node: {}): {} attachment(s), {} hold(s), {} address record(s), {} finding(s)",
             settings.node,
-            records.holdings.len(),
+            records.allocations.len(),
             records.holds.len(),
             records.addresses.len(),
             findings.len()
@@ -155,11 +159,8 @@ fn run(options: &Check) -> Result<bool, Error> {
 }
 
 /// The runtime's list of valid attachments, as GC takes it.
-fn read_valid_attachments(file: &Path) -> Result<Vec<Attachment>, Error> {
-    let fail = |reason: String| Error::ConfigFile {
-        path: file.to_owned(),
-        reason,
-    };
+fn read_valid_attachments(file: &Path) -> Result<Vec<Attachment>, PoolError> {
+    let fail = |reason: String| PoolError::from(ConfigFileError::new(file, reason));
     let text = std::fs::read(file).map_err(|e| fail(format!("cannot be read: {e}")))?;
     let list: Value =
         serde_json::from_slice(&text).map_err(|e| fail(format!("is not JSON: {e}")))?;
@@ -193,7 +194,7 @@ fn ago(seconds: u64) -> String {
 /// database is.
 struct Cluster {
     dead: Vec<DeadNode>,
-    fences: Vec<nodes::Fence>,
+    fences: Vec<Fence>,
     health: Health,
 }
 
@@ -202,11 +203,14 @@ struct Cluster {
 const FULL_ENOUGH: u64 = 80;
 
 impl Cluster {
-    fn read(settings: &crate::etcd::Settings, dead_for: u64) -> Result<Cluster, Error> {
-        let client = crate::etcd::Client::new(settings.clone())?;
-        let now = store::now();
-        let states = nodes::states(&client)?;
-        let dead = nodes::dead(&client, &states, dead_for)?
+    /// The cluster's nodes and health, as `client` reads them; a node
+    /// seen gone for the first time is recorded so, as `reclaim` records
+    /// it (`check` writes nothing else).
+    fn read(client: &EtcdClient, dead_for: u64) -> Result<Cluster, PoolError> {
+        let now = clock::now();
+        let mut states = cluster::states(client)?;
+        first_sight::record_first_sights(client, &mut states, now)?;
+        let dead = first_sight::gone_for(&states, dead_for, now)
             .into_iter()
             .map(|(node, since)| DeadNode {
                 node,
@@ -294,8 +298,8 @@ pub type Attachment = (String, String);
 
 /// A network's records, as read.
 pub struct Records {
-    pub holdings: Vec<Holding>,
-    pub holds: Vec<Hold>,
+    pub allocations: Vec<Allocation>,
+    pub holds: Vec<WorkloadHold>,
     pub addresses: Vec<(Addr, Option<Owner>)>,
 }
 
@@ -313,9 +317,9 @@ pub fn findings(
     records: &Records,
     valid: Option<&[Attachment]>,
     dead: &[DeadNode],
-) -> Result<Vec<String>, Error> {
+) -> Result<Vec<String>, PoolError> {
     let Records {
-        holdings,
+        allocations,
         holds,
         addresses,
     } = records;
@@ -328,17 +332,17 @@ pub fn findings(
     };
     let recorded: BTreeMap<Addr, &Option<Owner>> = addresses.iter().map(|(a, o)| (*a, o)).collect();
     // Looked up by name, not searched: a /16 holds 65,000 of them.
-    let by_attachment: HashMap<(&str, &str), &Holding> = holdings
+    let by_attachment: HashMap<(&str, &str), &Allocation> = allocations
         .iter()
         .map(|h| ((h.owner.id.as_str(), h.owner.ifname.as_str()), h))
         .collect();
-    let by_workload: HashMap<(&str, &str), &Hold> = holds
+    let by_workload: HashMap<(&str, &str), &WorkloadHold> = holds
         .iter()
         .map(|h| ((h.workload.as_str(), h.ifname.as_str()), h))
         .collect();
     // A hold a live attachment has bound lists what the attachment does:
     // looked at through the attachment.
-    let unbound: Vec<&Hold> = holds
+    let unbound: Vec<&WorkloadHold> = holds
         .iter()
         .filter(|h| {
             !h.container
@@ -346,7 +350,7 @@ pub fn findings(
                 .is_some_and(|id| by_attachment.contains_key(&(id.as_str(), h.ifname.as_str())))
         })
         .collect();
-    let listers = holdings
+    let listers = allocations
         .iter()
         .map(|h| (h.owner.clone(), &h.held))
         .chain(unbound.iter().map(|h| (h.owner(), &h.held)));
@@ -410,7 +414,7 @@ pub fn findings(
             ));
             continue;
         };
-        let lists = |held: &[store::Held]| held.iter().any(|h| h.address == *address);
+        let lists = |held: &[PoolAddress]| held.iter().any(|h| h.address == *address);
         let listed = match &owner.workload {
             None => by_attachment
                 .get(&(owner.id.as_str(), owner.ifname.as_str()))
@@ -446,15 +450,15 @@ pub fn findings(
             .iter()
             .map(|(id, ifname)| (id.as_str(), ifname.as_str()))
             .collect();
-        for holding in holdings {
-            let owner = &holding.owner;
+        for allocation in allocations {
+            let owner = &allocation.owner;
             if !valid.contains(&(owner.id.as_str(), owner.ifname.as_str())) {
                 findings.push(format!("{} is not among the valid attachments", who(owner)));
             }
         }
     }
     for node in dead {
-        let attachments = holdings
+        let attachments = allocations
             .iter()
             .filter(|h| h.owner.node == node.node)
             .count();
@@ -471,14 +475,16 @@ pub fn findings(
 
 /// The addresses `owner` (an attachment, or, named without a container, a
 /// workload's hold) lists now, read again from the store.
-fn lists_now(store: Option<&dyn Store>, owner: &Owner) -> Result<Vec<Addr>, Error> {
+fn lists_now(store: Option<&dyn Store>, owner: &Owner) -> Result<Vec<Addr>, PoolError> {
     let Some(store) = store else {
         return Ok(Vec::new());
     };
     let held = match (&owner.workload, owner.id.is_empty()) {
-        (Some(workload), true) => store.hold(workload, &owner.ifname)?.map(|h| h.held),
+        (Some(workload), true) => store
+            .workload_hold(workload, &owner.ifname)?
+            .map(|h| h.held),
         _ => store
-            .holding(&owner.node, &owner.id, &owner.ifname)?
+            .allocation(&owner.node, &owner.id, &owner.ifname)?
             .map(|h| h.held),
     };
     Ok(held
@@ -489,7 +495,7 @@ fn lists_now(store: Option<&dyn Store>, owner: &Owner) -> Result<Vec<Addr>, Erro
 }
 
 /// Who the record of `address` names now, read again; `None` if it is gone.
-fn now_held_by(store: Option<&dyn Store>, address: Addr) -> Result<Option<Owner>, Error> {
+fn now_held_by(store: Option<&dyn Store>, address: Addr) -> Result<Option<Owner>, PoolError> {
     match store {
         Some(store) => store.holder(address),
         None => Ok(None),
@@ -501,7 +507,7 @@ fn known_pool(
     store: Option<&dyn Store>,
     settings: &Settings,
     name: &str,
-) -> Result<Option<Pool>, Error> {
+) -> Result<Option<Pool>, PoolError> {
     if let Some(pool) = settings.pool(name) {
         return Ok(Some(pool.clone()));
     }
@@ -516,8 +522,8 @@ fn known_pool(
 mod tests {
     use super::*;
     use crate::cni::NetConf;
-    use crate::da_pool::store::fake::Fake;
-    use crate::da_pool::store::Held;
+    use crate::da_pool::store::fake_store::FakeStore;
+
     use serde_json::json;
 
     fn owner(id: &str) -> Owner {
@@ -546,9 +552,9 @@ mod tests {
     #[test]
     fn every_inconsistency_is_named() {
         let settings = settings();
-        let store = Fake::default();
+        let store = FakeStore::default();
         let claim = |id: &str, address: &str| {
-            let held = [Held {
+            let held = [PoolAddress {
                 pool: "blue".into(),
                 address: addr(address),
             }];
@@ -578,9 +584,9 @@ mod tests {
         outside.held[0].address = addr("10.4.1.3");
         attachments.insert(
             ("twin".into(), "eth0".into()),
-            Holding {
+            Allocation {
                 owner: owner("twin"),
-                held: vec![Held {
+                held: vec![PoolAddress {
                     pool: "blue".into(),
                     address: addr("10.4.0.2"),
                 }],
@@ -593,16 +599,16 @@ mod tests {
         // A workload's hold: one of its addresses recorded as another's,
         // one not recorded at all, one of its records that it no longer
         // lists; a node gone since long.
-        let hold = Hold {
+        let hold = WorkloadHold {
             workload: "ns/web-0".into(),
             ifname: "eth0".into(),
             node: "b".into(),
             held: vec![
-                Held {
+                PoolAddress {
                     pool: "blue".into(),
                     address: addr("10.4.0.10"),
                 },
-                Held {
+                PoolAddress {
                     pool: "blue".into(),
                     address: addr("10.4.0.11"),
                 },
@@ -628,8 +634,8 @@ mod tests {
             }
         }
         let records = Records {
-            holdings: store.holdings().unwrap(),
-            holds: store.holds().unwrap(),
+            allocations: store.allocations().unwrap(),
+            holds: store.workload_holds().unwrap(),
             addresses,
         };
         let valid: Vec<Attachment> = vec![("ok".into(), "eth0".into())];
@@ -662,33 +668,33 @@ mod tests {
         }
         // A workload's container and its hold, as the stores keep them:
         // nothing wrong.
-        let clean = Fake::default();
+        let clean = FakeStore::default();
         let web = Owner {
             workload: Some("ns/web-0".into()),
             ..owner("c9")
         };
-        let held = [Held {
+        let held = [PoolAddress {
             pool: "blue".into(),
             address: addr("10.4.0.2"),
         }];
-        let sticky = crate::da_pool::store::Sticky {
+        let sticky = crate::da_pool::store::StickyClaim {
             workload: "ns/web-0",
             sticky_for: 60,
             prior: None,
         };
         assert!(clean.claim(&web, &held, Some(&sticky)).unwrap());
         let records = Records {
-            holdings: clean.holdings().unwrap(),
-            holds: clean.holds().unwrap(),
+            allocations: clean.allocations().unwrap(),
+            holds: clean.workload_holds().unwrap(),
             addresses: clean.address_records().unwrap(),
         };
         let found = findings(Some(&clean), &settings, &records, None, &dead).unwrap();
         assert!(found.is_empty(), "{found:#?}");
         // Released, the hold alone keeps it: still nothing wrong.
-        clean.release(&records.holdings[0]).unwrap();
+        clean.release(&records.allocations[0]).unwrap();
         let records = Records {
-            holdings: clean.holdings().unwrap(),
-            holds: clean.holds().unwrap(),
+            allocations: clean.allocations().unwrap(),
+            holds: clean.workload_holds().unwrap(),
             addresses: clean.address_records().unwrap(),
         };
         assert_eq!(records.holds.len(), 1);
@@ -699,9 +705,9 @@ mod tests {
     #[test]
     fn records_made_or_removed_between_the_reads_are_no_finding() {
         let settings = settings();
-        let store = Fake::default();
+        let store = FakeStore::default();
         let held = |address: &str| {
-            [Held {
+            [PoolAddress {
                 pool: "blue".into(),
                 address: addr(address),
             }]
@@ -710,11 +716,11 @@ mod tests {
             .claim(&owner("gone"), &held("10.4.0.2"), None)
             .unwrap());
         // The attachments read; then an ADD and a DEL; then the addresses.
-        let holdings = store.holdings().unwrap();
+        let allocations = store.allocations().unwrap();
         assert!(store.claim(&owner("new"), &held("10.4.0.3"), None).unwrap());
-        store.release(&holdings[0]).unwrap();
+        store.release(&allocations[0]).unwrap();
         let records = Records {
-            holdings,
+            allocations,
             holds: Vec::new(),
             addresses: store.address_records().unwrap(),
         };

@@ -12,12 +12,15 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::{finish, OURS};
-use crate::args::{Opt, Options, Verb};
-use crate::cni::{self, NetConf};
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::cni::NetConf;
 use crate::da_pool::add::holds_all;
-use crate::da_pool::settings::{Settings, StoreSettings};
-use crate::da_pool::store::{etcd, local, Held, Hold, Holding, Sticky, Store};
-use crate::error::Error;
+use crate::da_pool::error::PoolError;
+use crate::da_pool::settings::{invalid, Settings};
+use crate::da_pool::store::{
+    self, Allocation, PoolAddress, StickyClaim, Store, Stores, WorkloadHold,
+};
+use crate::dir::DirError;
 use crate::netd;
 
 /// `import`.
@@ -29,7 +32,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--from"),
         Opt::flag("--dry-run"),
     ],
-    operands: false,
+    operands: Operands::None,
     help: "\
 Copy this node's reservations of FILE's network from the local
 store under DATADIR into the etcd cluster FILE names, each held
@@ -62,34 +65,31 @@ fn options(given: &Options) -> Result<Import, String> {
 }
 
 /// Imports, printing what it did: whether every attachment is in etcd now.
-fn run(options: &Import) -> Result<bool, Error> {
+fn run(options: &Import) -> Result<bool, PoolError> {
     let raw = netd::load(&options.config, &OURS)?;
     let net = NetConf::parse(&raw)?;
     let settings = Settings::from_net(&net)?;
-    let StoreSettings::Etcd(cluster) = &settings.store else {
-        return Err(cni::Error::InvalidConfig(format!(
+    let stores = Stores::new(&settings.store);
+    let to = stores.etcd(&net.name)?.ok_or_else(|| {
+        invalid(format!(
             "{} keeps pools in local files: import copies into etcd, so its \"ipam.pool\" must name an etcd cluster",
             options.config.display()
         ))
-        .into());
-    };
+    })?;
     let network = options.from.join(&net.name);
     if !network.is_dir() {
-        return Err(Error::Files {
-            path: network,
-            error: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no local store of this network here",
-            ),
-        });
+        let missing = std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no local store of this network here",
+        );
+        return Err(DirError::io(&network, missing).into());
     }
-    let to = etcd::Etcd::new(crate::etcd::Client::new(cluster.clone())?, &net.name);
     // The local store's lock is held for one short step: marked moved (it
     // refuses new claims from now on: an ADD made locally after the
     // import would be missing from etcd) and read; the claims in etcd,
     // however many, take none of its time.
     let records = {
-        let from = local::Local::open(&options.from, &net.name)?;
+        let from = store::local_source(&options.from, &net.name)?;
         if !options.dry_run {
             from.mark_moved()?;
         }
@@ -121,31 +121,31 @@ pub struct Report {
 
 /// What the local store holds, read in one step.
 pub struct Records {
-    holds: Vec<Hold>,
+    holds: Vec<WorkloadHold>,
     /// Each attachment, and whether it holds all its record lists.
-    holdings: Vec<(Holding, bool)>,
+    allocations: Vec<(Allocation, bool)>,
 }
 
 impl Records {
     /// Reads every hold and attachment of `from`.
-    pub fn read(from: &dyn Store) -> Result<Records, Error> {
-        let holdings = from
-            .holdings()?
+    pub fn read(from: &dyn Store) -> Result<Records, PoolError> {
+        let allocations = from
+            .allocations()?
             .into_iter()
-            .map(|holding| {
-                let whole = holds_all(from, &holding)?;
-                Ok((holding, whole))
+            .map(|allocation| {
+                let whole = holds_all(from, &allocation)?;
+                Ok((allocation, whole))
             })
-            .collect::<Result<_, Error>>()?;
+            .collect::<Result<_, PoolError>>()?;
         Ok(Records {
-            holds: from.holds()?,
-            holdings,
+            holds: from.workload_holds()?,
+            allocations,
         })
     }
 }
 
 /// Claims in `to` every attachment `from` holds, unless `dry_run`.
-pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, Error> {
+pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, PoolError> {
     let mut report = Report::default();
     for hold in &from.holds {
         if hold.container.is_none() {
@@ -155,8 +155,8 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
             ));
         }
     }
-    for (holding, whole) in &from.holdings {
-        let owner = &holding.owner;
+    for (allocation, whole) in &from.allocations {
+        let owner = &allocation.owner;
         let who = match &owner.workload {
             Some(workload) => format!(
                 "{}/{} (node {}, workload {workload})",
@@ -164,7 +164,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
             ),
             None => format!("{}/{} (node {})", owner.id, owner.ifname, owner.node),
         };
-        let addresses = listed(&holding.held);
+        let addresses = listed(&allocation.held);
         if !whole {
             report.lines.push(format!(
                 "skipped {who}: its record lists {addresses}, which it does not all hold (a claim cut short; DEL or GC frees it)"
@@ -177,12 +177,12 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
                 .lines
                 .push(format!("conflict {who} {addresses}: {why}"));
         };
-        if let Some(there) = to.holding(
-            &holding.owner.node,
-            &holding.owner.id,
-            &holding.owner.ifname,
+        if let Some(there) = to.allocation(
+            &allocation.owner.node,
+            &allocation.owner.id,
+            &allocation.owner.ifname,
         )? {
-            if same(&there.held, &holding.held) {
+            if same(&there.held, &allocation.held) {
                 report
                     .lines
                     .push(format!("already there {who} {addresses}"));
@@ -192,7 +192,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
             continue;
         }
         let mut taken = Vec::new();
-        for h in &holding.held {
+        for h in &allocation.held {
             if let Some(other) = to.holder(h.address)?.filter(|o| !owner.owns(o)) {
                 taken.push(format!("{} is held there by {other}", h.address));
             }
@@ -203,7 +203,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
                 from.holds
                     .iter()
                     .find(|h| h.workload == *workload && h.ifname == owner.ifname),
-                to.hold(workload, &owner.ifname)?,
+                to.workload_hold(workload, &owner.ifname)?,
             ),
             None => (None, None),
         };
@@ -217,7 +217,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
                 ));
             }
         }
-        let sticky = hold.as_ref().map(|hold| Sticky {
+        let sticky = hold.as_ref().map(|hold| StickyClaim {
             workload: &hold.workload,
             sticky_for: hold.sticky_for,
             prior: there.as_ref(),
@@ -226,11 +226,11 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
             conflict(taken.join("; "));
         } else if dry_run {
             report.lines.push(format!("would import {who} {addresses}"));
-        } else if to.claim(owner, &holding.held, sticky.as_ref())?
+        } else if to.claim(owner, &allocation.held, sticky.as_ref())?
             // A claim resent after a broken connection finds its own keys.
             || to
-                .holding(&holding.owner.node, &holding.owner.id, &holding.owner.ifname)?
-                .is_some_and(|there| same(&there.held, &holding.held))
+                .allocation(&allocation.owner.node, &allocation.owner.id, &allocation.owner.ifname)?
+                .is_some_and(|there| same(&there.held, &allocation.held))
         {
             report.lines.push(format!("imported {who} {addresses}"));
         } else {
@@ -241,7 +241,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, E
 }
 
 /// `POOL/ADDRESS, …`.
-fn listed(held: &[Held]) -> String {
+fn listed(held: &[PoolAddress]) -> String {
     let each: Vec<String> = held
         .iter()
         .map(|h| format!("{}/{}", h.pool, h.address))
@@ -250,7 +250,7 @@ fn listed(held: &[Held]) -> String {
 }
 
 /// Whether two attachments hold the same addresses, in any order.
-fn same(a: &[Held], b: &[Held]) -> bool {
+fn same(a: &[PoolAddress], b: &[PoolAddress]) -> bool {
     a.len() == b.len() && a.iter().all(|h| b.contains(h))
 }
 
@@ -258,8 +258,8 @@ fn same(a: &[Held], b: &[Held]) -> bool {
 mod tests {
     use super::*;
     use crate::addr::Addr;
-    use crate::da_pool::store::fake::Fake;
-    use crate::da_pool::store::{Holding, Owner, Sticky};
+    use crate::da_pool::store::fake_store::FakeStore;
+    use crate::da_pool::store::{Allocation, Owner, StickyClaim};
 
     /// `VERB`'s options, as the command line `list` gives them.
     fn parse(list: &[&str]) -> Result<Import, String> {
@@ -295,8 +295,8 @@ mod tests {
         }
     }
 
-    fn holding_of(store: &dyn Store, id: &str) -> Option<Holding> {
-        let all = store.holdings().unwrap();
+    fn allocation_of(store: &dyn Store, id: &str) -> Option<Allocation> {
+        let all = store.allocations().unwrap();
         all.into_iter().find(|h| h.owner.id == id)
     }
 
@@ -309,8 +309,8 @@ mod tests {
         }
     }
 
-    fn held(address: &str) -> Vec<Held> {
-        vec![Held {
+    fn held(address: &str) -> Vec<PoolAddress> {
+        vec![PoolAddress {
             pool: "blue".into(),
             address: Addr::new(address.parse().unwrap()),
         }]
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn each_attachment_is_claimed_as_held_and_conflicts_are_named() {
-        let (local, cluster) = (Fake::default(), Fake::default());
+        let (local, cluster) = (FakeStore::default(), FakeStore::default());
         for (id, address) in [
             ("a", "10.1.0.2"),
             ("b", "10.1.0.3"),
@@ -343,7 +343,7 @@ mod tests {
 
         let dry = import(&Records::read(&local).unwrap(), &cluster, true).unwrap();
         assert!(
-            holding_of(&cluster, "a").is_none(),
+            allocation_of(&cluster, "a").is_none(),
             "a dry run claims nothing"
         );
         assert_eq!(
@@ -362,19 +362,19 @@ mod tests {
             ]
         );
         assert_eq!(report.conflicts, 1);
-        let a = holding_of(&cluster, "a").unwrap();
+        let a = allocation_of(&cluster, "a").unwrap();
         assert_eq!((a.owner, a.held), (owner("a", "node-a"), held("10.1.0.2")));
         assert_eq!(local.held().len(), 3, "the source is only read");
     }
 
     #[test]
     fn a_workloads_hold_comes_along_unless_another_of_its_containers_has_it_there() {
-        let (local, cluster) = (Fake::default(), Fake::default());
+        let (local, cluster) = (FakeStore::default(), FakeStore::default());
         let web = |id: &str, node: &str| Owner {
             workload: Some("db/pg-0".into()),
             ..owner(id, node)
         };
-        let sticky = Sticky {
+        let sticky = StickyClaim {
             workload: "db/pg-0",
             sticky_for: 3_600,
             prior: None,
@@ -387,14 +387,14 @@ mod tests {
             report.lines,
             ["imported c1/eth0 (node node-a, workload db/pg-0) blue/10.1.0.2"]
         );
-        let hold = cluster.hold("db/pg-0", "eth0").unwrap().unwrap();
+        let hold = cluster.workload_hold("db/pg-0", "eth0").unwrap().unwrap();
         assert_eq!(
             (hold.container.as_deref(), hold.sticky_for, hold.held),
             (Some("c1"), 3_600, held("10.1.0.2"))
         );
         // The workload runs as c2 on a node moved already: the stale c1 of
         // a node moving late must not take its hold over.
-        let (local, cluster) = (Fake::default(), Fake::default());
+        let (local, cluster) = (FakeStore::default(), FakeStore::default());
         assert!(local
             .claim(&web("c1", "node-a"), &held("10.1.0.2"), Some(&sticky))
             .unwrap());

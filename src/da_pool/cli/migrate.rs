@@ -6,12 +6,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::{cluster_of, finish, load_network};
-use crate::args::{Opt, Options, Verb};
-use crate::cni::NetConf;
-use crate::da_pool::settings::Settings;
-use crate::da_pool::store::etcd::{self, LAYOUT};
-use crate::error::Error;
+use super::{finish, local_only, read_network};
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::da_pool::error::PoolError;
+use crate::da_pool::store::{Stores, LAYOUT};
 
 /// `migrate`.
 pub(super) const VERB: Verb = Verb {
@@ -22,7 +20,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--network"),
         Opt::flag("--dry-run"),
     ],
-    operands: false,
+    operands: Operands::None,
     help: "\
 On etcd: moves the network's attachments that the previous
 version kept under one prefix to their nodes' own prefixes, each
@@ -52,12 +50,11 @@ fn options(given: &Options) -> Result<Migrate, String> {
 }
 
 /// Moves what is left of the previous layout: whether all of it moved.
-fn run(options: &Migrate) -> Result<bool, Error> {
-    let raw = load_network(&options.config, options.network.as_deref())?;
-    let net = NetConf::parse(&raw)?;
-    let settings = Settings::from_net(&net)?;
-    let client = cluster_of(&settings, &options.config, "migrate")?;
-    let store = etcd::Etcd::new(client, &net.name);
+fn run(options: &Migrate) -> Result<bool, PoolError> {
+    let (name, settings) = read_network(&options.config, options.network.as_deref())?;
+    let store = Stores::new(&settings.store)
+        .etcd(&name)?
+        .ok_or_else(|| local_only(&options.config, "migrate"))?;
     let mut out = std::io::stdout().lock();
     let verb = if options.dry_run {
         "would move"
@@ -65,10 +62,10 @@ fn run(options: &Migrate) -> Result<bool, Error> {
         "moved"
     };
     let mut changed = 0;
-    let legacy = store.legacy_holdings()?;
-    for holding in &legacy {
-        let owner = &holding.owner;
-        if !options.dry_run && !store.move_legacy(holding)? {
+    let legacy = store.legacy_allocations()?;
+    for allocation in &legacy {
+        let owner = &allocation.owner;
+        if !options.dry_run && !store.move_legacy(allocation)? {
             changed += 1;
             continue;
         }
@@ -90,8 +87,7 @@ fn run(options: &Migrate) -> Result<bool, Error> {
     }
     let _ = writeln!(
         out,
-        "network {}: {} attachment(s) {verb}; layout version {LAYOUT}",
-        net.name,
+        "network {name}: {} attachment(s) {verb}; layout version {LAYOUT}",
         legacy.len()
     );
     Ok(true)

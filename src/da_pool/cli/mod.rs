@@ -4,8 +4,9 @@
 //! `node-keeper`, `reclaim` and `readmit`, a node's registration in etcd,
 //! what a dead node held given back and the fence that puts on it lifted;
 //! `import`, the upgrade from the local store to etcd, and `migrate`, from
-//! the previous layout of etcd's keys. What they share is here: reading the network they are given,
-//! and saying how they went.
+//! the previous layout of etcd's keys. What they share is here: reading
+//! the network they are given, opening its stores, and saying how they
+//! went.
 
 mod check;
 mod import;
@@ -19,15 +20,17 @@ mod show;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::rc::Rc;
 
 use serde_json::Value;
 
-use super::settings::{parse_duration, Settings, StoreSettings};
-use super::store::{etcd, local, Held, Hold, Holding, Owner, Store};
+use super::error::PoolError;
+use super::settings::{invalid, parse_duration, Settings};
+use super::store::{Access, Allocation, Owner, PoolAddress, Store, Stores, WorkloadHold};
 use crate::args::Program;
-use crate::cni::{self, NetConf};
-use crate::error::Error;
-use crate::netd;
+use crate::cni::{NetConf, Reportable};
+use crate::etcd::EtcdClient;
+use crate::netd::{self, ConfigFileError};
 
 /// The command line.
 pub const PROGRAM: Program = Program {
@@ -82,14 +85,11 @@ const OURS: netd::Ours = netd::Ours {
 /// The configuration of the network at `path` (a file, or a directory of
 /// them, of which `network` picks one; a file of the directory that runs
 /// no ipam-da-pool is another network's, and skipped).
-fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, Error> {
-    let found = netd::scan(path, &OURS, |stdin| {
+fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, PoolError> {
+    let found = netd::scan(path, &OURS, |stdin| -> Result<String, PoolError> {
         Ok(NetConf::parse(stdin)?.name.to_owned())
     })?;
-    let fail = |reason: String| Error::ConfigFile {
-        path: path.to_owned(),
-        reason,
-    };
+    let fail = |reason: String| PoolError::from(ConfigFileError::new(path, reason));
     let mut networks = found.networks;
     if let (false, [only], Some(wanted)) = (path.is_dir(), networks.as_slice(), network) {
         if only.name != wanted {
@@ -115,43 +115,47 @@ fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, Error> {
 struct Opened {
     name: String,
     settings: Settings,
+    /// Its stores, for a step that needs the lock (sharing one etcd
+    /// client with `store`).
+    stores: Stores,
     /// Opened without its lock; `None`: a local store that never held anything.
     store: Option<Box<dyn Store>>,
 }
 
 /// The network the configuration at `config` names, its store opened
 /// without the lock.
-fn open_unlocked(config: &Path, network: Option<&str>) -> Result<Opened, Error> {
-    let raw = load_network(config, network)?;
-    let net = NetConf::parse(&raw)?;
-    let settings = Settings::from_net(&net)?;
-    let store: Option<Box<dyn Store>> = match &settings.store {
-        StoreSettings::Local { data_dir } => local::Local::open_unlocked(data_dir, &net.name)?
-            .map(|store| Box::new(store) as Box<dyn Store>),
-        StoreSettings::Etcd(cluster) => Some(Box::new(etcd::Etcd::new(
-            crate::etcd::Client::new(cluster.clone())?,
-            &net.name,
-        ))),
-    };
+fn open_unlocked(config: &Path, network: Option<&str>) -> Result<Opened, PoolError> {
+    let (name, settings) = read_network(config, network)?;
+    let stores = Stores::new(&settings.store);
+    let store = stores.existing(&name, Access::Unlocked)?;
     Ok(Opened {
-        name: net.name.clone(),
+        name,
         settings,
+        stores,
         store,
     })
 }
 
+/// The name and settings of the network the configuration at `config`
+/// names.
+fn read_network(config: &Path, network: Option<&str>) -> Result<(String, Settings), PoolError> {
+    let raw = load_network(config, network)?;
+    let net = NetConf::parse(&raw)?;
+    Ok((net.name.to_owned(), Settings::from_net(&net)?))
+}
+
 /// What `release` or `reclaim` gave back: an attachment, or a hold.
 enum Released<'a> {
-    Attachment(&'a Holding),
-    Hold(&'a Hold),
+    Attachment(&'a Allocation),
+    WorkloadHold(&'a WorkloadHold),
 }
 
 impl Released<'_> {
     /// Who held it, and what.
-    fn parts(&self) -> (Owner, &[Held]) {
+    fn parts(&self) -> (Owner, &[PoolAddress]) {
         match self {
-            Released::Attachment(holding) => (holding.owner.clone(), &holding.held),
-            Released::Hold(hold) => (hold.owner(), &hold.held),
+            Released::Attachment(allocation) => (allocation.owner.clone(), &allocation.held),
+            Released::WorkloadHold(hold) => (hold.owner(), &hold.held),
         }
     }
 
@@ -198,26 +202,24 @@ fn print_released(released: &[Released], dry_run: bool, json: bool, extra: Value
     }
 }
 
-/// The etcd cluster a network's configuration names; code 7 for a local
-/// store, which has no nodes but this one.
-fn cluster_of(
-    settings: &Settings,
-    config: &Path,
-    verb: &str,
-) -> Result<crate::etcd::Client, Error> {
-    match &settings.store {
-        StoreSettings::Etcd(cluster) => crate::etcd::Client::new(cluster.clone()),
-        StoreSettings::Local { .. } => Err(cni::Error::InvalidConfig(format!(
-            "{} keeps pools in local files, which only this node uses: {verb} needs \"ipam.pool.etcd\"",
-            config.display()
-        ))
-        .into()),
-    }
+/// The etcd cluster `stores` are kept in; code 7 for a local store, which
+/// has no nodes but this one (`config` and `verb` say which and what).
+fn cluster_of(stores: &Stores, config: &Path, verb: &str) -> Result<Rc<EtcdClient>, PoolError> {
+    stores.cluster()?.ok_or_else(|| local_only(config, verb))
+}
+
+/// Why `verb` cannot run on the configuration at `config`: its pools are
+/// in local files (code 7).
+fn local_only(config: &Path, verb: &str) -> PoolError {
+    invalid(format!(
+        "{} keeps pools in local files, which only this node uses: {verb} needs \"ipam.pool.etcd\"",
+        config.display()
+    ))
 }
 
 /// Exit 0 when all went well, 1 when something is left to settle or an
 /// error (said on stderr, with its CNI code) stopped the command.
-fn finish(outcome: Result<bool, Error>) -> ExitCode {
+fn finish(outcome: Result<bool, PoolError>) -> ExitCode {
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,

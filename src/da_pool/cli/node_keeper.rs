@@ -3,19 +3,18 @@
 
 use std::path::PathBuf;
 
-use super::{cluster_of, finish, load_network};
-use crate::args::{Opt, Options, Verb};
-use crate::cni::NetConf;
-use crate::da_pool::nodes;
-use crate::da_pool::settings::Settings;
-use crate::error::Error;
+use super::{cluster_of, finish, read_network};
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::da_pool::cluster::keeper;
+use crate::da_pool::error::PoolError;
+use crate::da_pool::store::Stores;
 
 /// `node-keeper`.
 pub(super) const VERB: Verb = Verb {
     name: "node-keeper",
     synopsis: "--config PATH [--network NAME]",
     options: &[Opt::value("--config"), Opt::value("--network")],
-    operands: false,
+    operands: Operands::None,
     help: "\
 Keeps this node (ipam.pool.node, or the name pinned at first
 use) registered in the etcd cluster the configuration names: a
@@ -43,11 +42,14 @@ fn options(given: &Options) -> Result<Keeper, String> {
 }
 
 /// Keeps the node registered until asked to stop.
-fn run(options: &Keeper) -> Result<bool, Error> {
-    let raw = load_network(&options.config, options.network.as_deref())?;
-    let settings = Settings::from_net(&NetConf::parse(&raw)?)?;
-    let client = cluster_of(&settings, &options.config, "node-keeper")?;
-    nodes::keep(
+fn run(options: &Keeper) -> Result<bool, PoolError> {
+    let (_, settings) = read_network(&options.config, options.network.as_deref())?;
+    let client = cluster_of(
+        &Stores::new(&settings.store),
+        &options.config,
+        "node-keeper",
+    )?;
+    keeper::keep(
         &client,
         &settings.node,
         settings.node_ttl,

@@ -4,15 +4,12 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::{cluster_of, finish, load_network};
-use crate::args::{Opt, Options, Verb};
-use crate::cni::NetConf;
-use crate::da_pool::nodes;
-use crate::da_pool::settings::Settings;
-use crate::da_pool::store::utc;
-use crate::da_pool::PoolError;
-use crate::error::Error;
-use crate::etcd::{Compare, Op};
+use super::{cluster_of, finish, read_network};
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::da_pool::clock::utc;
+use crate::da_pool::cluster::reclaim::readmit;
+use crate::da_pool::error::PoolError;
+use crate::da_pool::store::{fence, Stores};
 
 /// `readmit`.
 pub(super) const VERB: Verb = Verb {
@@ -24,7 +21,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--node"),
         Opt::flag("--dry-run"),
     ],
-    operands: false,
+    operands: Operands::None,
     help: "\
 On etcd: lifts the fence `reclaim` put on node NAME when it gave
 back what the node held, so that its ADDs and STATUS succeed
@@ -57,13 +54,12 @@ fn options(given: &Options) -> Result<Readmit, String> {
 }
 
 /// Lifts node's fence: whether there was one.
-fn run(options: &Readmit) -> Result<bool, Error> {
-    let raw = load_network(&options.config, options.network.as_deref())?;
-    let settings = Settings::from_net(&NetConf::parse(&raw)?)?;
-    let client = cluster_of(&settings, &options.config, "readmit")?;
+fn run(options: &Readmit) -> Result<bool, PoolError> {
+    let (_, settings) = read_network(&options.config, options.network.as_deref())?;
+    let client = cluster_of(&Stores::new(&settings.store), &options.config, "readmit")?;
     let node = &options.node;
     let mut err = std::io::stderr().lock();
-    let Some(fence) = nodes::fence(&client, node)? else {
+    let Some(fence) = fence::read(&client, node)? else {
         let _ = writeln!(
             err,
             "ipam-da-pool: node {node} is not fenced: nothing to lift"
@@ -73,21 +69,9 @@ fn run(options: &Readmit) -> Result<bool, Error> {
     let verb = if options.dry_run {
         "would lift"
     } else {
+        readmit(&client, &fence)?;
         "lifted"
     };
-    if !options.dry_run {
-        let key = nodes::node_key(&client.settings().prefix, node, "fenced");
-        let lifted = client.txn(
-            &[Compare::Unchanged(key.clone(), fence.revision)],
-            &[Op::Delete(key)],
-        )?;
-        if !lifted {
-            return Err(PoolError::Busy(format!(
-                "node {node}'s fence changed while it was lifted (reclaimed again?)"
-            ))
-            .into());
-        }
-    }
     let _ = writeln!(
         std::io::stdout(),
         "{verb} the fence on node {node} (reclaimed at {})",

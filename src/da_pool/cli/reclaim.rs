@@ -6,15 +6,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::{
-    cluster_of, dead_for, finish, load_network, print_released, Released, DEFAULT_DEAD_FOR,
+    dead_for, finish, local_only, print_released, read_network, Released, DEFAULT_DEAD_FOR,
 };
-use crate::args::{Opt, Options, Verb};
-use crate::cni::NetConf;
-use crate::da_pool::nodes;
-use crate::da_pool::settings::Settings;
-use crate::da_pool::store::{etcd, Store};
-use crate::da_pool::PoolError;
-use crate::error::Error;
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::da_pool::clock;
+use crate::da_pool::cluster::{self, first_sight, reclaim::reclaim};
+use crate::da_pool::error::PoolError;
+use crate::da_pool::store::{Store, Stores};
 
 /// `reclaim`.
 pub(super) const VERB: Verb = Verb {
@@ -29,7 +27,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::flag("--dry-run"),
         Opt::flag("--json"),
     ],
-    operands: false,
+    operands: Operands::None,
     help: "\
 On etcd: gives back what every node holds in the network whose
 keeper's registration has been gone for DURATION (15m by
@@ -78,34 +76,38 @@ fn options(given: &Options) -> Result<Reclaim, String> {
 
 /// Gives back what dead nodes (or the one named) hold, printing it:
 /// whether a node named had anything.
-fn run(options: &Reclaim) -> Result<bool, Error> {
-    let raw = load_network(&options.config, options.network.as_deref())?;
-    let net = NetConf::parse(&raw)?;
-    let settings = Settings::from_net(&net)?;
-    let client = cluster_of(&settings, &options.config, "reclaim")?;
-    let states = nodes::states(&client)?;
+fn run(options: &Reclaim) -> Result<bool, PoolError> {
+    let (name, settings) = read_network(&options.config, options.network.as_deref())?;
+    let stores = Stores::new(&settings.store);
+    let store = stores
+        .etcd(&name)?
+        .ok_or_else(|| local_only(&options.config, "reclaim"))?;
+    let mut states = cluster::states(store.client())?;
     let targets: Vec<String> = match &options.node {
         Some(node) => {
             if states.get(node).is_some_and(|s| s.alive) {
-                return Err(Error::from(PoolError::Busy(format!(
+                return Err(PoolError::Busy(format!(
                     "node {node} is registered: its keeper renews its lease, so it is alive; stop its keeper (or let its lease end) first"
-                ))));
+                )));
             }
             vec![node.clone()]
         }
-        None => nodes::dead(&client, &states, options.dead_for)?
-            .into_iter()
-            .map(|(node, _)| node)
-            .collect(),
+        None => {
+            let now = clock::now();
+            first_sight::record_first_sights(store.client(), &mut states, now)?;
+            first_sight::gone_for(&states, options.dead_for, now)
+                .into_iter()
+                .map(|(node, _)| node)
+                .collect()
+        }
     };
-    let mut store = etcd::Etcd::new(client, &net.name);
-    let (holdings, holds) = (store.holdings()?, store.holds()?);
+    let (allocations, holds) = (store.allocations()?, store.workload_holds()?);
     let mut outcomes = Vec::new();
     for node in &targets {
-        outcomes.push(nodes::reclaim(
-            &mut store,
+        outcomes.push(reclaim(
+            &store,
             node,
-            &holdings,
+            &allocations,
             &holds,
             options.dry_run,
         )?);
@@ -113,15 +115,15 @@ fn run(options: &Reclaim) -> Result<bool, Error> {
     let released: Vec<Released> = outcomes
         .iter()
         .flat_map(|done| {
-            let holdings = done.holdings.iter().map(Released::Attachment);
-            holdings.chain(done.holds.iter().map(Released::Hold))
+            let allocations = done.allocations.iter().map(Released::Attachment);
+            allocations.chain(done.holds.iter().map(Released::WorkloadHold))
         })
         .collect();
     let skipped: usize = outcomes.iter().map(|done| done.skipped).sum();
     let fenced: Vec<&String> = targets
         .iter()
         .zip(&outcomes)
-        .filter(|(_, done)| !done.holdings.is_empty() || !done.holds.is_empty())
+        .filter(|(_, done)| !done.allocations.is_empty() || !done.holds.is_empty())
         .map(|(node, _)| node)
         .collect();
     let mut extra = serde_json::json!({"nodes": targets});
@@ -144,7 +146,7 @@ fn run(options: &Reclaim) -> Result<bool, Error> {
         );
     }
     // Nodes with records that no keeper ever registered: never judged dead.
-    let unknown: std::collections::BTreeSet<&str> = holdings
+    let unknown: std::collections::BTreeSet<&str> = allocations
         .iter()
         .map(|h| h.owner.node.as_str())
         .chain(holds.iter().map(|h| h.node.as_str()))
@@ -162,8 +164,7 @@ fn run(options: &Reclaim) -> Result<bool, Error> {
         Some(node) if released.is_empty() => {
             let _ = writeln!(
                 err,
-                "ipam-da-pool: node {node} holds nothing in network {}; nothing released",
-                net.name
+                "ipam-da-pool: node {node} holds nothing in network {name}; nothing released"
             );
             Ok(false)
         }

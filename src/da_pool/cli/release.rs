@@ -9,10 +9,9 @@ use std::path::PathBuf;
 
 use super::{finish, open_unlocked, print_released, Opened, Released};
 use crate::addr::Addr;
-use crate::args::{Opt, Options, Verb};
-use crate::da_pool::settings::{Settings, StoreSettings};
-use crate::da_pool::store::{local, Hold, Holding, Store};
-use crate::error::Error;
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::da_pool::error::PoolError;
+use crate::da_pool::store::{Access, Allocation, Store, Stores, WorkloadHold};
 
 /// `release`.
 pub(super) const VERB: Verb = Verb {
@@ -28,9 +27,9 @@ pub(super) const VERB: Verb = Verb {
         Opt::flag("--dry-run"),
         Opt::flag("--json"),
     ],
-    operands: true,
+    operands: Operands::Listed,
     help: "\
-Gives back what the attachments holding ADDRESS, of container
+Gives back what the attachments allocation ADDRESS, of container
 ID (on interface IF), of node NAME (one decommissioned) or of
 workload NAME (as sticky names it: NAMESPACE/NAME) hold, with
 the holds of their workloads, and the holds that keep ADDRESS,
@@ -68,21 +67,23 @@ impl std::fmt::Display for Chosen {
 }
 
 impl Chosen {
-    fn matches(&self, holding: &Holding) -> bool {
+    fn matches(&self, allocation: &Allocation) -> bool {
         match self {
-            Chosen::Address(address) => holding.held.iter().any(|h| h.address == *address),
+            Chosen::Address(address) => allocation.held.iter().any(|h| h.address == *address),
             Chosen::Container { id, ifname } => {
-                holding.owner.id == *id
-                    && ifname.as_ref().is_none_or(|i| holding.owner.ifname == *i)
+                allocation.owner.id == *id
+                    && ifname
+                        .as_ref()
+                        .is_none_or(|i| allocation.owner.ifname == *i)
             }
-            Chosen::Node(node) => holding.owner.node == *node,
-            Chosen::Workload(workload) => holding.owner.workload.as_ref() == Some(workload),
+            Chosen::Node(node) => allocation.owner.node == *node,
+            Chosen::Workload(workload) => allocation.owner.workload.as_ref() == Some(workload),
         }
     }
 
     /// Whether it chooses `hold` itself (a hold bound to a chosen
     /// attachment is ended with it).
-    fn matches_hold(&self, hold: &Hold) -> bool {
+    fn matches_hold(&self, hold: &WorkloadHold) -> bool {
         match self {
             Chosen::Address(address) => hold.held.iter().any(|h| h.address == *address),
             Chosen::Container { .. } => false,
@@ -136,58 +137,57 @@ fn options(given: &Options) -> Result<Release, String> {
 
 /// Releases what the chosen attachments and holds keep, one at a time,
 /// printing each: whether anything matched.
-fn run(options: &Release) -> Result<bool, Error> {
+fn run(options: &Release) -> Result<bool, PoolError> {
     // Chosen from a read without the lock; each one then released as read
     // again under it (local) or in a transaction that fails if it changed
     // meanwhile (etcd).
     let Opened {
         name,
-        settings,
-        store: shared,
+        stores,
+        store: unlocked,
+        ..
     } = open_unlocked(&options.config, options.network.as_deref())?;
-    let (holdings, holds) = match &shared {
-        Some(store) => (store.holdings()?, store.holds()?),
+    let (allocations, holds) = match &unlocked {
+        Some(store) => (store.allocations()?, store.workload_holds()?),
         None => (Vec::new(), Vec::new()),
     };
-    let chosen: Vec<&Holding> = holdings
+    let chosen: Vec<&Allocation> = allocations
         .iter()
-        .filter(|holding| options.chosen.matches(holding))
+        .filter(|allocation| options.chosen.matches(allocation))
         .collect();
     // Holds chosen themselves, or whose container's attachment is chosen.
-    let released_with = |hold: &Hold| {
+    let released_with = |hold: &WorkloadHold| {
         chosen.iter().any(|h| {
             h.owner.workload.as_ref() == Some(&hold.workload)
                 && h.owner.ifname == hold.ifname
                 && hold.container.as_ref() == Some(&h.owner.id)
         })
     };
-    let bound_alive = |hold: &Hold| {
+    let bound_alive = |hold: &WorkloadHold| {
         hold.container.as_ref().is_some_and(|id| {
-            holdings
+            allocations
                 .iter()
                 .any(|h| h.owner.id == *id && h.owner.ifname == hold.ifname)
         })
     };
-    let chosen_holds: Vec<&Hold> = holds
+    let chosen_holds: Vec<&WorkloadHold> = holds
         .iter()
         .filter(|hold| {
             released_with(hold) || (options.chosen.matches_hold(hold) && !bound_alive(hold))
         })
         .collect();
     let mut released = Vec::new();
-    for holding in &chosen {
-        if options.dry_run
-            || with_store(&settings, &name, &shared, |s| release_as_read(s, holding))?
-        {
-            released.push(Released::Attachment(holding));
+    for allocation in &chosen {
+        if options.dry_run || in_one_step(&stores, &name, |s| release_as_read(s, allocation))? {
+            released.push(Released::Attachment(allocation));
         }
     }
     for hold in &chosen_holds {
         let ended = options.dry_run
-            || with_store(&settings, &name, &shared, |store| {
+            || in_one_step(&stores, &name, |store| {
                 // As it is now: releasing its container's attachment
                 // released it too.
-                match store.hold(&hold.workload, &hold.ifname)? {
+                match store.workload_hold(&hold.workload, &hold.ifname)? {
                     Some(now)
                         if now.held == hold.held
                             && (now.container.is_none() || now.container == hold.container) =>
@@ -198,7 +198,7 @@ fn run(options: &Release) -> Result<bool, Error> {
                 }
             })?;
         if ended {
-            released.push(Released::Hold(hold));
+            released.push(Released::WorkloadHold(hold));
         }
     }
     print_released(
@@ -219,36 +219,32 @@ fn run(options: &Release) -> Result<bool, Error> {
     Ok(matched)
 }
 
-/// Runs `step` on the network's store for one short step: on the local
-/// store under the network's lock, taken for it alone; on etcd, as
-/// opened. `false` for a local store that has no records any more.
-fn with_store(
-    settings: &Settings,
+/// Runs `step` on network `name`'s store for one short step: on the
+/// local store under the network's lock, taken for it alone; on etcd,
+/// through the client the read used. `false` for a local store that has
+/// no records any more.
+fn in_one_step(
+    stores: &Stores,
     name: &str,
-    shared: &Option<Box<dyn Store>>,
-    step: impl FnOnce(&dyn Store) -> Result<bool, Error>,
-) -> Result<bool, Error> {
-    match &settings.store {
-        StoreSettings::Local { data_dir } => match local::Local::open_existing(data_dir, name)? {
-            Some(store) => step(&store),
-            None => Ok(false),
-        },
-        StoreSettings::Etcd(_) => match shared {
-            Some(store) => step(store.as_ref()),
-            None => Ok(false),
-        },
+    step: impl FnOnce(&dyn Store) -> Result<bool, PoolError>,
+) -> Result<bool, PoolError> {
+    match stores.existing(name, Access::Locked)? {
+        Some(store) => step(store.as_ref()),
+        None => Ok(false),
     }
 }
 
-/// Releases `holding` if the store still has it as it was read: whether
-/// it did (a holding that changed meanwhile is someone else's business).
-fn release_as_read(store: &dyn Store, holding: &Holding) -> Result<bool, Error> {
-    match store.holding(
-        &holding.owner.node,
-        &holding.owner.id,
-        &holding.owner.ifname,
+/// Releases `allocation` if the store still has it as it was read: whether
+/// it did (an allocation that changed meanwhile is someone else's business).
+fn release_as_read(store: &dyn Store, allocation: &Allocation) -> Result<bool, PoolError> {
+    match store.allocation(
+        &allocation.owner.node,
+        &allocation.owner.id,
+        &allocation.owner.ifname,
     )? {
-        Some(now) if now.held == holding.held && now.owner == holding.owner => store.release(&now),
+        Some(now) if now.held == allocation.held && now.owner == allocation.owner => {
+            store.release(&now)
+        }
         _ => Ok(false),
     }
 }

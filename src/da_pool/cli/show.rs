@@ -14,10 +14,11 @@ use serde_json::{json, Value};
 
 use super::{finish, open_unlocked, Opened};
 use crate::addr::Addr;
-use crate::args::{Opt, Options, Verb};
+use crate::args::{Operands, Opt, Options, Verb};
+use crate::da_pool::clock::utc;
+use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::Settings;
-use crate::da_pool::store::{utc, Hold, Holding, Store};
-use crate::error::Error;
+use crate::da_pool::store::{Allocation, Store, WorkloadHold};
 use crate::pools::Pool;
 
 /// `show`.
@@ -31,7 +32,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::flag("--json"),
         Opt::value("--format"),
     ],
-    operands: false,
+    operands: Operands::None,
     help: "\
 Per pool of the network: how many addresses it may give (size),
 how many are held (used) and on which node, how many are free,
@@ -88,19 +89,20 @@ fn options(given: &Options) -> Result<Show, String> {
 }
 
 /// Shows the network's pools, as asked.
-fn run(options: &Show) -> Result<bool, Error> {
+fn run(options: &Show) -> Result<bool, PoolError> {
     crate::sys::give_way();
     let Opened {
         name,
         settings,
         store,
+        ..
     } = open_unlocked(&options.config, options.network.as_deref())?;
-    let (holdings, holds) = match &store {
-        Some(store) => (store.holdings()?, store.holds()?),
+    let (allocations, holds) = match &store {
+        Some(store) => (store.allocations()?, store.workload_holds()?),
         // A local store that never held anything: every pool is free.
         None => (Vec::new(), Vec::new()),
     };
-    let reports = report(store.as_deref(), &settings, &holdings, &holds)?;
+    let reports = report(store.as_deref(), &settings, &allocations, &holds)?;
     let printed = match options.format {
         Format::Text => text(&name, &settings.node, &reports, options.addresses),
         Format::Json => format!(
@@ -181,28 +183,28 @@ impl PoolReport {
 pub fn report(
     store: Option<&dyn Store>,
     settings: &Settings,
-    holdings: &[Holding],
-    holds: &[Hold],
-) -> Result<Vec<PoolReport>, Error> {
+    allocations: &[Allocation],
+    holds: &[WorkloadHold],
+) -> Result<Vec<PoolReport>, PoolError> {
     let mut by_pool: BTreeMap<&str, Vec<HeldAddress>> = BTreeMap::new();
-    for holding in holdings {
-        for h in &holding.held {
+    for allocation in allocations {
+        for h in &allocation.held {
             by_pool.entry(&h.pool).or_default().push(HeldAddress {
                 address: h.address,
-                container_id: holding.owner.id.clone(),
-                ifname: holding.owner.ifname.clone(),
-                node: holding.owner.node.clone(),
-                workload: holding.owner.workload.clone(),
-                since: holding.since,
+                container_id: allocation.owner.id.clone(),
+                ifname: allocation.owner.ifname.clone(),
+                node: allocation.owner.node.clone(),
+                workload: allocation.owner.workload.clone(),
+                since: allocation.since,
                 until: None,
             });
         }
     }
-    let attached: HashSet<(&str, &str)> = holdings
+    let attached: HashSet<(&str, &str)> = allocations
         .iter()
         .map(|a| (a.owner.id.as_str(), a.owner.ifname.as_str()))
         .collect();
-    let listed: HashSet<Addr> = holdings
+    let listed: HashSet<Addr> = allocations
         .iter()
         .flat_map(|a| a.held.iter().map(|h| h.address))
         .collect();
@@ -425,8 +427,8 @@ fn number(count: u128) -> Value {
 mod tests {
     use super::*;
     use crate::cni::NetConf;
-    use crate::da_pool::store::fake::Fake;
-    use crate::da_pool::store::{Held, Owner};
+    use crate::da_pool::store::fake_store::FakeStore;
+    use crate::da_pool::store::{Owner, PoolAddress};
 
     /// `VERB`'s options, as the command line `list` gives them.
     fn parse(list: &[&str]) -> Result<Show, String> {
@@ -483,7 +485,7 @@ mod tests {
         .to_string();
         let net = NetConf::parse(raw.as_bytes()).unwrap();
         let settings = Settings::from_net(&net).unwrap();
-        let mut store = Fake::default();
+        let mut store = FakeStore::default();
         store
             .pools
             .insert("central".into(), json!([{"subnet": "10.9.0.0/24"}]));
@@ -494,9 +496,9 @@ mod tests {
                 node: node.into(),
                 workload: None,
             };
-            let held: Vec<Held> = held
+            let held: Vec<PoolAddress> = held
                 .iter()
-                .map(|(pool, address)| Held {
+                .map(|(pool, address)| PoolAddress {
                     pool: (*pool).into(),
                     address: Addr::new(address.parse().unwrap()),
                 })
@@ -519,11 +521,11 @@ mod tests {
                 node: "b".into(),
                 workload: Some(workload.into()),
             };
-            let held = [Held {
+            let held = [PoolAddress {
                 pool: "blue".into(),
                 address: Addr::new(address.parse().unwrap()),
             }];
-            let sticky = crate::da_pool::store::Sticky {
+            let sticky = crate::da_pool::store::StickyClaim {
                 workload,
                 sticky_for: 3_600,
                 prior: None,
@@ -532,9 +534,9 @@ mod tests {
         }
         let w2 = store.attachments.borrow()[&("w2".into(), "eth0".into())].clone();
         store.release(&w2).unwrap();
-        let holdings = store.holdings().unwrap();
-        let holds = store.holds().unwrap();
-        report(Some(&store), &settings, &holdings, &holds).unwrap()
+        let allocations = store.allocations().unwrap();
+        let holds = store.workload_holds().unwrap();
+        report(Some(&store), &settings, &allocations, &holds).unwrap()
     }
 
     #[test]

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tracing::warn;
 
-use crate::cni::{self, Command, NetConf};
-use crate::delegated::chain::{self, Chain, Delegate, Processes};
+use crate::cni::{self, Command, NetConf, Reportable};
 use crate::delegated::config::Config;
-use crate::error::Error;
+use crate::delegated::delegate::{self, Chain, Delegate, Processes};
+use crate::delegated::error::DelegatedError;
 use state::{Attachment, Network};
 
 /// What tells a plugin built on libcni 1.2 or later that CNI_NETNS being
@@ -50,7 +50,7 @@ pub(crate) struct Setup<'a> {
 
 impl<'a> Setup<'a> {
     /// Checks the request and reads the configuration.
-    pub fn new(request: &Request, stdin: &'a [u8]) -> Result<Self, Error> {
+    pub fn new(request: &Request, stdin: &'a [u8]) -> Result<Self, DelegatedError> {
         cni::check_container_id("--id", &request.id)?;
         cni::check_ifname("--ifname", &request.ifname)?;
         let config = Config::parse(stdin)?;
@@ -83,16 +83,16 @@ impl<'a> Setup<'a> {
     }
 
     /// Every delegate, looked up; the first missing one is the error.
-    pub fn find_all(&self) -> Result<Vec<Delegate>, Error> {
-        chain::all(self.find_each())
+    pub fn find_all(&self) -> Result<Vec<Delegate>, DelegatedError> {
+        delegate::all(self.find_each())
     }
 
-    fn find_each(&self) -> Vec<Result<Delegate, Error>> {
-        chain::resolve_each(&self.config.delegates, &self.path)
+    fn find_each(&self) -> Vec<Result<Delegate, DelegatedError>> {
+        delegate::resolve_each(&self.config.delegates, &self.path)
     }
 
     /// DEL on the stack, with `kept` (a result) as `prevResult` if given.
-    pub fn del(&self, kept: Option<&[u8]>) -> Result<(), Error> {
+    pub fn del(&self, kept: Option<&[u8]>) -> Result<(), DelegatedError> {
         let input = kept.map(|kept| self.config.net.with_prev_result(kept));
         match &input {
             Some(input) => self.chain(&NetConf::parse(input)?).del(self.find_each()),
@@ -101,7 +101,7 @@ impl<'a> Setup<'a> {
     }
 
     /// The network's kept attachments, locked.
-    pub fn network(&self) -> Result<Network, Error> {
+    pub fn network(&self) -> Result<Network, DelegatedError> {
         Network::lock(&state_root(&self.config), &self.config.net.name)
     }
 
@@ -112,7 +112,7 @@ impl<'a> Setup<'a> {
         network: &Network,
         attachment: &Attachment,
         result: Vec<u8>,
-    ) -> Result<Vec<u8>, Error> {
+    ) -> Result<Vec<u8>, DelegatedError> {
         match network.write(attachment, &result) {
             Ok(()) => Ok(result),
             Err(e) => {
@@ -143,7 +143,7 @@ impl<'a> Setup<'a> {
 /// its state was lost. A failed ADD keeps no state, unless the DEL before
 /// it failed too (the kept result may still hold an address). No verdict
 /// from CHECK (timeout, signal, code 11) is the answer, the state kept.
-pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
+pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, DelegatedError> {
     let setup = Setup::new(request, stdin)?;
     let network = setup.network()?;
     let attachment = attachment(request);
@@ -194,7 +194,7 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, Error> {
 /// Gives the attachment's address back (DEL, with the kept result as
 /// prevResult if there is one) and forgets it. Releasing what is not held
 /// succeeds, as DEL does; a failed DEL keeps the state, to try again.
-pub fn release(request: &Request, stdin: &[u8]) -> Result<(), Error> {
+pub fn release(request: &Request, stdin: &[u8]) -> Result<(), DelegatedError> {
     let setup = Setup::new(request, stdin)?;
     let network = setup.network()?;
     let attachment = attachment(request);
@@ -223,7 +223,7 @@ impl Protected {
 /// Keeps agent mode's attachments for `config`'s network from the GC about
 /// to run. Creates nothing; waits for the lock no longer than
 /// `ipam.timeout` when set.
-pub fn protect_from_gc(config: &Config) -> Result<Protected, Error> {
+pub fn protect_from_gc(config: &Config) -> Result<Protected, DelegatedError> {
     let mut valid: Vec<Value> = match config.net.member(VALID_ATTACHMENTS) {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|_| {
             cni::Error::InvalidConfig(format!("\"{VALID_ATTACHMENTS}\" must be an array"))
@@ -254,7 +254,7 @@ pub fn protect_from_gc(config: &Config) -> Result<Protected, Error> {
 /// Whether `netns` is the network namespace this process runs in (as
 /// libcni compares them: the same namespace file, however named).
 fn is_own_netns(netns: &str) -> bool {
-    chain::same_file(Path::new(netns), Path::new("/proc/self/ns/net"))
+    delegate::same_file(Path::new(netns), Path::new("/proc/self/ns/net"))
 }
 
 /// Where agent mode keeps its attachments for `config`.

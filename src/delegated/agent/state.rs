@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use crate::cni::{self, is_object};
-use crate::dir::Dir;
-use crate::error::Error;
+use crate::delegated::error::DelegatedError;
+use crate::dir::{Dir, DirError};
 use crate::sys::Lock;
 
 /// Where attachments are kept when `ipam.stateDir` does not say.
@@ -65,7 +65,7 @@ impl Network {
     /// `ensure` of a network cannot allocate while such a GC runs. The
     /// network's own directory is always made under the state directory's
     /// lock, the state directory under its parent's.
-    pub fn lock(root: &Path, name: &str) -> Result<Network, Error> {
+    pub fn lock(root: &Path, name: &str) -> Result<Network, DelegatedError> {
         check_directory_name(name)?;
         let path = root.join(name);
         loop {
@@ -100,7 +100,7 @@ impl Network {
     /// object (a damaged disk, a hand edit) counts as none, said in a
     /// warning: a DEL without it still frees the attachment by its ID. A
     /// link or anything but a regular file is refused.
-    pub fn read(&self, attachment: &Attachment) -> Result<Option<Vec<u8>>, Error> {
+    pub fn read(&self, attachment: &Attachment) -> Result<Option<Vec<u8>>, DelegatedError> {
         let name = attachment.file_name();
         match self
             .dir
@@ -123,50 +123,52 @@ impl Network {
     /// result or the new one, never half of one. On failure nothing of the
     /// new result is left, and no old one either: the caller gives the
     /// address back.
-    pub fn write(&self, attachment: &Attachment, result: &[u8]) -> Result<(), Error> {
+    pub fn write(&self, attachment: &Attachment, result: &[u8]) -> Result<(), DelegatedError> {
         let name = attachment.file_name();
         self.dir.replace(&name, result).map_err(|e| {
             let _ = self.dir.remove(&name);
-            self.dir.error_at(&name, e)
+            self.dir.error_at(&name, e).into()
         })
     }
 
     /// Every attachment kept for the network.
-    pub fn attachments(&self) -> Result<Vec<Attachment>, Error> {
+    pub fn attachments(&self) -> Result<Vec<Attachment>, DelegatedError> {
         list(&self.dir)
     }
 
     /// Another record of the network's (the Docker driver's pools), by a
     /// name without ':', which no attachment's file has.
-    pub fn read_record(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+    pub fn read_record(&self, name: &str) -> Result<Option<Vec<u8>>, DelegatedError> {
         debug_assert!(!name.contains(':'));
-        self.dir.read(name).map_err(|e| self.dir.error_at(name, e))
+        self.dir
+            .read(name)
+            .map_err(|e| self.dir.error_at(name, e).into())
     }
 
     /// Stores record `name`, whole, as [`Self::write`] stores a result.
-    pub fn write_record(&self, name: &str, content: &[u8]) -> Result<(), Error> {
+    pub fn write_record(&self, name: &str, content: &[u8]) -> Result<(), DelegatedError> {
         debug_assert!(!name.contains(':'));
         self.dir
             .replace(name, content)
-            .map_err(|e| self.dir.error_at(name, e))
+            .map_err(|e| self.dir.error_at(name, e).into())
     }
 
     /// Removes record `name`, durably; removing one not there is no error.
-    pub fn remove_record(&self, name: &str) -> Result<(), Error> {
+    pub fn remove_record(&self, name: &str) -> Result<(), DelegatedError> {
         debug_assert!(!name.contains(':'));
         self.dir
             .remove(name)
             .map(drop)
-            .map_err(|e| self.dir.error_at(name, e))
+            .map_err(|e| self.dir.error_at(name, e).into())
     }
 
     /// Forgets `attachment`, durably; forgetting one not kept is no error.
-    pub fn remove(&self, attachment: &Attachment) -> Result<(), Error> {
+    pub fn remove(&self, attachment: &Attachment) -> Result<(), DelegatedError> {
         let name = attachment.file_name();
         self.dir
             .remove(&name)
             .map(drop)
-            .map_err(|e| self.dir.error_at(&name, e))
+            .map_err(|e| self.dir.error_at(&name, e).into())
     }
 }
 
@@ -175,7 +177,11 @@ impl Network {
 /// network with no directory has nothing kept, and its lock is the
 /// nearest existing directory's above it (see [`Network::lock`]). Waits
 /// no longer than `timeout` when given.
-pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result<Kept, Error> {
+pub fn kept_for_gc(
+    root: &Path,
+    name: &str,
+    timeout: Option<Duration>,
+) -> Result<Kept, DelegatedError> {
     check_directory_name(name)?;
     let path = root.join(name);
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -202,7 +208,9 @@ pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result
                 }
                 // Made meanwhile: start again from there.
             }
-            Err(Error::Files { error, .. }) if error.kind() == io::ErrorKind::PermissionDenied => {
+            Err(DelegatedError::State(DirError::Io { error, .. }))
+                if error.kind() == io::ErrorKind::PermissionDenied =>
+            {
                 return Ok(Kept {
                     attachments: Vec::new(),
                     _lock: None,
@@ -216,7 +224,7 @@ pub fn kept_for_gc(root: &Path, name: &str, timeout: Option<Duration>) -> Result
 /// Refuses a network name that is not one plain path component. The
 /// configuration's name was checked against the specification's rule,
 /// which makes it one; checked again here, where it names a directory.
-fn check_directory_name(name: &str) -> Result<(), Error> {
+fn check_directory_name(name: &str) -> Result<(), DelegatedError> {
     if cni::is_identifier(name) {
         Ok(())
     } else {
@@ -230,13 +238,15 @@ fn check_directory_name(name: &str) -> Result<(), Error> {
 
 /// The network's directory under `root` (a link there refused), or `None`
 /// if it or `root` does not exist.
-fn open_network(root: &Path, name: &str) -> Result<Option<Dir>, Error> {
+fn open_network(root: &Path, name: &str) -> Result<Option<Dir>, DelegatedError> {
     let root_dir = match Dir::open(root) {
         Ok(dir) => dir,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(files_error(root, e)),
     };
-    root_dir.child(name).map_err(|e| root_dir.error_at(name, e))
+    root_dir
+        .child(name)
+        .map_err(|e| root_dir.error_at(name, e).into())
 }
 
 /// The nearest directory above the network's that exists, opened, and
@@ -247,7 +257,7 @@ struct Nearest {
 }
 
 impl Nearest {
-    fn find(network: &Path) -> Result<Nearest, Error> {
+    fn find(network: &Path) -> Result<Nearest, DelegatedError> {
         let mut missing = network.to_path_buf();
         for path in network.ancestors().skip(1) {
             match Dir::open(path) {
@@ -267,7 +277,7 @@ impl Nearest {
 }
 
 /// The attachments in a network's directory, by their files' names.
-fn list(dir: &Dir) -> Result<Vec<Attachment>, Error> {
+fn list(dir: &Dir) -> Result<Vec<Attachment>, DelegatedError> {
     let names = dir.names().map_err(|e| dir.error(e))?;
     Ok(names
         .iter()
@@ -281,11 +291,8 @@ fn list(dir: &Dir) -> Result<Vec<Attachment>, Error> {
         .collect())
 }
 
-fn files_error(path: &Path, error: io::Error) -> Error {
-    Error::Files {
-        path: path.to_owned(),
-        error,
-    }
+fn files_error(path: &Path, error: io::Error) -> DelegatedError {
+    DirError::io(path, error).into()
 }
 
 #[cfg(test)]
@@ -374,7 +381,10 @@ mod tests {
         let started = Instant::now();
         let e = kept_for_gc(&root.path(), "agents", Some(Duration::from_millis(100))).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert_eq!(e.code(), crate::error::code::TRY_AGAIN_LATER);
+        assert_eq!(
+            crate::cni::Reportable::code(&e),
+            crate::cni::code::TRY_AGAIN_LATER
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! A claim also needs its node not fenced (`PREFIX/nodes/NODE/fenced`,
-//! see `nodes`). A node's attachments are one prefix, so that its GC
+//! see `fence`). A node's attachments are one prefix, so that its GC
 //! reads its own records and no other node's. The previous layout kept
 //! every attachment at `PREFIX/networks/NETWORK/attachments/ID:IFNAME`:
 //! what is still there is read as well (and released there) until
@@ -27,14 +27,18 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use serde_json::Value;
 
-use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
+use super::fence;
+use super::records::{self, Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
+use super::Store;
 use crate::addr::Addr;
-use crate::da_pool::{nodes, PoolError};
-use crate::error::Error;
-use crate::etcd::{Client, Compare, EtcdError, Op};
+use crate::cni;
+use crate::da_pool::clock;
+use crate::da_pool::error::PoolError;
+use crate::etcd::{Compare, EtcdClient, EtcdError, Op};
 
 /// The layout's version, as `PREFIX/networks/NETWORK/layout` says once
 /// `migrate` has moved the previous one's records.
@@ -60,76 +64,87 @@ enum Record {
 }
 
 /// A network's keys in a cluster.
-pub struct Etcd {
-    client: Client,
+pub struct EtcdStore {
+    client: Rc<EtcdClient>,
     /// `PREFIX/networks/NETWORK/`.
     network: String,
-    /// What every transaction also needs to hold.
-    guard: Vec<Compare>,
-    /// What every transaction also does.
-    also: Vec<Op>,
+    /// What every change also needs and does: nothing, but in a guarded view.
+    guard: Guard,
     /// The hint of each pool as this process read it, if it did.
     hints_read: RefCell<HashMap<String, Option<Addr>>>,
 }
 
-impl Etcd {
+/// What every change of a guarded view of a store also needs to hold, and
+/// also does, in the same transaction (`reclaim`: the node's registration
+/// still absent, and the node fenced).
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    /// Conditions added to each transaction's own.
+    pub compares: Vec<Compare>,
+    /// Writes added to each transaction's own.
+    pub also: Vec<Op>,
+}
+
+impl EtcdStore {
     /// The store of network `name` on the cluster `client` reaches.
-    pub fn new(client: Client, name: &str) -> Etcd {
+    pub fn new(client: Rc<EtcdClient>, name: &str) -> EtcdStore {
         let network = format!("{}/networks/{name}/", client.settings().prefix);
-        Etcd {
+        EtcdStore {
             client,
             network,
-            guard: Vec::new(),
-            also: Vec::new(),
+            guard: Guard::default(),
             hints_read: RefCell::new(HashMap::new()),
         }
     }
 
-    /// Sets what every change from now on also needs to hold and also
-    /// does (`reclaim`: the node's registration is still absent, and the
-    /// node is fenced).
-    pub fn set_guard(&mut self, guard: Vec<Compare>, also: Vec<Op>) {
-        self.guard = guard;
-        self.also = also;
+    /// The same network's store, every change of which also needs
+    /// `guard.compares` to hold and also makes `guard.also`: a view for
+    /// the one task it is made for, which ends with it.
+    pub fn guarded(&self, guard: Guard) -> EtcdStore {
+        EtcdStore {
+            client: Rc::clone(&self.client),
+            network: self.network.clone(),
+            guard,
+            hints_read: RefCell::new(HashMap::new()),
+        }
     }
 
     /// The client the store talks through.
-    pub fn client(&self) -> &Client {
+    pub fn client(&self) -> &EtcdClient {
         &self.client
     }
 
     /// Runs `ops` if the guard and `compares` hold.
-    fn txn(&self, mut compares: Vec<Compare>, ops: &[Op]) -> Result<bool, Error> {
-        compares.extend(self.guard.iter().cloned());
-        if self.also.is_empty() {
-            return self.client.txn(&compares, ops);
+    fn txn(&self, mut compares: Vec<Compare>, ops: &[Op]) -> Result<bool, PoolError> {
+        compares.extend(self.guard.compares.iter().cloned());
+        if self.guard.also.is_empty() {
+            return Ok(self.client.txn(&compares, ops)?);
         }
         let mut ops = ops.to_vec();
-        ops.extend(self.also.iter().cloned());
-        self.client.txn(&compares, &ops)
+        ops.extend(self.guard.also.iter().cloned());
+        Ok(self.client.txn(&compares, &ops)?)
     }
 
     /// What a claim of `owner`'s needs: its node not fenced (a fence
     /// written after the ADD looked makes the claim fail).
     fn unfenced(&self, owner: &Owner) -> Compare {
-        let prefix = &self.client.settings().prefix;
-        Compare::Absent(nodes::node_key(prefix, &owner.node, "fenced"))
+        Compare::Absent(fence::key(&self.client.settings().prefix, &owner.node))
     }
 
     fn hold_key(&self, workload: &str, ifname: &str) -> Vec<u8> {
         format!(
             "{}holds/{}",
             self.network,
-            store::hold_name(workload, ifname)
+            records::hold_name(workload, ifname)
         )
         .into_bytes()
     }
 
     /// What the record of `address` says of `owner`, as read now.
-    fn record_of(&self, owner: &Owner, address: Addr) -> Result<Record, Error> {
+    fn record_of(&self, owner: &Owner, address: Addr) -> Result<Record, PoolError> {
         Ok(match self.client.get(&self.address_key(address))? {
             None => Record::Absent,
-            Some(kv) if store::read_owner(&kv.value).is_some_and(|o| owner.owns(&o)) => {
+            Some(kv) if records::read_owner(&kv.value).is_some_and(|o| owner.owns(&o)) => {
                 Record::Owned(kv.mod_revision)
             }
             Some(_) => Record::Other,
@@ -141,10 +156,10 @@ impl Etcd {
     fn give_back(
         &self,
         owner: &Owner,
-        held: &[Held],
+        held: &[PoolAddress],
         compares: &mut Vec<Compare>,
         ops: &mut Vec<Op>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), PoolError> {
         for h in held {
             if let Record::Owned(revision) = self.record_of(owner, h.address)? {
                 let key = self.address_key(h.address);
@@ -167,7 +182,7 @@ impl Etcd {
     /// it (the search went round): a node's ADDs leave a write of the
     /// hint in one of [`HINT_STEP`], and the next search starts a little
     /// before where it could, reading the same page of keys.
-    fn hint_after(&self, owner: &Owner, held: &[Held], ops: &mut Vec<Op>) {
+    fn hint_after(&self, owner: &Owner, held: &[PoolAddress], ops: &mut Vec<Op>) {
         let read = self.hints_read.borrow();
         for h in held {
             let (Some(next), Some(hint)) = (h.address.plus(1), read.get(&h.pool)) else {
@@ -194,9 +209,9 @@ impl Etcd {
     fn claim_for_workload(
         &self,
         owner: &Owner,
-        held: &[Held],
-        sticky: &Sticky,
-    ) -> Result<bool, Error> {
+        held: &[PoolAddress],
+        sticky: &StickyClaim,
+    ) -> Result<bool, PoolError> {
         let owner = &sticky.owner(owner);
         let attachment = self.attachment_key(&owner.node, &owner.id, &owner.ifname);
         let hold = self.hold_key(sticky.workload, &owner.ifname);
@@ -210,10 +225,10 @@ impl Etcd {
             },
         ];
         let mut ops = vec![
-            Op::Put(attachment, store::attachment_record(owner, held)),
-            Op::Put(hold, store::hold_record(&sticky.hold(owner, held))),
+            Op::Put(attachment, records::attachment_record(owner, held)),
+            Op::Put(hold, records::hold_record(&sticky.hold_after(owner, held))),
         ];
-        let prior: &[Held] = sticky.prior.map_or(&[], |p| &p.held);
+        let prior: &[PoolAddress] = sticky.prior.map_or(&[], |p| &p.held);
         for h in held {
             let key = self.address_key(h.address);
             // Only an address the prior hold kept can be the workload's.
@@ -226,11 +241,11 @@ impl Etcd {
                 Record::Other => return Ok(false),
                 Record::Absent => {
                     compares.push(Compare::Absent(key.clone()));
-                    ops.push(Op::Put(key, store::address_record(owner, &h.pool)));
+                    ops.push(Op::Put(key, records::address_record(owner, &h.pool)));
                 }
             }
         }
-        let dropped: Vec<Held> = sticky.dropped(held).cloned().collect();
+        let dropped: Vec<PoolAddress> = sticky.dropped(held).cloned().collect();
         self.give_back(owner, &dropped, &mut compares, &mut ops)?;
         self.hint_after(owner, held, &mut ops);
         self.txn(compares, &ops)
@@ -242,7 +257,7 @@ impl Etcd {
     }
 
     fn attachment_key(&self, node: &str, id: &str, ifname: &str) -> Vec<u8> {
-        let name = store::attachment_name(id, ifname);
+        let name = records::attachment_name(id, ifname);
         format!("{}{name}", self.node_prefix(node)).into_bytes()
     }
 
@@ -251,7 +266,7 @@ impl Etcd {
         format!(
             "{}{}",
             self.legacy_prefix(),
-            store::attachment_name(id, ifname)
+            records::attachment_name(id, ifname)
         )
         .into_bytes()
     }
@@ -260,10 +275,10 @@ impl Etcd {
         format!("{}attachments/", self.network)
     }
 
-    /// Where `holding`'s record is.
-    fn key_of(&self, holding: &Holding) -> Vec<u8> {
-        let owner = &holding.owner;
-        match holding.legacy {
+    /// Where `allocation`'s record is.
+    fn key_of(&self, allocation: &Allocation) -> Vec<u8> {
+        let owner = &allocation.owner;
+        match allocation.legacy {
             true => self.legacy_key(&owner.id, &owner.ifname),
             false => self.attachment_key(&owner.node, &owner.id, &owner.ifname),
         }
@@ -271,26 +286,29 @@ impl Etcd {
 
     /// The attachments whose records are under `prefix`, each marked
     /// `legacy` or not.
-    fn read_holdings(&self, prefix: &str, legacy: bool) -> Result<Vec<Holding>, Error> {
+    fn read_allocations(&self, prefix: &str, legacy: bool) -> Result<Vec<Allocation>, PoolError> {
         let found = self.client.with_prefix(prefix.as_bytes())?;
         Ok(found
             .iter()
-            .filter_map(|kv| store::read_holding(&kv.value, kv.mod_revision))
-            .map(|holding| Holding { legacy, ..holding })
+            .filter_map(|kv| records::read_allocation(&kv.value, kv.mod_revision))
+            .map(|allocation| Allocation {
+                legacy,
+                ..allocation
+            })
             .collect())
     }
 
     /// The records of the previous layout still in the network, for
     /// `migrate`.
-    pub fn legacy_holdings(&self) -> Result<Vec<Holding>, Error> {
-        self.read_holdings(&self.legacy_prefix(), true)
+    pub fn legacy_allocations(&self) -> Result<Vec<Allocation>, PoolError> {
+        self.read_allocations(&self.legacy_prefix(), true)
     }
 
-    /// Moves `holding`, a record of the previous layout, under its node's
+    /// Moves `allocation`, a record of the previous layout, under its node's
     /// prefix, as it was read: `Ok(false)`, and nothing changed, if it
     /// changed meanwhile.
-    pub fn move_legacy(&self, holding: &Holding) -> Result<bool, Error> {
-        let owner = &holding.owner;
+    pub fn move_legacy(&self, allocation: &Allocation) -> Result<bool, PoolError> {
+        let owner = &allocation.owner;
         let from = self.legacy_key(&owner.id, &owner.ifname);
         let to = self.attachment_key(&owner.node, &owner.id, &owner.ifname);
         let Some(kv) = self.client.get(&from)? else {
@@ -298,7 +316,7 @@ impl Etcd {
         };
         self.txn(
             vec![
-                Compare::Unchanged(from.clone(), holding.revision),
+                Compare::Unchanged(from.clone(), allocation.revision),
                 Compare::Absent(to.clone()),
             ],
             &[Op::Delete(from), Op::Put(to, kv.value)],
@@ -306,12 +324,11 @@ impl Etcd {
     }
 
     /// Says the network's records are all in this layout: version 2.
-    pub fn mark_layout(&self) -> Result<(), Error> {
+    pub fn mark_layout(&self) -> Result<(), PoolError> {
         let key = format!("{}layout", self.network).into_bytes();
         let record = serde_json::json!({"version": LAYOUT}).to_string();
-        self.client
-            .txn(&[], &[Op::Put(key, record.into_bytes())])
-            .map(drop)
+        self.client.txn(&[], &[Op::Put(key, record.into_bytes())])?;
+        Ok(())
     }
 
     fn addresses_prefix(&self) -> String {
@@ -332,8 +349,13 @@ impl Etcd {
     }
 }
 
-impl Store for Etcd {
-    fn holding(&self, node: &str, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+impl Store for EtcdStore {
+    fn allocation(
+        &self,
+        node: &str,
+        id: &str,
+        ifname: &str,
+    ) -> Result<Option<Allocation>, PoolError> {
         // Both places in one request: the record is in one of them.
         let keys = [
             self.attachment_key(node, id, ifname),
@@ -345,15 +367,18 @@ impl Store for Etcd {
             .zip([false, true])
             .find_map(|(kv, legacy)| {
                 let kv = kv?;
-                let holding = store::read_holding(&kv.value, kv.mod_revision)?;
-                Some(Holding { legacy, ..holding })
+                let allocation = records::read_allocation(&kv.value, kv.mod_revision)?;
+                Some(Allocation {
+                    legacy,
+                    ..allocation
+                })
             }))
     }
 
-    fn holder(&self, address: Addr) -> Result<Option<Owner>, Error> {
+    fn holder(&self, address: Addr) -> Result<Option<Owner>, PoolError> {
         let found = self.client.get(&self.address_key(address))?;
         // A record that says no one still makes the address taken.
-        Ok(found.map(|kv| store::read_owner(&kv.value).unwrap_or_else(Owner::unknown)))
+        Ok(found.map(|kv| records::read_owner(&kv.value).unwrap_or_else(Owner::unknown)))
     }
 
     fn first_free(
@@ -361,7 +386,7 @@ impl Store for Etcd {
         from: Addr,
         to: Addr,
         gives: &dyn Fn(Addr) -> bool,
-    ) -> Result<Option<Addr>, Error> {
+    ) -> Result<Option<Addr>, PoolError> {
         let prefix = self.addresses_prefix();
         let mut end = self.address_key(to);
         // Just after `to`'s key: the read is of [from, to].
@@ -412,7 +437,7 @@ impl Store for Etcd {
         }
     }
 
-    fn hint(&self, node: &str, pool: &str) -> Result<Option<Addr>, Error> {
+    fn hint(&self, node: &str, pool: &str) -> Result<Option<Addr>, PoolError> {
         let found = self.client.get(&self.hint_key(node, pool))?;
         let after = found.and_then(|kv| {
             std::str::from_utf8(&kv.value)
@@ -426,17 +451,23 @@ impl Store for Etcd {
         Ok(after)
     }
 
-    fn noted_full(&self, pool: &str) -> Result<bool, Error> {
+    fn noted_full(&self, pool: &str) -> Result<bool, PoolError> {
         Ok(self.client.get(&self.full_key(pool))?.is_some())
     }
 
-    fn note_full(&self, pool: &str) -> Result<(), Error> {
+    fn note_full(&self, pool: &str) -> Result<(), PoolError> {
         let lease = self.client.grant_lease(FULL_FOR)?;
         let op = Op::PutLeased(self.full_key(pool), b"full".to_vec(), lease);
-        self.client.txn(&[], &[op]).map(drop)
+        self.client.txn(&[], &[op])?;
+        Ok(())
     }
 
-    fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
+    fn claim(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        sticky: Option<&StickyClaim>,
+    ) -> Result<bool, PoolError> {
         if let Some(sticky) = sticky {
             return self.claim_for_workload(owner, held, sticky);
         }
@@ -446,31 +477,31 @@ impl Store for Etcd {
             Compare::Absent(self.legacy_key(&owner.id, &owner.ifname)),
             self.unfenced(owner),
         ];
-        let mut ops = vec![Op::Put(attachment, store::attachment_record(owner, held))];
+        let mut ops = vec![Op::Put(attachment, records::attachment_record(owner, held))];
         for h in held {
             let key = self.address_key(h.address);
             compares.push(Compare::Absent(key.clone()));
-            ops.push(Op::Put(key, store::address_record(owner, &h.pool)));
+            ops.push(Op::Put(key, records::address_record(owner, &h.pool)));
         }
         self.hint_after(owner, held, &mut ops);
         self.txn(compares, &ops)
     }
 
-    fn release(&self, holding: &Holding) -> Result<bool, Error> {
-        let owner = &holding.owner;
-        let attachment = self.key_of(holding);
-        let mut compares = vec![Compare::Unchanged(attachment.clone(), holding.revision)];
+    fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {
+        let owner = &allocation.owner;
+        let attachment = self.key_of(allocation);
+        let mut compares = vec![Compare::Unchanged(attachment.clone(), allocation.revision)];
         let mut ops = vec![Op::Delete(attachment)];
         let mut kept = false;
         let mut hold_put = None;
         if let Some(workload) = &owner.workload {
             let key = self.hold_key(workload, &owner.ifname);
-            match self.hold(workload, &owner.ifname)? {
+            match self.workload_hold(workload, &owner.ifname)? {
                 Some(hold) => {
                     compares.push(Compare::Unchanged(key.clone(), hold.revision));
                     if hold.container.as_deref() == Some(owner.id.as_str()) {
-                        let released = hold.released(store::now());
-                        hold_put = Some(Op::Put(key, store::hold_record(&released)));
+                        let released = hold.released(clock::now());
+                        hold_put = Some(Op::Put(key, records::hold_record(&released)));
                     }
                     kept = true;
                 }
@@ -479,7 +510,7 @@ impl Store for Etcd {
             }
         }
         if !kept {
-            self.give_back(owner, &holding.held, &mut compares, &mut ops)?;
+            self.give_back(owner, &allocation.held, &mut compares, &mut ops)?;
         }
         let Some(put) = hold_put else {
             return self.txn(compares, &ops);
@@ -490,28 +521,32 @@ impl Store for Etcd {
             // A full etcd takes deletes only: the hold stays bound to the
             // container whose attachment goes, and so ends `stickyFor`
             // after it was bound rather than after now.
-            Err(Error::Etcd(EtcdError::NoSpace { .. })) => self.txn(compares, &deletes),
+            Err(PoolError::Etcd(EtcdError::NoSpace { .. })) => self.txn(compares, &deletes),
             done => done,
         }
     }
 
-    fn hold(&self, workload: &str, ifname: &str) -> Result<Option<Hold>, Error> {
+    fn workload_hold(
+        &self,
+        workload: &str,
+        ifname: &str,
+    ) -> Result<Option<WorkloadHold>, PoolError> {
         let found = self.client.get(&self.hold_key(workload, ifname))?;
         Ok(found
-            .and_then(|kv| store::read_hold(&kv.value, kv.mod_revision))
+            .and_then(|kv| records::read_workload_hold(&kv.value, kv.mod_revision))
             .filter(|hold| hold.workload == workload))
     }
 
-    fn holds(&self) -> Result<Vec<Hold>, Error> {
+    fn workload_holds(&self) -> Result<Vec<WorkloadHold>, PoolError> {
         let prefix = format!("{}holds/", self.network);
         let found = self.client.with_prefix(prefix.as_bytes())?;
         Ok(found
             .iter()
-            .filter_map(|kv| store::read_hold(&kv.value, kv.mod_revision))
+            .filter_map(|kv| records::read_workload_hold(&kv.value, kv.mod_revision))
             .collect())
     }
 
-    fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
+    fn end_hold(&self, hold: &WorkloadHold) -> Result<bool, PoolError> {
         let key = self.hold_key(&hold.workload, &hold.ifname);
         let mut compares = vec![Compare::Unchanged(key.clone(), hold.revision)];
         if let Some(id) = &hold.container {
@@ -527,51 +562,50 @@ impl Store for Etcd {
         self.txn(compares, &ops)
     }
 
-    fn holdings(&self) -> Result<Vec<Holding>, Error> {
-        let mut found = self.read_holdings(&format!("{}nodes/", self.network), false)?;
-        found.extend(self.legacy_holdings()?);
+    fn allocations(&self) -> Result<Vec<Allocation>, PoolError> {
+        let mut found = self.read_allocations(&format!("{}nodes/", self.network), false)?;
+        found.extend(self.legacy_allocations()?);
         Ok(found)
     }
 
-    fn holdings_of(&self, node: &str) -> Result<Vec<Holding>, Error> {
-        let mut found = self.read_holdings(&self.node_prefix(node), false)?;
+    fn allocations_of(&self, node: &str) -> Result<Vec<Allocation>, PoolError> {
+        let mut found = self.read_allocations(&self.node_prefix(node), false)?;
         // Until `migrate`, the previous layout's: every node's.
-        let legacy = self.legacy_holdings()?;
+        let legacy = self.legacy_allocations()?;
         found.extend(legacy.into_iter().filter(|h| h.owner.node == node));
         Ok(found)
     }
 
-    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {
+    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, PoolError> {
         let prefix = self.addresses_prefix();
         let found = self.client.with_prefix(prefix.as_bytes())?;
         Ok(found
             .iter()
             .filter_map(|kv| {
                 let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_bytes())?).ok()?;
-                Some((Addr::from_sortable(name)?, store::read_owner(&kv.value)))
+                Some((Addr::from_sortable(name)?, records::read_owner(&kv.value)))
             })
             .collect())
     }
 
-    fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error> {
+    fn pool_definition(&self, name: &str) -> Result<Option<Value>, PoolError> {
         let key = format!("{}/pools/{name}", self.client.settings().prefix);
         let Some(kv) = self.client.get(key.as_bytes())? else {
             return Ok(None);
         };
         serde_json::from_slice(&kv.value).map(Some).map_err(|e| {
-            crate::cni::Error::InvalidConfig(format!(
-                "pool {name:?} in etcd ({key}) is not JSON: {e}"
-            ))
-            .into()
+            cni::Error::InvalidConfig(format!("pool {name:?} in etcd ({key}) is not JSON: {e}"))
+                .into()
         })
     }
 
-    fn fenced(&self, node: &str) -> Result<Option<PoolError>, Error> {
-        Ok(nodes::fence(&self.client, node)?.map(|fence| fence.refusal()))
+    fn fenced(&self, node: &str) -> Result<Option<PoolError>, PoolError> {
+        Ok(fence::read(&self.client, node)?.map(|fence| fence.refusal()))
     }
 
-    fn ping(&self) -> Result<(), Error> {
-        self.client.get(self.network.as_bytes()).map(drop)
+    fn ping(&self) -> Result<(), PoolError> {
+        self.client.get(self.network.as_bytes())?;
+        Ok(())
     }
 
     fn is_shared(&self) -> bool {

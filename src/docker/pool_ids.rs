@@ -6,10 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::DockerError;
+use super::error::DockerError;
 use crate::addr::Subnet;
 use crate::delegated::agent::state;
-use crate::error::Error;
 
 /// The record's name in the network's state directory.
 const RECORD: &str = "docker-pools";
@@ -28,12 +27,8 @@ pub struct PoolId {
 impl PoolId {
     /// Reads `NETWORK/SUBNET[/RANGE]` (`kube/10.1.0.0/16/10.1.2.0/24`): a
     /// network name has no '/', and each subnet has exactly one.
-    pub fn parse(text: &str) -> Result<PoolId, Error> {
-        let bad = || {
-            Error::from(DockerError::Request(format!(
-                "{text:?} is not a pool of this driver"
-            )))
-        };
+    pub fn parse(text: &str) -> Result<PoolId, DockerError> {
+        let bad = || DockerError::Request(format!("{text:?} is not a pool of this driver"));
         let parts: Vec<&str> = text.split('/').collect();
         let subnet = |at: usize| {
             Subnet::parse(&format!("{}/{}", parts[at], parts[at + 1])).map_err(|_| bad())
@@ -78,30 +73,29 @@ impl fmt::Display for PoolId {
 
 /// How many of Docker's RequestPools hold each pool of a network.
 #[derive(Debug, Default)]
-pub struct Requests(BTreeMap<String, u64>);
+pub struct PoolRequests(BTreeMap<String, u64>);
 
-impl Requests {
+impl PoolRequests {
     /// The network's record; none yet is no request.
-    pub fn read(network: &state::Network) -> Result<Requests, Error> {
+    pub fn read(network: &state::Network) -> Result<PoolRequests, DockerError> {
         let Some(bytes) = network.read_record(RECORD)? else {
-            return Ok(Requests::default());
+            return Ok(PoolRequests::default());
         };
-        serde_json::from_slice(&bytes).map(Requests).map_err(|e| {
-            Error::from(DockerError::Request(format!(
+        serde_json::from_slice(&bytes).map(PoolRequests).map_err(|e| {
+            DockerError::Request(format!(
                 "the driver's record of pools ({RECORD} in the network's state directory) is damaged: {e}"
-            )))
+            ))
         })
     }
 
     /// Stores it, whole; no pool at all is no record (after `docker
     /// network rm`, the network's state holds nothing).
-    pub fn write(&self, network: &state::Network) -> Result<(), Error> {
+    pub fn write(&self, network: &state::Network) -> Result<(), DockerError> {
         if self.0.is_empty() {
-            return network.remove_record(RECORD);
+            return Ok(network.remove_record(RECORD)?);
         }
-        let bytes = serde_json::to_vec(&self.0)
-            .map_err(|e| Error::from(DockerError::Request(e.to_string())))?;
-        network.write_record(RECORD, &bytes)
+        let bytes = serde_json::to_vec(&self.0).map_err(|e| DockerError::Request(e.to_string()))?;
+        Ok(network.write_record(RECORD, &bytes)?)
     }
 
     /// Whether Docker holds `pool`.
@@ -182,7 +176,7 @@ mod tests {
             PoolId::parse("n/10.1.0.0/16").unwrap(),
             PoolId::parse("n/10.2.0.0/16").unwrap(),
         );
-        let mut requests = Requests::default();
+        let mut requests = PoolRequests::default();
         requests.add(&a);
         requests.add(&a);
         requests.add(&b);

@@ -1,6 +1,9 @@
-//! ipam-delegated: as a CNI plugin (CNI_COMMAND set), reads the environment
-//! and stdin, runs the stack and writes the one reply; otherwise, the
-//! command line of agent mode and the doctor.
+//! ipam-delegated: as a CNI plugin (CNI_COMMAND set), reads the CNI_*
+//! environment and the stdin configuration, runs each `ipam.delegates`
+//! entry in order from CNI_PATH (the `delegated::delegate` module),
+//! threading `prevResult` through the chain and rolling back with DEL on
+//! failure, and writes the one reply; otherwise, its command line (agent
+//! mode, the doctor, install, the Docker driver).
 
 use std::process::ExitCode;
 

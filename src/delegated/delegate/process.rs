@@ -12,16 +12,18 @@ use std::time::Instant;
 use tracing::{debug, warn};
 
 use super::judge::{judge, Printed};
+use super::lookup::Delegate;
+use super::runner::{Call, Runner};
 use super::supervise::{supervise, Finished, Ours};
-use super::{Call, Delegate, Runner, PARENT_VARIABLE};
 use crate::cni::Command;
-use crate::delegated::Failure;
+use crate::delegated::error::Failure;
 use crate::signals;
 use crate::sys;
 
-/// The most a delegate may print on stdout. Results are a few KiB; more
-/// than this is a broken delegate, stopped before it costs us memory.
-pub const STDOUT_CAP: usize = 4 << 20;
+/// Set in every delegate's environment, to the plugin's pid. An
+/// ipam-delegated that finds it set was started by itself: its stack names
+/// it (under another name, or as a copy), and would start itself forever.
+pub const PARENT_VARIABLE: &str = "IPAM_DELEGATED_PARENT";
 
 /// Runs delegates as processes of their own.
 #[derive(Debug)]

@@ -4,8 +4,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::delegated::StackError;
-use crate::error::Error;
+use crate::delegated::error::DelegatedError;
 use crate::sys;
 
 /// A delegate found in CNI_PATH, ready to run.
@@ -19,7 +18,7 @@ pub struct Delegate {
 
 /// Looks up every name, keeping each one's outcome in order, so that a
 /// best-effort command can run the delegates that were found.
-pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, Error>> {
+pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, DelegatedError>> {
     // Relative CNI_PATH entries resolve against the working directory, as
     // they do for runtimes (if it is gone, against the root).
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -28,20 +27,18 @@ pub fn resolve_each(names: &[String], dirs: &[PathBuf]) -> Vec<Result<Delegate, 
     names
         .iter()
         .map(|name| match find(name, &absolute) {
-            Some((path, id)) if this_plugin == Some(id) => {
-                Err(Error::from(StackError::SelfReference {
-                    name: name.clone(),
-                    how: format!("{} is the same file", path.display()),
-                }))
-            }
+            Some((path, id)) if this_plugin == Some(id) => Err(DelegatedError::SelfReference {
+                name: name.clone(),
+                how: format!("{} is the same file", path.display()),
+            }),
             Some((path, _)) => Ok(Delegate {
                 name: name.clone(),
                 path,
             }),
-            None => Err(Error::from(StackError::NotFound {
+            None => Err(DelegatedError::NotFound {
                 name: name.clone(),
                 searched: list_dirs(dirs),
-            })),
+            }),
         })
         .collect()
 }
@@ -61,7 +58,7 @@ fn find(name: &str, dirs: &[PathBuf]) -> Option<(PathBuf, (u64, u64))> {
 
 /// Every delegate of a lookup, for a command that runs none when one is
 /// missing: the first one missing is the error.
-pub fn all(found: Vec<Result<Delegate, Error>>) -> Result<Vec<Delegate>, Error> {
+pub fn all(found: Vec<Result<Delegate, DelegatedError>>) -> Result<Vec<Delegate>, DelegatedError> {
     found.into_iter().collect()
 }
 
@@ -102,7 +99,7 @@ pub fn list_dirs(dirs: &[PathBuf]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::code;
+    use crate::cni::{code, Reportable};
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
 

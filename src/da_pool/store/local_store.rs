@@ -33,11 +33,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{self as store, Held, Hold, Holding, Owner, Sticky, Store};
+use super::records::{self, Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
+use super::Store;
 use crate::addr::Addr;
-use crate::da_pool::PoolError;
-use crate::dir::{Dir, Durability};
-use crate::error::Error;
+use crate::da_pool::clock;
+use crate::da_pool::error::PoolError;
+use crate::dir::{Dir, DirError, Durability};
 use crate::sys::Lock;
 
 const ATTACHMENTS: &str = "attachments";
@@ -48,27 +49,27 @@ const HINTS: &str = "hints";
 const MOVED: &str = "moved";
 
 /// A network's files, locked.
-pub struct Local {
+pub struct LocalStore {
     network: Dir,
     /// Whether claims are synced to the disk before they count (for an
     /// address kept across reboots), rather than left to the journal.
     synced: bool,
 }
 
-impl Local {
+impl LocalStore {
     /// Opens (making it if need be) and locks network `name`'s directory
     /// under `data_dir`, waiting for any other holder unless asked to stop.
-    pub fn open(data_dir: &Path, name: &str) -> Result<Local, Error> {
+    pub fn create(data_dir: &Path, name: &str) -> Result<LocalStore, PoolError> {
         let root = Dir::open_made(data_dir).map_err(|e| files(data_dir, e))?;
         let network = root.child_made(name).map_err(|e| root.error_at(name, e))?;
         network.keep_private().map_err(|e| root.error_at(name, e))?;
-        Local::locked(network)
+        LocalStore::locked(network)
     }
 
-    /// As [`Local::open`], but `None`, and nothing made, when the network
-    /// has no directory: it holds nothing.
-    pub fn open_existing(data_dir: &Path, name: &str) -> Result<Option<Local>, Error> {
-        match Local::open_unlocked(data_dir, name)? {
+    /// As [`LocalStore::create`], but `None`, and nothing made, when the
+    /// network has no directory: it holds nothing.
+    pub fn existing(data_dir: &Path, name: &str) -> Result<Option<LocalStore>, PoolError> {
+        match LocalStore::unlocked(data_dir, name)? {
             Some(local) => {
                 local.network.lock(Lock::Exclusive, None)?;
                 Ok(Some(local))
@@ -81,23 +82,23 @@ impl Local {
     /// that no allocation waits for the reader (an operator's report):
     /// each record is read whole, as it was made. `None` when the network
     /// has no directory.
-    pub fn open_unlocked(data_dir: &Path, name: &str) -> Result<Option<Local>, Error> {
+    pub fn unlocked(data_dir: &Path, name: &str) -> Result<Option<LocalStore>, PoolError> {
         let root = match Dir::open(data_dir) {
             Ok(root) => root,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(files(data_dir, e)),
         };
         let network = root.child(name).map_err(|e| root.error_at(name, e))?;
-        Ok(network.map(|network| Local {
+        Ok(network.map(|network| LocalStore {
             network: network.with_durability(Durability::Ordered),
             synced: false,
         }))
     }
 
-    fn locked(network: Dir) -> Result<Local, Error> {
+    fn locked(network: Dir) -> Result<LocalStore, PoolError> {
         let network = network.with_durability(Durability::Ordered);
         network.lock(Lock::Exclusive, None)?;
-        Ok(Local {
+        Ok(LocalStore {
             network,
             synced: false,
         })
@@ -106,59 +107,56 @@ impl Local {
     /// The same store, its claims synced to the disk before they count
     /// when `synced` (CNI_ARGS `DURABLE=true`): a power loss can then undo
     /// none of them.
-    pub fn synced(self, synced: bool) -> Local {
-        Local { synced, ..self }
+    pub fn synced(self, synced: bool) -> LocalStore {
+        LocalStore { synced, ..self }
     }
 
     /// Record `name` in `dir`, made whole once, synced if claims are.
-    fn record(&self, dir: &Dir, name: &str, content: &[u8]) -> Result<bool, Error> {
+    fn record(&self, dir: &Dir, name: &str, content: &[u8]) -> Result<bool, PoolError> {
         let made = match self.synced {
             true => dir.create_synced(name, content),
             false => dir.create(name, content),
         };
-        made.map_err(|e| dir.error_at(name, e))
+        made.map_err(|e| dir.error_at(name, e).into())
     }
 
     /// Marks the network as moved into etcd: from now on a claim here is
     /// refused (code 11) until the node's configuration names the cluster.
-    pub fn mark_moved(&self) -> Result<(), Error> {
+    pub fn mark_moved(&self) -> Result<(), PoolError> {
         let note = b"ipam-da-pool import copied this network's reservations into etcd\n";
         self.network
             .replace(MOVED, note)
-            .map_err(|e| self.network.error_at(MOVED, e))
+            .map_err(|e| self.network.error_at(MOVED, e).into())
     }
 
     /// Sub-directory `name` of the network's, if it exists.
-    fn sub(&self, name: &str) -> Result<Option<Dir>, Error> {
+    fn sub(&self, name: &str) -> Result<Option<Dir>, PoolError> {
         self.network
             .child(name)
-            .map_err(|e| self.network.error_at(name, e))
+            .map_err(|e| self.network.error_at(name, e).into())
     }
 
     /// Sub-directory `name` of the network's, made if need be.
-    fn sub_made(&self, name: &str) -> Result<Dir, Error> {
+    fn sub_made(&self, name: &str) -> Result<Dir, PoolError> {
         self.network
             .child_made(name)
-            .map_err(|e| self.network.error_at(name, e))
+            .map_err(|e| self.network.error_at(name, e).into())
     }
 }
 
-fn files(path: &Path, error: std::io::Error) -> Error {
-    Error::Files {
-        path: path.to_owned(),
-        error,
-    }
+fn files(path: &Path, error: std::io::Error) -> PoolError {
+    DirError::io(path, error).into()
 }
 
-fn read(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>, Error> {
-    dir.read(name).map_err(|e| dir.error_at(name, e))
+fn read(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>, PoolError> {
+    dir.read(name).map_err(|e| dir.error_at(name, e).into())
 }
 
-fn remove(dir: &Dir, name: &str) -> Result<bool, Error> {
-    dir.remove(name).map_err(|e| dir.error_at(name, e))
+fn remove(dir: &Dir, name: &str) -> Result<bool, PoolError> {
+    dir.remove(name).map_err(|e| dir.error_at(name, e).into())
 }
 
-impl Local {
+impl LocalStore {
     /// A claim for a workload's container: the hold first, listing what it
     /// kept and what it takes (bound to the container), then the
     /// attachment, then each address recorded as the workload's (one it
@@ -167,19 +165,19 @@ impl Local {
     fn claim_for_workload(
         &self,
         owner: &Owner,
-        held: &[Held],
-        sticky: &Sticky,
-    ) -> Result<bool, Error> {
+        held: &[PoolAddress],
+        sticky: &StickyClaim,
+    ) -> Result<bool, PoolError> {
         let owner = &sticky.owner(owner);
         let holds = self.sub_made(HOLDS)?;
-        let name = store::hold_name(sticky.workload, &owner.ifname);
-        let on_disk = self.hold(sticky.workload, &owner.ifname)?;
+        let name = records::hold_name(sticky.workload, &owner.ifname);
+        let on_disk = self.workload_hold(sticky.workload, &owner.ifname)?;
         if on_disk.as_ref() != sticky.prior {
             return Ok(false);
         }
-        let mut both: Vec<Held> = held.to_vec();
+        let mut both: Vec<PoolAddress> = held.to_vec();
         both.extend(sticky.dropped(held).cloned());
-        let taking = store::hold_record(&sticky.hold(owner, &both));
+        let taking = records::hold_record(&sticky.hold_after(owner, &both));
         let bound = match sticky.prior {
             Some(_) => holds.replace_record(&name, &taking).map(|()| true),
             None => holds.create(&name, &taking),
@@ -189,20 +187,20 @@ impl Local {
             return Ok(false);
         }
         // Undone if the claim fails: the hold as it was.
-        let undo_hold = |holds: &Dir| -> Result<(), Error> {
+        let undo_hold = |holds: &Dir| -> Result<(), PoolError> {
             match sticky.prior {
                 Some(prior) => holds
-                    .replace_record(&name, &store::hold_record(prior))
-                    .map_err(|e| holds.error_at(&name, e)),
+                    .replace_record(&name, &records::hold_record(prior))
+                    .map_err(|e| holds.error_at(&name, e).into()),
                 None => remove(holds, &name).map(drop),
             }
         };
         let attachments = self.sub_made(ATTACHMENTS)?;
-        let attachment = store::attachment_name(&owner.id, &owner.ifname);
+        let attachment = records::attachment_name(&owner.id, &owner.ifname);
         if !self.record(
             &attachments,
             &attachment,
-            &store::attachment_record(owner, held),
+            &records::attachment_record(owner, held),
         )? {
             undo_hold(&holds)?;
             return Ok(false);
@@ -212,10 +210,13 @@ impl Local {
         for h in held {
             let address = h.address.to_string();
             let theirs = match read(&addresses, &address)? {
-                Some(record) => !store::read_owner(&record).is_some_and(|o| owner.owns(&o)),
+                Some(record) => !records::read_owner(&record).is_some_and(|o| owner.owns(&o)),
                 None => {
-                    let created =
-                        self.record(&addresses, &address, &store::address_record(owner, &h.pool))?;
+                    let created = self.record(
+                        &addresses,
+                        &address,
+                        &records::address_record(owner, &h.pool),
+                    )?;
                     if created {
                         made.push(address.clone());
                     }
@@ -231,43 +232,46 @@ impl Local {
                 return Ok(false);
             }
         }
-        let given_back: Vec<Held> = sticky.dropped(held).cloned().collect();
+        let given_back: Vec<PoolAddress> = sticky.dropped(held).cloned().collect();
         self.give_back(owner, &given_back)?;
         holds
-            .replace_record(&name, &store::hold_record(&sticky.hold(owner, held)))
+            .replace_record(
+                &name,
+                &records::hold_record(&sticky.hold_after(owner, held)),
+            )
             .map_err(|e| holds.error_at(&name, e))?;
         self.hint_after(held)?;
         Ok(true)
     }
 
-    /// Releases the workload's hold that `holding`'s container has bound:
+    /// Releases the workload's hold that `allocation`'s container has bound:
     /// whether a hold keeps its addresses (it is released for its
     /// `sticky_for`, or another container of the workload holds it now).
-    fn release_hold_of(&self, holding: &Holding, workload: &str) -> Result<bool, Error> {
-        let owner = &holding.owner;
-        let Some(hold) = self.hold(workload, &owner.ifname)? else {
+    fn release_hold_of(&self, allocation: &Allocation, workload: &str) -> Result<bool, PoolError> {
+        let owner = &allocation.owner;
+        let Some(hold) = self.workload_hold(workload, &owner.ifname)? else {
             // Ended by an operator: nothing keeps the addresses.
             return Ok(false);
         };
         if hold.container.as_deref() == Some(owner.id.as_str()) {
             let holds = self.sub_made(HOLDS)?;
-            let name = store::hold_name(workload, &owner.ifname);
+            let name = records::hold_name(workload, &owner.ifname);
             holds
-                .replace_record(&name, &store::hold_record(&hold.released(store::now())))
+                .replace_record(&name, &records::hold_record(&hold.released(clock::now())))
                 .map_err(|e| holds.error_at(&name, e))?;
         }
         Ok(true)
     }
 
     /// Removes the records of `held` that name `owner` (or its workload).
-    fn give_back(&self, owner: &Owner, held: &[Held]) -> Result<(), Error> {
+    fn give_back(&self, owner: &Owner, held: &[PoolAddress]) -> Result<(), PoolError> {
         let Some(addresses) = self.sub(ADDRESSES)? else {
             return Ok(());
         };
         for h in held {
             let address = h.address.to_string();
             let mine = read(&addresses, &address)?
-                .and_then(|record| store::read_owner(&record))
+                .and_then(|record| records::read_owner(&record))
                 .is_some_and(|o| owner.owns(&o));
             if mine {
                 remove(&addresses, &address)?;
@@ -277,7 +281,7 @@ impl Local {
     }
 
     /// Where the next search in each pool of `held` starts: just after it.
-    fn hint_after(&self, held: &[Held]) -> Result<(), Error> {
+    fn hint_after(&self, held: &[PoolAddress]) -> Result<(), PoolError> {
         let hints = self.sub_made(HINTS)?;
         for h in held {
             if let Some(next) = h.address.plus(1) {
@@ -290,22 +294,27 @@ impl Local {
     }
 }
 
-impl Store for Local {
-    fn holding(&self, _node: &str, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+impl Store for LocalStore {
+    fn allocation(
+        &self,
+        _node: &str,
+        id: &str,
+        ifname: &str,
+    ) -> Result<Option<Allocation>, PoolError> {
         // One node's records, whatever name it had when it made them.
         let Some(attachments) = self.sub(ATTACHMENTS)? else {
             return Ok(None);
         };
-        let name = store::attachment_name(id, ifname);
-        Ok(read(&attachments, &name)?.and_then(|record| store::read_holding(&record, 0)))
+        let name = records::attachment_name(id, ifname);
+        Ok(read(&attachments, &name)?.and_then(|record| records::read_allocation(&record, 0)))
     }
 
-    fn holder(&self, address: Addr) -> Result<Option<Owner>, Error> {
+    fn holder(&self, address: Addr) -> Result<Option<Owner>, PoolError> {
         let Some(dir) = self.sub(ADDRESSES)? else {
             return Ok(None);
         };
         let record = read(&dir, &address.to_string())?;
-        Ok(record.map(|record| store::read_owner(&record).unwrap_or_else(Owner::unknown)))
+        Ok(record.map(|record| records::read_owner(&record).unwrap_or_else(Owner::unknown)))
     }
 
     fn first_free(
@@ -313,7 +322,7 @@ impl Store for Local {
         from: Addr,
         to: Addr,
         gives: &dyn Fn(Addr) -> bool,
-    ) -> Result<Option<Addr>, Error> {
+    ) -> Result<Option<Addr>, PoolError> {
         let dir = self.sub(ADDRESSES)?;
         let mut candidate = from;
         loop {
@@ -335,7 +344,7 @@ impl Store for Local {
         }
     }
 
-    fn hint(&self, _node: &str, pool: &str) -> Result<Option<Addr>, Error> {
+    fn hint(&self, _node: &str, pool: &str) -> Result<Option<Addr>, PoolError> {
         let Some(hints) = self.sub(HINTS)? else {
             return Ok(None);
         };
@@ -346,31 +355,36 @@ impl Store for Local {
             .and_then(|text| Addr::from_sortable(text.trim())))
     }
 
-    fn note_full(&self, _pool: &str) -> Result<(), Error> {
+    fn note_full(&self, _pool: &str) -> Result<(), PoolError> {
         // Looking through local files again costs next to nothing.
         Ok(())
     }
 
-    fn noted_full(&self, _pool: &str) -> Result<bool, Error> {
+    fn noted_full(&self, _pool: &str) -> Result<bool, PoolError> {
         Ok(false)
     }
 
-    fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
+    fn claim(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        sticky: Option<&StickyClaim>,
+    ) -> Result<bool, PoolError> {
         if self
             .network
             .contains(MOVED)
             .map_err(|e| self.network.error(e))?
         {
-            return Err(Error::from(PoolError::Moved {
+            return Err(PoolError::Moved {
                 marker: self.network.path().join(MOVED),
-            }));
+            });
         }
         if let Some(sticky) = sticky {
             return self.claim_for_workload(owner, held, sticky);
         }
         let attachments = self.sub_made(ATTACHMENTS)?;
-        let name = store::attachment_name(&owner.id, &owner.ifname);
-        let record = store::attachment_record(owner, held);
+        let name = records::attachment_name(&owner.id, &owner.ifname);
+        let record = records::attachment_record(owner, held);
         if !self.record(&attachments, &name, &record)? {
             return Ok(false);
         }
@@ -378,7 +392,7 @@ impl Store for Local {
         let mut made: Vec<String> = Vec::new();
         for h in held {
             let address = h.address.to_string();
-            let address_record = store::address_record(owner, &h.pool);
+            let address_record = records::address_record(owner, &h.pool);
             if !self.record(&addresses, &address, &address_record)? {
                 // Taken: what this claim made is undone, the record last.
                 for address in &made {
@@ -393,65 +407,69 @@ impl Store for Local {
         Ok(true)
     }
 
-    fn release(&self, holding: &Holding) -> Result<bool, Error> {
-        let kept = match &holding.owner.workload {
-            Some(workload) => self.release_hold_of(holding, workload)?,
+    fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {
+        let kept = match &allocation.owner.workload {
+            Some(workload) => self.release_hold_of(allocation, workload)?,
             None => false,
         };
         if !kept {
-            self.give_back(&holding.owner, &holding.held)?;
+            self.give_back(&allocation.owner, &allocation.held)?;
         }
         if let Some(attachments) = self.sub(ATTACHMENTS)? {
             remove(
                 &attachments,
-                &store::attachment_name(&holding.owner.id, &holding.owner.ifname),
+                &records::attachment_name(&allocation.owner.id, &allocation.owner.ifname),
             )?;
         }
         Ok(true)
     }
 
-    fn hold(&self, workload: &str, ifname: &str) -> Result<Option<Hold>, Error> {
+    fn workload_hold(
+        &self,
+        workload: &str,
+        ifname: &str,
+    ) -> Result<Option<WorkloadHold>, PoolError> {
         let Some(holds) = self.sub(HOLDS)? else {
             return Ok(None);
         };
-        let record = read(&holds, &store::hold_name(workload, ifname))?;
+        let record = read(&holds, &records::hold_name(workload, ifname))?;
         // A name shared by two long workloads (their digests alike) is
         // the other's.
         Ok(record
-            .and_then(|record| store::read_hold(&record, 0))
+            .and_then(|record| records::read_workload_hold(&record, 0))
             .filter(|hold| hold.workload == workload))
     }
 
-    fn holds(&self) -> Result<Vec<Hold>, Error> {
+    fn workload_holds(&self) -> Result<Vec<WorkloadHold>, PoolError> {
         let Some(holds) = self.sub(HOLDS)? else {
             return Ok(Vec::new());
         };
         let mut found = Vec::new();
         for name in holds.names().map_err(|e| holds.error(e))? {
             if let Some(record) = read(&holds, &name)? {
-                found.extend(store::read_hold(&record, 0));
+                found.extend(records::read_workload_hold(&record, 0));
             }
         }
         Ok(found)
     }
 
-    fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
-        if self.hold(&hold.workload, &hold.ifname)?.as_ref() != Some(hold) {
+    fn end_hold(&self, hold: &WorkloadHold) -> Result<bool, PoolError> {
+        if self.workload_hold(&hold.workload, &hold.ifname)?.as_ref() != Some(hold) {
             return Ok(false);
         }
         if let Some(id) = &hold.container {
-            if self.holding(&hold.node, id, &hold.ifname)?.is_some() {
+            if self.allocation(&hold.node, id, &hold.ifname)?.is_some() {
                 return Ok(false);
             }
         }
         // The addresses first: the hold lists them until they are gone.
         self.give_back(&hold.owner(), &hold.held)?;
         let holds = self.sub_made(HOLDS)?;
-        remove(&holds, &store::hold_name(&hold.workload, &hold.ifname))?;
+        remove(&holds, &records::hold_name(&hold.workload, &hold.ifname))?;
         Ok(true)
     }
 
-    fn holdings(&self) -> Result<Vec<Holding>, Error> {
+    fn allocations(&self) -> Result<Vec<Allocation>, PoolError> {
         let Some(attachments) = self.sub(ATTACHMENTS)? else {
             return Ok(Vec::new());
         };
@@ -459,18 +477,18 @@ impl Store for Local {
         let mut found = Vec::new();
         for name in names {
             if let Some(record) = read(&attachments, &name)? {
-                found.extend(store::read_holding(&record, 0));
+                found.extend(records::read_allocation(&record, 0));
             }
         }
         Ok(found)
     }
 
-    fn holdings_of(&self, _node: &str) -> Result<Vec<Holding>, Error> {
+    fn allocations_of(&self, _node: &str) -> Result<Vec<Allocation>, PoolError> {
         // Every record here is this node's.
-        self.holdings()
+        self.allocations()
     }
 
-    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {
+    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, PoolError> {
         let Some(addresses) = self.sub(ADDRESSES)? else {
             return Ok(Vec::new());
         };
@@ -481,23 +499,23 @@ impl Store for Local {
                 continue;
             };
             if let Some(record) = read(&addresses, &name)? {
-                found.push((Addr::new(ip), store::read_owner(&record)));
+                found.push((Addr::new(ip), records::read_owner(&record)));
             }
         }
         Ok(found)
     }
 
-    fn pool_definition(&self, _name: &str) -> Result<Option<Value>, Error> {
+    fn pool_definition(&self, _name: &str) -> Result<Option<Value>, PoolError> {
         // Pools of a local store are the configuration's.
         Ok(None)
     }
 
-    fn fenced(&self, _node: &str) -> Result<Option<PoolError>, Error> {
+    fn fenced(&self, _node: &str) -> Result<Option<PoolError>, PoolError> {
         // One node, no reclaim: never fenced.
         Ok(None)
     }
 
-    fn ping(&self) -> Result<(), Error> {
+    fn ping(&self) -> Result<(), PoolError> {
         // Locked and open: it answers.
         Ok(())
     }

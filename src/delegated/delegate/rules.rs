@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use super::{Call, Delegate, Limits, Runner};
-use crate::cni::{self, Command, NetConf};
-use crate::delegated::Failure;
-use crate::error::Error;
+use super::lookup::Delegate;
+use super::runner::{Call, Limits, Runner};
+use crate::cni::{self, Command, NetConf, Reportable};
+use crate::delegated::error::{DelegatedError, Failure};
 
 /// A configuration's stack, run by `runner`.
 pub struct Chain<'a, R> {
@@ -56,7 +56,7 @@ impl<'a, R: Runner> Chain<'a, R> {
         stdin: &[u8],
         limits: Limits,
         buffer: Vec<u8>,
-    ) -> Result<Option<Vec<u8>>, Error> {
+    ) -> Result<Option<Vec<u8>>, DelegatedError> {
         let call = Call {
             command,
             stdin,
@@ -75,7 +75,7 @@ impl<'a, R: Runner> Chain<'a, R> {
     /// 1..=k get a DEL (see [`Self::rollback`]) and delegate k's error is
     /// the answer; if it was never started (the plugin was asked to stop
     /// first), 1..k.
-    pub fn add(&self, delegates: &[Delegate]) -> Result<Vec<u8>, Error> {
+    pub fn add(&self, delegates: &[Delegate]) -> Result<Vec<u8>, DelegatedError> {
         let mut thread = Thread::new(self.net);
         for (k, delegate) in delegates.iter().enumerate() {
             let buffer = thread.take_buffer();
@@ -118,7 +118,7 @@ impl<'a, R: Runner> Chain<'a, R> {
     /// see: DEL on every delegate, in order, the first getting the result
     /// as `prevResult`, as a runtime's DEL would. Returns the DELs that
     /// failed.
-    pub fn undo(&self, delegates: &[Delegate], result: &[u8]) -> Vec<Error> {
+    pub fn undo(&self, delegates: &[Delegate], result: &[u8]) -> Vec<DelegatedError> {
         let mut thread = Thread::new(self.net);
         thread.input = Some(self.net.with_prev_result(result));
         self.rollback(delegates, thread)
@@ -129,7 +129,7 @@ impl<'a, R: Runner> Chain<'a, R> {
     /// what the failed delegate got; then results thread as in
     /// [`Self::del`]. Failures are logged and returned, and never stop the
     /// remaining DELs.
-    fn rollback(&self, delegates: &[Delegate], mut thread: Thread) -> Vec<Error> {
+    fn rollback(&self, delegates: &[Delegate], mut thread: Thread) -> Vec<DelegatedError> {
         delegates
             .iter()
             .filter_map(|delegate| {
@@ -145,7 +145,10 @@ impl<'a, R: Runner> Chain<'a, R> {
     /// DEL, best effort: every delegate that was found runs, in order,
     /// whatever the others did. The first failure's code is the answer;
     /// all are listed.
-    pub fn del(&self, delegates: Vec<Result<Delegate, Error>>) -> Result<(), Error> {
+    pub fn del(
+        &self,
+        delegates: Vec<Result<Delegate, DelegatedError>>,
+    ) -> Result<(), DelegatedError> {
         let mut thread = Thread::new(self.net);
         let failures = delegates
             .into_iter()
@@ -157,12 +160,12 @@ impl<'a, R: Runner> Chain<'a, R> {
                     .err()
             })
             .collect();
-        Error::from_failures(failures)
+        DelegatedError::from_failures(failures)
     }
 
     /// CHECK: in order, threading results as DEL does; the first failure
     /// is the answer.
-    pub fn check(&self, delegates: &[Delegate]) -> Result<(), Error> {
+    pub fn check(&self, delegates: &[Delegate]) -> Result<(), DelegatedError> {
         let mut thread = Thread::new(self.net);
         for delegate in delegates {
             self.step(&mut thread, delegate, Command::Check, self.asked())?;
@@ -175,7 +178,11 @@ impl<'a, R: Runner> Chain<'a, R> {
     /// whatever the others did. Nothing is threaded: each delegate cleans
     /// up its own store against the runtime's list. The first failure's
     /// code is the answer; all are listed.
-    pub fn gc(&self, input: &[u8], delegates: Vec<Result<Delegate, Error>>) -> Result<(), Error> {
+    pub fn gc(
+        &self,
+        input: &[u8],
+        delegates: Vec<Result<Delegate, DelegatedError>>,
+    ) -> Result<(), DelegatedError> {
         let failures = delegates
             .into_iter()
             .filter_map(|found| {
@@ -186,13 +193,13 @@ impl<'a, R: Runner> Chain<'a, R> {
                     .err()
             })
             .collect();
-        Error::from_failures(failures)
+        DelegatedError::from_failures(failures)
     }
 
     /// STATUS (CNI 1.1): each delegate in order gets the input as it came;
     /// the first one not ready (50, 51 or any failure) is the answer, code
     /// kept.
-    pub fn status(&self, delegates: &[Delegate]) -> Result<(), Error> {
+    pub fn status(&self, delegates: &[Delegate]) -> Result<(), DelegatedError> {
         for delegate in delegates {
             self.call(
                 delegate,
@@ -214,7 +221,7 @@ impl<'a, R: Runner> Chain<'a, R> {
         delegate: &Delegate,
         command: Command,
         limits: Limits,
-    ) -> Result<(), Error> {
+    ) -> Result<(), DelegatedError> {
         let buffer = thread.take_buffer();
         if let Some(printed) = self.call(delegate, command, thread.input(), limits, buffer)? {
             thread.pass_on(printed);
@@ -266,8 +273,7 @@ impl<'a> Thread<'a> {
 mod tests {
     use super::super::fake::{delegates, Answer, Fake};
     use super::*;
-    use crate::delegated::StackError;
-    use crate::error::code;
+    use crate::cni::code;
 
     const CONFIG: &str = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"ipam-delegated","delegates":["a","b","c"]},"x":1.50}"#;
 
@@ -459,10 +465,10 @@ mod tests {
             .answer("b", Command::Del, Answer::Fails(11, "busy"));
         let found = vec![
             Ok(delegates(&["a"]).remove(0)),
-            Err(Error::from(StackError::NotFound {
+            Err(DelegatedError::NotFound {
                 name: "gone".into(),
                 searched: "/x".into(),
-            })),
+            }),
             Ok(delegates(&["b"]).remove(0)),
             Ok(delegates(&["c"]).remove(0)),
         ];
@@ -626,10 +632,10 @@ mod tests {
     fn gc_runs_the_delegates_found_and_reports_the_missing_one() {
         let (net, fake) = (net(), Fake::default());
         let found = vec![
-            Err(Error::from(StackError::NotFound {
+            Err(DelegatedError::NotFound {
                 name: "gone".into(),
                 searched: "/x".into(),
-            })),
+            }),
             Ok(delegates(&["b"]).remove(0)),
         ];
         let error = Chain::new(&net, &fake, None).gc(b"{}", found).unwrap_err();

@@ -6,9 +6,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::{Call, Delegate, Limits, Runner};
+use super::lookup::Delegate;
+use super::runner::{Call, Limits, Runner};
 use crate::cni::Command;
-use crate::delegated::Failure;
+use crate::delegated::error::Failure;
 
 /// How a fake delegate answers.
 #[derive(Debug, Clone)]

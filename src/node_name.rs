@@ -1,15 +1,37 @@
-//! This node's name when `ipam.pool.node` does not give one: the host's
-//! name at first use, pinned in a file from then on, so that a renamed
-//! host keeps the name its records and its keeper's registration are
-//! under (GC frees only its own node's records, and `reclaim` takes a
-//! silent name for a dead node).
+//! The node's name, pinned in a file: the host's name at first use, or
+//! the one an installer pins (on Kubernetes, the node's spec.nodeName),
+//! so that a renamed host keeps the name its records and its keeper's
+//! registration are under (GC frees only its own node's records, and
+//! `reclaim` takes a silent name for a dead node). The allocator reads it
+//! when `ipam.pool.node` gives none; `ipam-delegated install` pins it.
 
 use std::io;
 use std::path::Path;
 
-use crate::cni;
-use crate::dir::Dir;
-use crate::error::Error;
+use crate::cni::{self, code, Reportable};
+use crate::dir::{Dir, DirError};
+
+/// Why there is no node name to use.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeNameError {
+    /// The name pinned, the host's or the one given cannot name a node,
+    /// or the file's path is not absolute: a setting to fix.
+    #[error("invalid network configuration: {0}")]
+    Invalid(String),
+
+    /// The file cannot be read or written.
+    #[error(transparent)]
+    File(#[from] DirError),
+}
+
+impl Reportable for NodeNameError {
+    fn code(&self) -> u32 {
+        match self {
+            NodeNameError::Invalid(_) => code::INVALID_CONFIG,
+            NodeNameError::File(e) => e.code(),
+        }
+    }
+}
 
 /// Where the pinned name is kept unless `ipam.pool.nodeNameFile` says: in
 /// the local store's default directory, one file for every network of
@@ -19,13 +41,10 @@ pub const DEFAULT_NODE_NAME_FILE: &str = "/var/lib/cni/ipam-da-pool/node-name";
 /// The node's name as pinned in `file`; if there is none yet, the host's
 /// name, pinned there first. Of two first uses at once, the one whose
 /// file lands first names the node for both.
-pub fn pinned(file: &Path) -> Result<String, Error> {
+pub fn pinned(file: &Path) -> Result<String, NodeNameError> {
     let (dir, name) = split(file)?;
-    let failed = |error: io::Error| Error::Files {
-        path: file.to_owned(),
-        error,
-    };
-    let read = |dir: &Dir| -> Result<Option<String>, Error> {
+    let failed = |error: io::Error| NodeNameError::from(DirError::io(file, error));
+    let read = |dir: &Dir| -> Result<Option<String>, NodeNameError> {
         let Some(content) = dir.read(name).map_err(failed)? else {
             return Ok(None);
         };
@@ -33,7 +52,7 @@ pub fn pinned(file: &Path) -> Result<String, Error> {
         if cni::is_identifier(&text) {
             Ok(Some(text))
         } else {
-            Err(invalid(format!(
+            Err(NodeNameError::Invalid(format!(
                 "{} holds {text:?}, which {}: correct it, or set \"ipam.pool.node\"",
                 file.display(),
                 cni::IDENTIFIER_RULE
@@ -68,28 +87,24 @@ pub fn pinned(file: &Path) -> Result<String, Error> {
 
 /// Pins `name` as the node's name in `file`, over any before it: for an
 /// installer that knows the node's name from its orchestrator.
-pub fn pin(file: &Path, name: &str) -> Result<(), Error> {
+pub fn pin(file: &Path, name: &str) -> Result<(), NodeNameError> {
     if !cni::is_identifier(name) {
-        return Err(invalid(format!(
+        return Err(NodeNameError::Invalid(format!(
             "node name {name:?} {}",
             cni::IDENTIFIER_RULE
         )));
     }
     let (dir, base) = split(file)?;
-    let failed = |error: io::Error| Error::Files {
-        path: file.to_owned(),
-        error,
-    };
     Dir::open_made(dir)
         .and_then(|dir| dir.replace(base, format!("{name}\n").as_bytes()))
-        .map_err(failed)
+        .map_err(|error| DirError::io(file, error).into())
 }
 
 /// The directory and the name of `file`, an absolute path.
-fn split(file: &Path) -> Result<(&Path, &str), Error> {
+fn split(file: &Path) -> Result<(&Path, &str), NodeNameError> {
     match (file.parent(), file.file_name().and_then(|n| n.to_str())) {
         (Some(dir), Some(name)) if file.is_absolute() => Ok((dir, name)),
-        _ => Err(invalid(format!(
+        _ => Err(NodeNameError::Invalid(format!(
             "\"ipam.pool.nodeNameFile\" must be an absolute file name, not {}",
             file.display()
         ))),
@@ -97,21 +112,17 @@ fn split(file: &Path) -> Result<(&Path, &str), Error> {
 }
 
 /// The host's name, as the kernel has it now.
-fn hostname() -> Result<String, Error> {
+fn hostname() -> Result<String, NodeNameError> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_default();
     if cni::is_identifier(&name) {
         Ok(name)
     } else {
-        Err(invalid(format!(
+        Err(NodeNameError::Invalid(format!(
             "the host name {name:?} cannot name a node: set \"ipam.pool.node\""
         )))
     }
-}
-
-fn invalid(reason: String) -> Error {
-    cni::Error::InvalidConfig(reason).into()
 }
 
 #[cfg(test)]

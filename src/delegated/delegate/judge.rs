@@ -8,7 +8,7 @@ use std::process::ExitStatus;
 use serde_json::Value;
 
 use crate::cni::{self, Command};
-use crate::delegated::Failure;
+use crate::delegated::error::Failure;
 
 /// How much of a delegate's stdout an error or a warning quotes.
 const EXCERPT_LEN: usize = 512;
@@ -109,8 +109,8 @@ fn excerpt(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delegated::StackError;
-    use crate::error::{code, Error};
+    use crate::cni::{code, Reportable};
+    use crate::delegated::error::DelegatedError;
 
     fn exited(code: i32) -> ExitStatus {
         ExitStatus::from_raw(code << 8)
@@ -121,11 +121,11 @@ mod tests {
     }
 
     fn code_of(failure: Failure) -> u32 {
-        Error::from(StackError::Failed {
+        DelegatedError::Failed {
             delegate: "d".into(),
             command: Command::Add,
             failure,
-        })
+        }
         .code()
     }
 

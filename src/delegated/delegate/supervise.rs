@@ -8,11 +8,14 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use super::process::STDOUT_CAP;
-use super::Limits;
-use crate::delegated::Failure;
+use super::runner::Limits;
+use crate::delegated::error::Failure;
 use crate::signals;
 use crate::sys::{self, poll, pollfd};
+
+/// The most a delegate may print on stdout. Results are a few KiB; more
+/// than this is a broken delegate, stopped before it costs us memory.
+const STDOUT_CAP: usize = 4 << 20;
 
 /// How long a delegate may go on after a first termination request: most
 /// finish in milliseconds, and one killed mid-write can leave a torn

@@ -6,20 +6,21 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::{Held, Hold, Holding, Owner, Sticky, Store};
+use super::records::{Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
+use super::Store;
 use crate::addr::Addr;
-use crate::da_pool::PoolError;
-use crate::error::Error;
+use crate::da_pool::clock;
+use crate::da_pool::error::PoolError;
 
 /// More addresses than any test's search may look at.
 const LOOK_LIMIT: u128 = 1 << 20;
 
 /// A store in memory.
 #[derive(Default)]
-pub struct Fake {
-    pub attachments: RefCell<BTreeMap<(String, String), Holding>>,
+pub struct FakeStore {
+    pub attachments: RefCell<BTreeMap<(String, String), Allocation>>,
     pub addresses: RefCell<BTreeMap<Addr, Owner>>,
-    pub holds: RefCell<BTreeMap<(String, String), Hold>>,
+    pub holds: RefCell<BTreeMap<(String, String), WorkloadHold>>,
     pub hints: RefCell<HashMap<String, Addr>>,
     /// Pools the store defines, as etcd's `PREFIX/pools/NAME`.
     pub pools: HashMap<String, Value>,
@@ -35,7 +36,7 @@ pub struct Fake {
     pub full: RefCell<std::collections::HashSet<String>>,
 }
 
-impl Fake {
+impl FakeStore {
     /// The addresses held, as text.
     pub fn held(&self) -> Vec<String> {
         self.addresses
@@ -46,9 +47,9 @@ impl Fake {
     }
 }
 
-impl Fake {
+impl FakeStore {
     /// Removes the records of `held` that name `owner` (or its workload).
-    fn give_back(&self, owner: &Owner, held: &[Held]) {
+    fn give_back(&self, owner: &Owner, held: &[PoolAddress]) {
         let mut addresses = self.addresses.borrow_mut();
         for h in held {
             if addresses.get(&h.address).is_some_and(|o| owner.owns(o)) {
@@ -59,8 +60,13 @@ impl Fake {
     }
 }
 
-impl Store for Fake {
-    fn holding(&self, node: &str, id: &str, ifname: &str) -> Result<Option<Holding>, Error> {
+impl Store for FakeStore {
+    fn allocation(
+        &self,
+        node: &str,
+        id: &str,
+        ifname: &str,
+    ) -> Result<Option<Allocation>, PoolError> {
         // As etcd's: found under its node; a local store's have one node.
         Ok(self
             .attachments
@@ -70,7 +76,7 @@ impl Store for Fake {
             .cloned())
     }
 
-    fn holder(&self, address: Addr) -> Result<Option<Owner>, Error> {
+    fn holder(&self, address: Addr) -> Result<Option<Owner>, PoolError> {
         Ok(self.addresses.borrow().get(&address).cloned())
     }
 
@@ -79,7 +85,7 @@ impl Store for Fake {
         from: Addr,
         to: Addr,
         gives: &dyn Fn(Addr) -> bool,
-    ) -> Result<Option<Addr>, Error> {
+    ) -> Result<Option<Addr>, PoolError> {
         let addresses = self.addresses.borrow();
         let mut candidate = from;
         loop {
@@ -100,20 +106,25 @@ impl Store for Fake {
         }
     }
 
-    fn hint(&self, _node: &str, pool: &str) -> Result<Option<Addr>, Error> {
+    fn hint(&self, _node: &str, pool: &str) -> Result<Option<Addr>, PoolError> {
         Ok(self.hints.borrow().get(pool).copied())
     }
 
-    fn note_full(&self, pool: &str) -> Result<(), Error> {
+    fn note_full(&self, pool: &str) -> Result<(), PoolError> {
         self.full.borrow_mut().insert(pool.to_owned());
         Ok(())
     }
 
-    fn noted_full(&self, pool: &str) -> Result<bool, Error> {
+    fn noted_full(&self, pool: &str) -> Result<bool, PoolError> {
         Ok(self.full.borrow().contains(pool))
     }
 
-    fn claim(&self, owner: &Owner, held: &[Held], sticky: Option<&Sticky>) -> Result<bool, Error> {
+    fn claim(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        sticky: Option<&StickyClaim>,
+    ) -> Result<bool, PoolError> {
         if self.losing_claims.get() > 0 {
             self.losing_claims.set(self.losing_claims.get() - 1);
             return Ok(false);
@@ -131,7 +142,7 @@ impl Store for Fake {
             .iter()
             .enumerate()
             .any(|(i, h)| held[..i].iter().any(|e| e.address == h.address));
-        let taken = |h: &Held| {
+        let taken = |h: &PoolAddress| {
             addresses.get(&h.address).is_some_and(|o| {
                 let kept = sticky
                     .and_then(|s| s.prior)
@@ -156,9 +167,9 @@ impl Store for Fake {
                     addresses.remove(&h.address);
                 }
             }
-            let hold = Hold {
+            let hold = WorkloadHold {
                 revision: sticky.prior.map_or(1, |p| p.revision + 1),
-                ..sticky.hold(owner, held)
+                ..sticky.hold_after(owner, held)
             };
             self.holds.borrow_mut().insert(hold_key, hold);
         }
@@ -175,21 +186,21 @@ impl Store for Fake {
                 self.hints.borrow_mut().insert(h.pool.clone(), next);
             }
         }
-        let holding = Holding {
+        let allocation = Allocation {
             owner: owner.clone(),
             held: held.to_vec(),
             revision: 1,
-            since: super::now(),
+            since: clock::now(),
             legacy: false,
         };
-        self.attachments.borrow_mut().insert(key, holding);
+        self.attachments.borrow_mut().insert(key, allocation);
         Ok(true)
     }
 
-    fn release(&self, holding: &Holding) -> Result<bool, Error> {
-        let owner = &holding.owner;
+    fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {
+        let owner = &allocation.owner;
         let key = (owner.id.clone(), owner.ifname.clone());
-        if self.attachments.borrow().get(&key) != Some(holding) {
+        if self.attachments.borrow().get(&key) != Some(allocation) {
             return Ok(false);
         }
         let mut kept = false;
@@ -197,37 +208,41 @@ impl Store for Fake {
             let mut holds = self.holds.borrow_mut();
             if let Some(hold) = holds.get_mut(&(workload.clone(), owner.ifname.clone())) {
                 if hold.container.as_deref() == Some(owner.id.as_str()) {
-                    *hold = Hold {
+                    *hold = WorkloadHold {
                         revision: hold.revision + 1,
-                        ..hold.released(super::now())
+                        ..hold.released(clock::now())
                     };
                 }
                 kept = true;
             }
         }
         if !kept {
-            self.give_back(owner, &holding.held);
+            self.give_back(owner, &allocation.held);
         }
         self.attachments.borrow_mut().remove(&key);
         Ok(true)
     }
 
-    fn hold(&self, workload: &str, ifname: &str) -> Result<Option<Hold>, Error> {
+    fn workload_hold(
+        &self,
+        workload: &str,
+        ifname: &str,
+    ) -> Result<Option<WorkloadHold>, PoolError> {
         let key = (workload.to_owned(), ifname.to_owned());
         Ok(self.holds.borrow().get(&key).cloned())
     }
 
-    fn holds(&self) -> Result<Vec<Hold>, Error> {
+    fn workload_holds(&self) -> Result<Vec<WorkloadHold>, PoolError> {
         Ok(self.holds.borrow().values().cloned().collect())
     }
 
-    fn end_hold(&self, hold: &Hold) -> Result<bool, Error> {
+    fn end_hold(&self, hold: &WorkloadHold) -> Result<bool, PoolError> {
         let key = (hold.workload.clone(), hold.ifname.clone());
         if self.holds.borrow().get(&key) != Some(hold) {
             return Ok(false);
         }
         if let Some(id) = &hold.container {
-            if self.holding(&hold.node, id, &hold.ifname)?.is_some() {
+            if self.allocation(&hold.node, id, &hold.ifname)?.is_some() {
                 return Ok(false);
             }
         }
@@ -236,19 +251,19 @@ impl Store for Fake {
         Ok(true)
     }
 
-    fn holdings(&self) -> Result<Vec<Holding>, Error> {
+    fn allocations(&self) -> Result<Vec<Allocation>, PoolError> {
         Ok(self.attachments.borrow().values().cloned().collect())
     }
 
-    fn holdings_of(&self, node: &str) -> Result<Vec<Holding>, Error> {
-        let all = self.holdings()?;
+    fn allocations_of(&self, node: &str) -> Result<Vec<Allocation>, PoolError> {
+        let all = self.allocations()?;
         Ok(all
             .into_iter()
             .filter(|h| self.local || h.owner.node == node)
             .collect())
     }
 
-    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, Error> {
+    fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, PoolError> {
         Ok(self
             .addresses
             .borrow()
@@ -257,11 +272,11 @@ impl Store for Fake {
             .collect())
     }
 
-    fn pool_definition(&self, name: &str) -> Result<Option<Value>, Error> {
+    fn pool_definition(&self, name: &str) -> Result<Option<Value>, PoolError> {
         Ok(self.pools.get(name).cloned())
     }
 
-    fn fenced(&self, node: &str) -> Result<Option<PoolError>, Error> {
+    fn fenced(&self, node: &str) -> Result<Option<PoolError>, PoolError> {
         Ok(self
             .fences
             .borrow()
@@ -270,7 +285,7 @@ impl Store for Fake {
             .map(PoolError::Fenced))
     }
 
-    fn ping(&self) -> Result<(), Error> {
+    fn ping(&self) -> Result<(), PoolError> {
         Ok(())
     }
 

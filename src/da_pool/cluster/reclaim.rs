@@ -1,0 +1,124 @@
+//! Reclaim and readmit: what a dead (or decommissioned) node held given
+//! back, each change made only while its registration is still absent and
+//! fencing the node in the same transaction; and the fence lifted once an
+//! operator has drained the node.
+
+use serde_json::json;
+
+use crate::da_pool::clock;
+use crate::da_pool::error::PoolError;
+use crate::da_pool::store::fence::{self, node_key, Fence};
+use crate::da_pool::store::{Allocation, EtcdStore, Guard, Store, WorkloadHold};
+use crate::etcd::{Compare, EtcdClient, Op};
+
+/// What `reclaim` gave back (or, dry, would give back) of one node.
+#[derive(Debug, Default)]
+pub struct Reclaimed {
+    /// The attachments released.
+    pub allocations: Vec<Allocation>,
+    /// The workloads' holds ended (those of released attachments included).
+    pub holds: Vec<WorkloadHold>,
+    /// What changed meanwhile and was left alone (the node came back, or
+    /// its runtime released it first).
+    pub skipped: usize,
+}
+
+/// Gives back, unless `dry_run`, what node `node` holds in `store`'s
+/// network (`allocations` and `holds` as read): its attachments, the
+/// holds of their workloads, and the holds it released last. Writes
+/// through a view of the store guarded for this node alone: each change
+/// made only while the node's registration is still absent, and fencing
+/// the node in the same transaction.
+pub fn reclaim(
+    store: &EtcdStore,
+    node: &str,
+    allocations: &[Allocation],
+    holds: &[WorkloadHold],
+    dry_run: bool,
+) -> Result<Reclaimed, PoolError> {
+    let prefix = &store.client().settings().prefix;
+    let fence = json!({"node": node, "at": clock::now()});
+    let store = store.guarded(Guard {
+        compares: vec![Compare::Absent(node_key(prefix, node, "alive"))],
+        also: vec![Op::Put(
+            fence::key(prefix, node),
+            fence.to_string().into_bytes(),
+        )],
+    });
+    let mut done = Reclaimed::default();
+    for allocation in allocations.iter().filter(|h| h.owner.node == node) {
+        if dry_run {
+            done.allocations.push(allocation.clone());
+            continue;
+        }
+        if store.release(allocation)? {
+            done.allocations.push(allocation.clone());
+        } else {
+            done.skipped += 1;
+        }
+    }
+    // A hold no live container has bound: its node's, released there last
+    // (those of the attachments just released among them).
+    let released = |id: &str, ifname: &str| {
+        done.allocations
+            .iter()
+            .any(|h| h.owner.id == id && h.owner.ifname == ifname)
+    };
+    let mut ending: Vec<WorkloadHold> = Vec::new();
+    for hold in holds {
+        let bound_elsewhere = match &hold.container {
+            Some(id) if !released(id, &hold.ifname) => {
+                store.allocation(&hold.node, id, &hold.ifname)?.is_some()
+            }
+            _ => false,
+        };
+        let of_node = hold.node == node
+            || hold
+                .container
+                .as_ref()
+                .is_some_and(|id| released(id, &hold.ifname));
+        if of_node && !bound_elsewhere {
+            ending.push(hold.clone());
+        }
+    }
+    for hold in ending {
+        if dry_run {
+            done.holds.push(hold);
+            continue;
+        }
+        // As it is now: releasing its attachment changed it.
+        match store.workload_hold(&hold.workload, &hold.ifname)? {
+            // Still this node's: a live node may have taken it over since.
+            Some(now)
+                if now.node == node
+                    && (now.container.is_none() || now.container == hold.container) =>
+            {
+                if store.end_hold(&now)? {
+                    done.holds.push(now);
+                } else {
+                    done.skipped += 1;
+                }
+            }
+            _ => done.skipped += 1,
+        }
+    }
+    Ok(done)
+}
+
+/// Lifts `fence`, as it was read, so that its node's ADDs and STATUS
+/// succeed again: `Busy` if it changed meanwhile (reclaimed again).
+pub fn readmit(client: &EtcdClient, fence: &Fence) -> Result<(), PoolError> {
+    let key = fence::key(&client.settings().prefix, &fence.node);
+    let lifted = client.txn(
+        &[Compare::Unchanged(key.clone(), fence.revision)],
+        &[Op::Delete(key)],
+    )?;
+    if lifted {
+        Ok(())
+    } else {
+        Err(PoolError::Busy(format!(
+            "node {}'s fence changed while it was lifted (reclaimed again?)",
+            fence.node
+        )))
+    }
+}
