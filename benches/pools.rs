@@ -557,7 +557,8 @@ fn address(n: u32) -> Ipv4Addr {
     Ipv4Addr::from(BASE + n)
 }
 
-/// The local store's records, as ipam-da-pool writes them (src/pool/local.rs).
+/// The local store's records, as ipam-da-pool writes them
+/// (src/da_pool/store/local_store.rs).
 fn fill_local(network: &Path, layout: Layout) {
     let (held, next) = layout.held();
     for dir in ["addresses", "attachments", "hints"] {
@@ -589,8 +590,8 @@ fn fill_local(network: &Path, layout: Layout) {
     .unwrap();
 }
 
-/// The etcd store's address keys (src/pool/etcd.rs), which are all a
-/// search reads, and its hint.
+/// The etcd store's address keys (src/da_pool/store/etcd_store.rs),
+/// which are all a search reads, and its hint.
 fn fill_etcd(cluster: &Cluster, network: &str, layout: Layout) {
     let (held, next) = layout.held();
     let mut pairs: Vec<(String, String)> = held

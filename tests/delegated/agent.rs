@@ -3,7 +3,7 @@
 //! two reservations for one ID), GC keeping agents' attachments, state
 //! that links cannot redirect, and plugins built on libcni 1.2.
 
-use crate::agents::{fixture_agent, Agent};
+use crate::agent_harness::{fixture_agent, Agent};
 use crate::common;
 
 use std::collections::BTreeSet;

@@ -6,7 +6,7 @@ use crate::common;
 use std::fs;
 use std::path::Path;
 
-use crate::agents::fixture_agent;
+use crate::agent_harness::fixture_agent;
 use crate::common::{config, run_cli, run_plugin, temp_dir, Answer, Env, Stack};
 use serde_json::json;
 

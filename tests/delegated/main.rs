@@ -10,8 +10,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+// Agent mode's tests, and the harness they and the command line's share.
 mod agent;
-mod agents;
+mod agent_harness;
 mod chain;
 mod cli;
 mod doctor;

@@ -1,7 +1,10 @@
 //! The documentation holds together: every relative link of every
 //! Markdown file of the repository names a file that is there, every
 //! anchor a heading of it (as GitHub makes anchors from headings), and the
-//! README's index reaches every page of docs/.
+//! README's index reaches every page of docs/; every path of the
+//! repository named for a reader (in a comment, Cargo.toml, the README,
+//! CONTRIBUTING.md or docs/) is there; and CONTRIBUTING.md's code map
+//! names every file of src/ and nothing that is not there.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
@@ -234,5 +237,238 @@ fn anchors_are_made_as_github_makes_them() {
     assert_eq!(
         links("[a](docs/x.md#y) `[b](not/a.md)`\n```\n[c](no.md)\n```\n[d]: e.md\n"),
         ["docs/x.md#y", "e.md"]
+    );
+}
+
+/// Where the repository's paths are named for readers, and the top
+/// folders a path named there starts with.
+const NAMED_IN: [&str; 4] = ["Cargo.toml", "README.md", "CONTRIBUTING.md", "docs"];
+const TOP: [&str; 9] = [
+    "src/",
+    "tests/",
+    "benches/",
+    "fixtures/",
+    "deploy/",
+    "docs/",
+    "fuzz/",
+    ".ci/",
+    ".github/",
+];
+
+/// What running makes, which a reader may be told of but the repository
+/// does not hold.
+const MADE_BY_RUNNING: [&str; 2] = ["fuzz/artifacts", "target/"];
+
+/// The Rust sources whose comments name paths, but what builds leave.
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with('.') || name == "target" {
+            continue;
+        }
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if name.ends_with(".rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// The text of `file` that speaks to a reader: the comments of a Rust
+/// source, the whole of anything else.
+fn reader_text(file: &Path) -> String {
+    let text = fs::read_to_string(file).unwrap();
+    if file.extension().is_some_and(|e| e == "rs") {
+        text.lines()
+            .filter(|line| line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        text
+    }
+}
+
+/// The repository paths `text` names: a top folder and what follows it,
+/// up to a character no path of ours has; a trailing stop is punctuation.
+fn named_paths(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in text.char_indices() {
+        let Some(top) = TOP.iter().find(|top| text[at..].starts_with(**top)) else {
+            continue;
+        };
+        // Part of a longer path (/usr/share/gocode/src/…) or a word.
+        let before = text[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || "/._-".contains(c)) {
+            continue;
+        }
+        let rest = &text[at + top.len()..];
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || "_./{},*-".contains(c)))
+            .unwrap_or(rest.len());
+        let path = format!("{top}{}", &rest[..end]);
+        found.push(path.trim_end_matches(['.', ',', ':', ';']).to_owned());
+    }
+    found
+}
+
+/// `path` with its one `{a,b}` group, if any, spelt out.
+fn expanded(path: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (path.find('{'), path.find('}')) else {
+        return vec![path.to_owned()];
+    };
+    path[open + 1..close]
+        .split(',')
+        .map(|each| format!("{}{each}{}", &path[..open], &path[close + 1..]))
+        .collect()
+}
+
+/// Whether `path` (a file, a folder, or a `*` pattern in its last part)
+/// is in the repository.
+fn exists(path: &str) -> bool {
+    let Some((dir, pattern)) = path.rsplit_once('/').filter(|_| path.contains('*')) else {
+        return root().join(path).exists();
+    };
+    let (before, after) = pattern.split_once('*').unwrap_or((pattern, ""));
+    fs::read_dir(root().join(dir)).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with(before) && name.ends_with(after)
+        })
+    })
+}
+
+#[test]
+fn every_path_named_for_a_reader_is_there() {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in ["src", "tests", "benches", "fuzz"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    for named in NAMED_IN {
+        let path = root().join(named);
+        if path.is_dir() {
+            markdown_files(&path, &mut files);
+        } else {
+            files.push(path);
+        }
+    }
+    files.sort();
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for file in &files {
+        for named in named_paths(&reader_text(file)) {
+            seen += 1;
+            if MADE_BY_RUNNING.iter().any(|made| named.starts_with(made)) {
+                continue;
+            }
+            for path in expanded(&named) {
+                if !exists(&path) {
+                    let shown = file.strip_prefix(root()).unwrap().display();
+                    missing.push(format!("{shown}: {path}"));
+                }
+            }
+        }
+    }
+    assert!(seen > 20, "only {seen} paths named: the scan reads nothing");
+    assert!(
+        missing.is_empty(),
+        "paths named that are not there:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn named_paths_are_read_as_a_reader_reads_them() {
+    let text = "see src/sys/, (src/pool/{local,etcd}.rs). /usr/share/gocode/src/github.com \
+                fixtures/conflists/*.conflist and `.ci/test`; mysrc/x";
+    assert_eq!(
+        named_paths(text),
+        [
+            "src/sys/",
+            "src/pool/{local,etcd}.rs",
+            "fixtures/conflists/*.conflist",
+            ".ci/test"
+        ]
+    );
+    assert_eq!(
+        expanded("src/pool/{local,etcd}.rs"),
+        ["src/pool/local.rs", "src/pool/etcd.rs"]
+    );
+    assert!(exists("fixtures/conflists/*.conflist") && exists("src/sys/"));
+    assert!(!exists("src/pool/local.rs") && !exists("fixtures/conflists/*.nope"));
+}
+
+/// The code map's block: the first fenced block after its heading.
+fn code_map() -> String {
+    let text = fs::read_to_string(root().join("CONTRIBUTING.md")).unwrap();
+    let after = &text[text.find("## The code map").expect("a code map")..];
+    let block = &after[after.find("```").expect("a fenced block") + 3..];
+    let block = &block[block.find('\n').unwrap() + 1..];
+    block[..block.find("```").expect("its end")].to_owned()
+}
+
+/// The paths the map names, each from the folders above it: a line whose
+/// first part (before two spaces) is a list of names, each a folder
+/// (`name/`) or a file with one of our extensions, is an entry; any
+/// other line is prose. A line indented under a folder is inside it.
+fn mapped(map: &str) -> Vec<String> {
+    const EXTENSIONS: [&str; 5] = ["rs", "toml", "lock", "md", "yml"];
+    let is_name = |word: &str| {
+        !word.is_empty()
+            && word
+                .chars()
+                .all(|c| c.is_alphanumeric() || "._-/".contains(c))
+            && (word.ends_with('/')
+                || word
+                    .rsplit_once('.')
+                    .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext)))
+    };
+    let mut above: Vec<(usize, String)> = Vec::new();
+    let mut paths = Vec::new();
+    for line in map.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let names = line.trim_start().split("  ").next().unwrap_or("").trim();
+        let names: Vec<&str> = names.split(", ").collect();
+        if !names.iter().all(|name| is_name(name)) {
+            continue;
+        }
+        above.retain(|(depth, _)| *depth < indent);
+        let parent: String = above.iter().map(|(_, dir)| dir.as_str()).collect();
+        for name in names {
+            paths.push(format!("{parent}{name}"));
+            if name.ends_with('/') {
+                above.push((indent, name.to_owned()));
+            }
+        }
+    }
+    paths
+}
+
+#[test]
+fn the_code_map_names_every_file_of_src_and_nothing_else() {
+    let paths = mapped(&code_map());
+    let missing: Vec<&String> = paths.iter().filter(|p| !root().join(p).exists()).collect();
+    assert!(
+        missing.is_empty(),
+        "the code map names {missing:?}, not there"
+    );
+    let mut sources = Vec::new();
+    rust_files(&root().join("src"), &mut sources);
+    let unnamed: Vec<String> = sources
+        .iter()
+        .map(|file| file.strip_prefix(root()).unwrap().display().to_string())
+        .filter(|file| !paths.contains(file))
+        .collect();
+    assert!(unnamed.is_empty(), "the code map leaves out {unnamed:?}");
+    assert!(
+        mapped("src/\n  a.rs, b/  prose\n    c.rs\n  prose, too\n  d.rs\nx.md")
+            == [
+                "src/",
+                "src/a.rs",
+                "src/b/",
+                "src/b/c.rs",
+                "src/d.rs",
+                "x.md"
+            ]
     );
 }
