@@ -3,7 +3,9 @@
 //! these tests create: libcni itself (what containerd's CRI plugin, CRI-O
 //! and cnitool call plugins through), podman with its CNI backend, and
 //! containerd through `ctr run --cni`. Each runs an example conflist of
-//! fixtures/conflists/ (shown in docs/runtimes.md), made private to the test.
+//! fixtures/conflists/ (shown in docs/runtimes.md), made private to the
+//! test. And deploy/kubernetes's network, as Multus runs it through libcni
+//! with Debian's macvlan on two nodes that share a network.
 //!
 //! Nothing touches this machine's own network or state: the runtimes, and
 //! so the bridges, run inside a network namespace standing in for the host,
@@ -657,6 +659,189 @@ fn libcni_does_not_wait_for_what_a_delegate_leaves_running() {
     let took = started.elapsed();
     assert!(add.status.success(), "{}", text(&add));
     assert!(took < Duration::from_secs(4), "libcni waited {took:?}");
+}
+
+/// etcd, run in a network namespace of the test's: a member of the nodes'
+/// network, as a cluster's etcd is; stopped when dropped.
+struct EtcdOnTheNetwork {
+    process: Child,
+    /// Its data directory, removed after it stops.
+    _data: TempDir,
+}
+
+impl EtcdOnTheNetwork {
+    /// One member in `ns`, its clients served on `address`:2379.
+    fn start(ns: &Netns, address: &str) -> EtcdOnTheNetwork {
+        let data = temp_dir("mvl-etcd");
+        let client = format!("http://{address}:2379");
+        let peer = "http://127.0.0.1:2380";
+        let log = fs::File::create(data.path().join("etcd.log")).unwrap();
+        let child = ns
+            .bounded("/usr/bin/etcd")
+            .args(["--data-dir", &data.path().join("m0").display().to_string()])
+            .args(["--name", "m0", "--log-level", "warn"])
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", peer])
+            .args(["--initial-advertise-peer-urls", peer])
+            .args(["--initial-cluster", &format!("m0={peer}")])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let etcd = EtcdOnTheNetwork {
+            process: child,
+            _data: data,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let health = run(ns.bounded("etcdctl").env("ETCDCTL_API", "3").args([
+                "--endpoints",
+                &client,
+                "endpoint",
+                "health",
+            ]));
+            if health.status.success() {
+                return etcd;
+            }
+            assert!(Instant::now() < deadline, "etcd: {}", text(&health));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for EtcdOnTheNetwork {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces, the runtimes and etcd-server"]
+fn the_shipped_kubernetes_network_gives_pods_of_two_nodes_one_pool_through_each_uplink() {
+    // deploy/kubernetes's network, as Multus runs it on each node: the
+    // configuration the installer writes into /etc/cni/multus/net.d,
+    // through libcni, with Debian's macvlan. Two nodes on one network
+    // name their uplink differently (eth1, ens4): macvlan, told no
+    // "master", takes each node's default-route interface.
+    let libcni = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
+    prerequisites(
+        &["go", "nsenter", "etcdctl"],
+        &[libcni, "/usr/lib/cni/macvlan", "/usr/bin/etcd"],
+    );
+    let driver = libcni_driver();
+    let lab = Lab::new("mvl");
+    std::os::unix::fs::symlink("/usr/lib/cni/macvlan", lab.path("bin/macvlan")).unwrap();
+    let pid = std::process::id();
+    let nodes = [
+        ("node-a", "eth1", "192.168.100.1"),
+        ("node-b", "ens4", "192.168.100.2"),
+    ];
+    let (veth_a, veth_b) = (format!("mvla{pid}"), format!("mvlb{pid}"));
+    ok(bounded("ip").args([
+        "-n",
+        &lab.host.0,
+        "link",
+        "add",
+        &veth_a,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &veth_b,
+    ]));
+    let mut node_ns = Vec::new();
+    for ((node, uplink, address), veth) in nodes.iter().zip([&veth_a, &veth_b]) {
+        let ns = Netns::new(format!("ipamd-mvl-{node}-{pid}"));
+        ok(bounded("ip").args([
+            "-n",
+            &lab.host.0,
+            "link",
+            "set",
+            veth,
+            "netns",
+            &ns.0,
+            "name",
+            uplink,
+        ]));
+        let ip = |args: &[&str]| ok(bounded("ip").args(["-n", &ns.0]).args(args));
+        ip(&["addr", "add", &format!("{address}/24"), "dev", uplink]);
+        ip(&["link", "set", uplink, "up"]);
+        ip(&[
+            "route",
+            "add",
+            "default",
+            "via",
+            "192.168.100.254",
+            "dev",
+            uplink,
+        ]);
+        node_ns.push(ns);
+    }
+    // The cluster's etcd, on the nodes' network (here, on node-a).
+    let _etcd = EtcdOnTheNetwork::start(&node_ns[0], "192.168.100.1");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/shared.conflist");
+    let shipped: Value = serde_json::from_str(&fs::read_to_string(shipped).unwrap()).unwrap();
+    // libcni's `command` on node `i` for its pod: as Multus runs it.
+    let libcni = |i: usize, command: &str, file: &Path, pod: &Netns| {
+        run(node_ns[i]
+            .bounded(driver.to_str().unwrap())
+            .args([command, file.to_str().unwrap(), &format!("ctr-{i}")])
+            .args([&pod.path(), "net1"])
+            .env("CNI_PATH", lab.path("bin"))
+            .env("CNI_CACHE_DIR", lab.path(&format!("libcni-cache-{i}")))
+            .env("IPAM_DELEGATED_LOG_FILE", lab.path("plugin.log"))
+            .env(
+                "LIBCNI_ARGS",
+                format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-{i}"),
+            ))
+    };
+    let mut pods = Vec::new();
+    for (i, (node, _, _)) in nodes.iter().enumerate() {
+        // As the installer writes it on the node, but for the test's etcd
+        // (no TLS), and the node's name, which the installer pins in a
+        // file that both nodes of this test would share.
+        let mut list = shipped.clone();
+        let pool = &mut list["plugins"][0]["ipam"]["pool"];
+        pool["etcd"] = json!({"endpoints": ["http://192.168.100.1:2379"], "prefix": "/ipamd-mvl"});
+        pool["node"] = json!(node);
+        let file = lab.path(&format!("{node}.conflist"));
+        fs::write(&file, list.to_string()).unwrap();
+        let pod = Netns::new(format!("ipamd-mvl-pod{i}-{pid}"));
+        let add = libcni(i, "add", &file, &pod);
+        assert!(add.status.success(), "{node}: {}", text(&add));
+        let shown = ok(bounded("ip").args(["-n", &pod.0, "-4", "-o", "addr", "show", "net1"]));
+        let address = inet(&shown).unwrap_or_default();
+        assert!(address.starts_with("192.168.100."), "{node}: {shown}");
+        // A macvlan child of the node's own uplink, whatever its name.
+        let link = ok(bounded("ip").args(["-n", &pod.0, "-d", "link", "show", "net1"]));
+        assert!(link.contains("macvlan mode bridge"), "{node}: {link}");
+        let check = libcni(i, "check", &file, &pod);
+        assert!(check.status.success(), "{node} CHECK: {}", text(&check));
+        let host = address.split('/').next().unwrap_or_default().to_owned();
+        pods.push((file, pod, host));
+    }
+    let (a, b) = (&pods[0].2, &pods[1].2);
+    assert_ne!(a, b, "one pool, never one address twice");
+    // The pods reach each other across the nodes' network...
+    let ping = |ns: &Netns, to: &str| {
+        run(ns
+            .bounded("/bin/busybox")
+            .args(["ping", "-c", "1", "-W", "2", to]))
+        .status
+        .success()
+    };
+    assert!(ping(&pods[0].1, b), "the pod on node-a cannot reach {b}");
+    assert!(ping(&pods[1].1, a), "the pod on node-b cannot reach {a}");
+    // ...but a node cannot reach its own pod through macvlan: why this is
+    // a second network (kubelet probes a pod on its first).
+    assert!(!ping(&node_ns[0], a), "node-a reached its own pod");
+    for (i, (file, pod, _)) in pods.iter().enumerate() {
+        let del = libcni(i, "del", file, pod);
+        assert!(del.status.success(), "{} DEL: {}", nodes[i].0, text(&del));
+    }
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! the Kubernetes Python client (python3-kubernetes), which refuse a
 //! field of the wrong type or a required one missing; the DaemonSet is as
 //! the README says (the installer first, the node's name from the
-//! downward API, the host's directories, every node, small requests).
+//! downward API, the host's directories, every node, small requests); the
+//! network is a second one, through Multus: a NetworkAttachmentDefinition
+//! that names the configuration the installer writes where Multus reads
+//! it, macvlan on each node's default-route interface.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -22,6 +25,12 @@ api = client.ApiClient()
 seen = {}
 for obj in yaml.safe_load_all(sys.stdin):
     kind = obj["kind"]
+    if kind == "NetworkAttachmentDefinition":
+        # Multus's own resource, which the client has no model of.
+        assert obj["apiVersion"] == "k8s.cni.cncf.io/v1", obj
+        seen[kind] = obj
+        print(kind, obj["metadata"]["name"])
+        continue
     model = {"Namespace": "V1Namespace", "ConfigMap": "V1ConfigMap", "DaemonSet": "V1DaemonSet"}[kind]
     parsed = api.deserialize(Answer(obj), model)
     seen[kind] = parsed
@@ -35,18 +44,33 @@ assert any(t.operator == "Exists" and t.key is None for t in pod.tolerations)
 install = pod.init_containers[0]
 assert "--node-name=$(NODE_NAME)" in install.args, install.args
 assert "--into=/host/opt/cni/bin" in install.args
+# Where Multus reads a network whose NetworkAttachmentDefinition has no
+# spec.config; never the runtime's own net.d.
+assert "--conf-dir=/host/etc/cni/multus/net.d" in install.args, install.args
+assert "--conflist=/config/shared.conflist" in install.args, install.args
 env = {e.name: e.value_from.field_ref.field_path for e in install.env}
 assert env == {"NODE_NAME": "spec.nodeName"}, env
 paths = sorted(v.host_path.path for v in pod.volumes if v.host_path)
-assert paths == ["/etc/cni/ipam-delegated/etcd", "/etc/cni/net.d", "/opt/cni/bin", "/var/lib/cni"], paths
+assert paths == ["/etc/cni/ipam-delegated/etcd", "/etc/cni/multus/net.d", "/opt/cni/bin", "/var/lib/cni"], paths
 keeper = pod.containers[0]
 assert keeper.command[:2] == ["/ipam-da-pool", "node-keeper"], keeper.command
 assert keeper.resources.requests == {"cpu": "5m", "memory": "16Mi"}, keeper.resources.requests
 assert keeper.image == install.image == "localhost/ipam-delegated:0.1.0", keeper.image
 config = seen["ConfigMap"]
 assert any(v.config_map and v.config_map.name == config.metadata.name for v in pod.volumes)
-conflist = json.loads(config.data["10-pods.conflist"])
-assert conflist["plugins"][0]["ipam"]["delegates"] == ["ipam-ds-static", "ipam-da-pool"]
+conflist = json.loads(config.data["shared.conflist"])
+assert keeper.command[2] == "--config=/config/shared.conflist", keeper.command
+plugin = conflist["plugins"][0]
+assert plugin["ipam"]["delegates"] == ["ipam-ds-static", "ipam-da-pool"]
+assert "etcd" in plugin["ipam"]["pool"], plugin
+# macvlan on the nodes' shared network, through each node's default-route
+# interface whatever its name there: no "master" that one node has and
+# another lacks, and no bridge claiming the pool as its own subnet.
+assert plugin["type"] == "macvlan" and "master" not in plugin, plugin
+nad = seen["NetworkAttachmentDefinition"]
+assert nad["metadata"]["name"] == conflist["name"], nad
+assert nad["metadata"]["namespace"] == "ipam-delegated", nad
+assert "spec" not in nad, nad
 "#;
 
 #[test]
@@ -76,7 +100,16 @@ fn the_manifests_render_and_parse_as_kubernetes_objects() {
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8(out.stdout).unwrap();
     let kinds: Vec<&str> = said.lines().filter_map(|l| l.split(' ').next()).collect();
-    assert_eq!(kinds, ["Namespace", "ConfigMap", "DaemonSet"], "{said}");
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ConfigMap",
+            "DaemonSet",
+            "NetworkAttachmentDefinition"
+        ],
+        "{said}"
+    );
 }
 
 /// Makes, from the rendered objects on stdin and argv (the image's tag,
@@ -92,9 +125,9 @@ import json, sys, yaml
 tag, root, endpoint, node = sys.argv[1:5]
 objects = {o["kind"]: o for o in yaml.safe_load_all(sys.stdin)}
 config = objects["ConfigMap"]
-conflist = json.loads(config["data"]["10-pods.conflist"])
+conflist = json.loads(config["data"]["shared.conflist"])
 conflist["plugins"][0]["ipam"]["pool"]["etcd"] = {"endpoints": [endpoint], "prefix": "/ipamd-kube"}
-config["data"]["10-pods.conflist"] = json.dumps(conflist)
+config["data"]["shared.conflist"] = json.dumps(conflist)
 spec = objects["DaemonSet"]["spec"]["template"]["spec"]
 for c in spec["initContainers"] + spec["containers"]:
     c["image"] = tag
@@ -136,10 +169,10 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
     .then(|| crate::common::Cgroups("libpod_parent".into()));
     let cluster = Cluster::start(1, None);
     let root = work.path().join("host");
-    // The node's own plugins, which the configuration names too.
+    // The node's own plugin, which the configuration names too.
     let bin = root.join("opt/cni/bin");
     std::fs::create_dir_all(&bin).unwrap();
-    for plugin in ["bridge", "portmap"] {
+    for plugin in ["macvlan"] {
         std::fs::write(bin.join(plugin), "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(bin.join(plugin), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -194,10 +227,10 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
     ] {
         assert!(bin.join(binary).exists(), "{binary}");
     }
-    let conflist = root.join("etc/cni/net.d/10-pods.conflist");
+    let conflist = root.join("etc/cni/multus/net.d/shared.conflist");
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&conflist).unwrap()).unwrap();
-    assert_eq!(written["name"], "pods");
+    assert_eq!(written["name"], "shared");
     let pinned = root.join("var/lib/cni/ipam-da-pool/node-name");
     assert_eq!(std::fs::read_to_string(pinned).unwrap(), "node-kube\n");
     podman.run(&["kube", "down", pod.to_str().unwrap()]);
