@@ -1,7 +1,8 @@
 //! A directory the plugins keep records in: opened once, everything in it
 //! reached through its descriptor and never through a symbolic link, each
 //! file written whole or not at all, and the directory itself the lock
-//! (a flock) over what is in it, so that taking it creates nothing.
+//! (a flock) over what is in it, so that taking it creates nothing; and
+//! how using records fails ([`DirError`]).
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};

@@ -1,6 +1,7 @@
 //! ipam-da-pool: the allocation delegate. It gives one address from each
 //! pool asked for and keeps who holds it, in local files or in etcd; run
-//! by hand, its command line moves a node's reservations into etcd.
+//! by hand, its command line is an operator's (show, check, release, a
+//! node's keeper, reclaim, import, migrate).
 
 use std::process::ExitCode;
 

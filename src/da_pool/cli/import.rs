@@ -1,12 +1,13 @@
-//! `ipam-da-pool import`: moving reservations from one store to another, the upgrade of a node
-//! from the local store (one node) to etcd (a cluster). Each attachment is
-//! claimed in the target as it was held in the source, by the same owner,
-//! all its addresses at once; one the target already has is left alone,
-//! and one whose addresses someone else holds there is a conflict, named,
-//! for the operator to settle. An attachment whose addresses follow a
-//! workload takes its hold along; a hold no container uses now is left
-//! behind (its workload's next container gets new addresses). The source
-//! is only read.
+//! `ipam-da-pool import`: moving reservations from one store to another,
+//! the upgrade of a node from the local store (one node) to etcd (a
+//! cluster). Each attachment is claimed in the target as it was held in
+//! the source, by the same owner, all its addresses at once; one the
+//! target already has is left alone, and one whose addresses someone else
+//! holds there is a conflict, named, for the operator to settle. An
+//! attachment whose addresses follow a workload takes its hold along; a
+//! hold no container uses now is left behind (its workload's next
+//! container gets new addresses). The source is only read, once marked
+//! moved.
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -23,7 +23,10 @@
 //! claim is all there or not at all. Addresses are named so that their
 //! keys sort as they do, and a free one is found by reading the held keys
 //! from where the search starts, a page at a time. A workload's hold
-//! changes in the same transaction as the addresses it keeps.
+//! changes in the same transaction as the addresses it keeps. A view of
+//! the store can be guarded for one task (`reclaim` of one node): each of
+//! its changes also needs more to hold, and also writes more, in the same
+//! transaction.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! An in-memory runner for the chain's tests: each delegate answers each
+//! An in-memory runner for the rules' tests: each delegate answers each
 //! command as it is told, every call is recorded with its input, and
 //! termination requests come after the calls a test names.
 
