@@ -172,10 +172,9 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
     // The node's own plugin, which the configuration names too.
     let bin = root.join("opt/cni/bin");
     std::fs::create_dir_all(&bin).unwrap();
-    for plugin in ["macvlan"] {
-        std::fs::write(bin.join(plugin), "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(bin.join(plugin), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let macvlan = bin.join("macvlan");
+    std::fs::write(&macvlan, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&macvlan, std::fs::Permissions::from_mode(0o755)).unwrap();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
     let rendered = Command::new("kubectl")
         .args(["kustomize", dir])
