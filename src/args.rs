@@ -33,25 +33,13 @@ pub struct Verb {
     pub synopsis: &'static str,
     /// The options it takes.
     pub options: &'static [Opt],
-    /// What it takes besides its options.
-    pub operands: Operands,
+    /// Whether it takes operands (arguments that are not options).
+    pub operands: bool,
     /// What it does, in paragraphs of lines of at most 62 characters.
     pub help: &'static str,
     /// Runs it; a problem with the options it was given is an `Err`,
     /// reported as a usage error.
     pub run: fn(&Options) -> Result<ExitCode, String>,
-}
-
-/// What a verb takes besides its options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operands {
-    /// Nothing: every argument is one of its options.
-    None,
-    /// The arguments that are not options, in order.
-    Listed,
-    /// Every argument after the verb, unread (`--help` among them): for a
-    /// verb that runs another program, which reads them itself.
-    Forwarded,
 }
 
 /// An option: `--name VALUE` (or `--name=VALUE`), or a flag.
@@ -119,6 +107,16 @@ impl Options {
     pub fn operands(&self) -> &[String] {
         &self.operands
     }
+
+    /// The options as arguments again, each `--name=VALUE` or a flag,
+    /// then the operands: for a program that reads them itself.
+    pub fn to_args(&self) -> Vec<String> {
+        let options = self.given.iter().map(|(name, value)| match value {
+            Some(value) => format!("{name}={value}"),
+            None => (*name).to_owned(),
+        });
+        options.chain(self.operands.iter().cloned()).collect()
+    }
 }
 
 impl Program {
@@ -148,11 +146,9 @@ impl Program {
     }
 
     /// Runs `verb`, as `invoked` (the binary and the verb's name) names
-    /// it, with `args`: its usage for `--help` or `-h` among them, unless
-    /// it forwards its arguments.
+    /// it, with `args`: its usage for `--help` or `-h` among them.
     fn run(&self, verb: &Verb, invoked: &str, args: &[OsString]) -> ExitCode {
-        let asks_help = args.iter().any(|a| a == "--help" || a == "-h");
-        if asks_help && verb.operands != Operands::Forwarded {
+        if args.iter().any(|a| a == "--help" || a == "-h") {
             return print(&verb.usage(invoked));
         }
         match verb.parse(args).and_then(|o| (verb.run)(&o)) {
@@ -324,8 +320,7 @@ fn roff(text: &str) -> String {
 impl Verb {
     /// Reads `args`, the arguments after the verb: each a known option
     /// (`--name VALUE`, `--name=VALUE`, or a flag), or an operand if the
-    /// verb takes them (every one, if it forwards them). What is wrong is
-    /// said in one line.
+    /// verb takes them. What is wrong is said in one line.
     pub fn parse(&self, args: &[OsString]) -> Result<Options, String> {
         let mut options = Options::default();
         let mut args = args.iter();
@@ -333,16 +328,12 @@ impl Verb {
             let arg = arg
                 .to_str()
                 .ok_or_else(|| format!("{arg:?} is not UTF-8"))?;
-            if self.operands == Operands::Forwarded {
-                options.operands.push(arg.to_owned());
-                continue;
-            }
             let (name, inline) = match arg.split_once('=') {
                 Some((name, value)) => (name, Some(value.to_owned())),
                 None => (arg, None),
             };
             let Some(option) = self.options.iter().find(|o| o.name == name) else {
-                if self.operands == Operands::Listed && !arg.starts_with('-') {
+                if self.operands && !arg.starts_with('-') {
                     options.operands.push(arg.to_owned());
                     continue;
                 }
@@ -427,7 +418,7 @@ mod tests {
         name: "release",
         synopsis: "--config PATH [--dry-run] ADDRESS",
         options: &[Opt::value("--config"), Opt::flag("--dry-run")],
-        operands: Operands::Listed,
+        operands: true,
         help: "Gives ADDRESS back.\n",
         run: |_| Ok(ExitCode::SUCCESS),
     };
@@ -440,6 +431,10 @@ mod tests {
         assert_eq!(options.value("--config"), Some("b"));
         assert!(options.flag("--dry-run"));
         assert_eq!(options.operands(), ["10.1.0.5"]);
+        assert_eq!(
+            options.to_args(),
+            ["--config=a", "--dry-run", "--config=b", "10.1.0.5"]
+        );
         let none = VERB.parse(&[]).unwrap();
         assert_eq!(
             (none.value("--config"), none.flag("--dry-run")),
@@ -458,25 +453,13 @@ mod tests {
             assert_eq!(VERB.parse_words(list).unwrap_err(), problem, "{list:?}");
         }
         let no_operands = Verb {
-            operands: Operands::None,
+            operands: false,
             ..VERB
         };
         assert_eq!(
             no_operands.parse_words(&["10.1.0.5"]).unwrap_err(),
             "unknown option \"10.1.0.5\""
         );
-    }
-
-    #[test]
-    fn a_verb_that_forwards_takes_every_argument_as_it_is() {
-        let forwards = Verb {
-            options: &[],
-            operands: Operands::Forwarded,
-            ..VERB
-        };
-        let words = ["--config", "f", "--help", "-x", "10.1.0.5"];
-        assert_eq!(forwards.parse_words(&words).unwrap().operands(), words);
-        assert!(VERB.parse_words(&["-x"]).is_err(), "unlike any other verb");
     }
 
     #[test]

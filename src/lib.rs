@@ -7,8 +7,9 @@
 //! Data flows one way in every binary: the environment and stdin are read
 //! once into [`cni`] types (by [`skel`]), the command runs against them,
 //! and one reply, or one error object, is written at the end. Each part
-//! fails with its own error enum, which knows its CNI code; only [`skel`],
-//! which writes the reply, puts them together.
+//! fails with its own error enum, which knows its CNI code and wraps the
+//! errors of the parts below it that it calls, never one above it;
+//! [`skel`] writes the reply from any of them.
 
 // The protocol: what every plugin speaks, and how a binary serves it.
 pub mod cni;
@@ -22,7 +23,7 @@ pub mod ds_static;
 
 // Shared by the plugins.
 mod addr;
-mod args;
+pub mod args;
 mod dir;
 mod etcd;
 mod http;

@@ -8,7 +8,7 @@
 use std::io;
 use std::path::Path;
 
-use crate::cni::{self, code, Reportable};
+use crate::cni::{self, Reportable};
 use crate::dir::{Dir, DirError};
 
 /// Why there is no node name to use.
@@ -16,8 +16,8 @@ use crate::dir::{Dir, DirError};
 pub enum NodeNameError {
     /// The name pinned, the host's or the one given cannot name a node,
     /// or the file's path is not absolute: a setting to fix.
-    #[error("invalid network configuration: {0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Invalid(cni::Error),
 
     /// The file cannot be read or written.
     #[error(transparent)]
@@ -27,7 +27,7 @@ pub enum NodeNameError {
 impl Reportable for NodeNameError {
     fn code(&self) -> u32 {
         match self {
-            NodeNameError::Invalid(_) => code::INVALID_CONFIG,
+            NodeNameError::Invalid(e) => e.code(),
             NodeNameError::File(e) => e.code(),
         }
     }
@@ -52,7 +52,7 @@ pub fn pinned(file: &Path) -> Result<String, NodeNameError> {
         if cni::is_identifier(&text) {
             Ok(Some(text))
         } else {
-            Err(NodeNameError::Invalid(format!(
+            Err(invalid(format!(
                 "{} holds {text:?}, which {}: correct it, or set \"ipam.pool.node\"",
                 file.display(),
                 cni::IDENTIFIER_RULE
@@ -89,7 +89,7 @@ pub fn pinned(file: &Path) -> Result<String, NodeNameError> {
 /// installer that knows the node's name from its orchestrator.
 pub fn pin(file: &Path, name: &str) -> Result<(), NodeNameError> {
     if !cni::is_identifier(name) {
-        return Err(NodeNameError::Invalid(format!(
+        return Err(invalid(format!(
             "node name {name:?} {}",
             cni::IDENTIFIER_RULE
         )));
@@ -104,7 +104,7 @@ pub fn pin(file: &Path, name: &str) -> Result<(), NodeNameError> {
 fn split(file: &Path) -> Result<(&Path, &str), NodeNameError> {
     match (file.parent(), file.file_name().and_then(|n| n.to_str())) {
         (Some(dir), Some(name)) if file.is_absolute() => Ok((dir, name)),
-        _ => Err(NodeNameError::Invalid(format!(
+        _ => Err(invalid(format!(
             "\"ipam.pool.nodeNameFile\" must be an absolute file name, not {}",
             file.display()
         ))),
@@ -119,10 +119,15 @@ fn hostname() -> Result<String, NodeNameError> {
     if cni::is_identifier(&name) {
         Ok(name)
     } else {
-        Err(NodeNameError::Invalid(format!(
+        Err(invalid(format!(
             "the host name {name:?} cannot name a node: set \"ipam.pool.node\""
         )))
     }
+}
+
+/// A name, or a file, to fix: code 7.
+fn invalid(reason: String) -> NodeNameError {
+    NodeNameError::Invalid(cni::Error::InvalidConfig(reason))
 }
 
 #[cfg(test)]

@@ -128,14 +128,14 @@ fn requested(
         names.join(", ")
     };
     for address in asked {
-        let allocation: Vec<usize> = (0..pools.len())
+        let containing: Vec<usize> = (0..pools.len())
             .filter(|i| pools[*i].range_of(*address).is_some())
             .collect();
-        if allocation.iter().any(|i| requested[*i] == Some(*address)) {
+        if containing.iter().any(|i| requested[*i] == Some(*address)) {
             continue;
         }
-        let Some(free) = allocation.iter().find(|i| requested[**i].is_none()) else {
-            let why = match allocation.first() {
+        let Some(free) = containing.iter().find(|i| requested[**i].is_none()) else {
+            let why = match containing.first() {
                 None => "it is in none of the pools asked for".to_owned(),
                 Some(i) => format!(
                     "pool {:?} is asked for {} already",

@@ -1,21 +1,16 @@
-//! ipam-delegated's command line, for when it is not run as a CNI plugin
-//! (no CNI_COMMAND): agent mode's `ensure` and `release`, the `doctor`,
-//! `docker-plugin`, which runs the Docker driver's binary beside it with
-//! the arguments it was given (the driver defines and reads them), and
-//! `install`, which puts the family into place on a node.
+//! ipam-delegated's own verbs, for when it is not run as a CNI plugin (no
+//! CNI_COMMAND): agent mode's `ensure` and `release`, the `doctor`, and
+//! `install`, which puts the family into place on a node. Its binary adds
+//! the Docker driver's `docker-plugin`, which the driver defines.
 
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use super::agent::{self, Request};
 use super::{config, doctor, install};
-use crate::args::{Operands, Opt, Options, Program, Verb};
+use crate::args::{Opt, Options, Program, Verb};
 use crate::skel::respond;
 use crate::{cni, signals};
-
-/// The Docker driver's binary, installed beside this one.
-const DOCKER_DRIVER: &str = "ipam-delegated-docker";
 
 /// `ensure` and `release` take the same options.
 const AGENT_OPTIONS: &[Opt] = &[
@@ -25,7 +20,44 @@ const AGENT_OPTIONS: &[Opt] = &[
     Opt::value("--netns"),
 ];
 
-/// The command line.
+/// `ensure`.
+pub const ENSURE: Verb = Verb {
+    name: "ensure",
+    synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
+    options: AGENT_OPTIONS,
+    operands: false,
+    help: "\
+Make sure the attachment (network of FILE, ID, interface NAME,
+eth0 by default) holds an address, for a node agent; print it.
+",
+    run: |options| agent_command(options, true),
+};
+
+/// `release`.
+pub const RELEASE: Verb = Verb {
+    name: "release",
+    synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
+    options: AGENT_OPTIONS,
+    operands: false,
+    help: "Give that address back and forget it.\n",
+    run: |options| agent_command(options, false),
+};
+
+/// `doctor`.
+pub const DOCTOR: Verb = Verb {
+    name: "doctor",
+    synopsis: "--config FILE",
+    options: &[Opt::value("--config")],
+    operands: false,
+    help: "Check FILE and its delegates without allocating anything.\n",
+    run: run_doctor,
+};
+
+/// `install`.
+pub const INSTALL: Verb = install::VERB;
+
+/// Its command line, as the binary completes it with `docker-plugin`:
+/// these verbs, what `--help` says around them.
 pub const PROGRAM: Program = Program {
     name: "ipam-delegated",
     purpose: "a CNI IPAM plugin that runs a stack of IPAM delegates",
@@ -35,37 +67,7 @@ delegates in ipam.delegates; a container runtime runs it with CNI_COMMAND
 set, and then it reads no arguments. Run by hand, CNI_PATH names the
 delegates' directories (/opt/cni/bin if unset).
 ",
-    verbs: &[
-        Verb {
-            name: "ensure",
-            synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
-            options: AGENT_OPTIONS,
-            operands: Operands::None,
-            help: "\
-Make sure the attachment (network of FILE, ID, interface NAME,
-eth0 by default) holds an address, for a node agent; print it.
-",
-            run: |options| agent_command(options, true),
-        },
-        Verb {
-            name: "release",
-            synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
-            options: AGENT_OPTIONS,
-            operands: Operands::None,
-            help: "Give that address back and forget it.\n",
-            run: |options| agent_command(options, false),
-        },
-        Verb {
-            name: "doctor",
-            synopsis: "--config FILE",
-            options: &[Opt::value("--config")],
-            operands: Operands::None,
-            help: "Check FILE and its delegates without allocating anything.\n",
-            run: run_doctor,
-        },
-        DOCKER_PLUGIN,
-        install::VERB,
-    ],
+    verbs: &[ENSURE, RELEASE, DOCTOR, INSTALL],
     notes: "\
 --netns is the CNI_NETNS delegates get, the agent's own namespace by
 default (then CNI_NETNS_OVERRIDE=1 is set for them, as plugins built on
@@ -73,22 +75,6 @@ libcni 1.2 or later require). FILE is a conflist (its plugin whose
 ipam.type is ipam-delegated is used) or one plugin's configuration.
 ",
     command: None,
-};
-
-/// `docker-plugin`: the Docker driver's binary, run with the arguments
-/// as given; its options are its own, defined and read there.
-const DOCKER_PLUGIN: Verb = Verb {
-    name: "docker-plugin",
-    synopsis: "OPTION...",
-    options: &[],
-    operands: Operands::Forwarded,
-    help: "\
-Run the Docker driver (ipam-delegated-docker, installed beside
-this binary) with these OPTIONs: it serves Docker as a remote
-IPAM driver for the CNI networks of its --config, until SIGTERM.
-`ipam-delegated docker-plugin --help` lists its options.
-",
-    run: |options| Ok(docker_plugin(options)),
 };
 
 /// `ensure` (or `release`): the address kept for the attachment, as a
@@ -149,25 +135,6 @@ fn run_doctor(options: &Options) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// `docker-plugin`: the Docker driver, a binary of its own beside this
-/// one, so that the plugin every pod start runs carries none of it; it is
-/// given the arguments as they came. Only returns if it cannot be started.
-fn docker_plugin(options: &Options) -> ExitCode {
-    let driver = std::env::current_exe().map(|exe| exe.with_file_name(DOCKER_DRIVER));
-    let error = match &driver {
-        Ok(driver) => std::process::Command::new(driver)
-            .args(options.operands())
-            .exec(),
-        Err(e) => std::io::Error::new(e.kind(), e.to_string()),
-    };
-    let place = driver.map_or_else(|_| "beside it".into(), |d| d.display().to_string());
-    let _ = writeln!(
-        std::io::stderr(),
-        "ipam-delegated: docker-plugin runs {place}, which cannot be started: {error} (install {DOCKER_DRIVER} with ipam-delegated)"
-    );
-    ExitCode::FAILURE
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use std::io;
 
 use crate::cni::{self, code, Command, Reportable};
 use crate::dir::DirError;
-use crate::netd::ConfigFileError;
 
 /// Why a stack must not name the plugin itself: every delegate gets the
 /// same configuration, so it would start itself for ever.
@@ -80,10 +79,6 @@ pub enum DelegatedError {
     /// their lock was not taken.
     #[error(transparent)]
     State(#[from] DirError),
-
-    /// The configuration file an agent's command names cannot be used.
-    #[error(transparent)]
-    ConfigFile(#[from] ConfigFileError),
 }
 
 /// How one delegate call failed.
@@ -197,7 +192,6 @@ impl Reportable for DelegatedError {
             DelegatedError::RollbackFailed { error, .. } => error.code(),
             DelegatedError::Several { first, .. } => first.code(),
             DelegatedError::State(e) => e.code(),
-            DelegatedError::ConfigFile(e) => e.code(),
         }
     }
 

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::node_name;
 
 /// The family's binaries, as installed side by side.
@@ -39,7 +39,7 @@ pub const VERB: Verb = Verb {
         Opt::value("--node-name"),
         Opt::value("--node-name-file"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 Copy each binary of the family found beside this one into DIR
 (a CNI_PATH directory, such as /opt/cni/bin): a new file written

@@ -1,9 +1,9 @@
 //! ipam-delegated, the meta-plugin: its `delegate` module runs the
 //! configuration's stack of IPAM delegates in order, hands each one's
 //! result to the next as `prevResult`, answers with the last one's result,
-//! and undoes the stack when an ADD fails. Run by hand, its command line
-//! keeps addresses for node agents (agent mode), checks a configuration
-//! (the doctor), installs the family, and starts the Docker driver.
+//! and undoes the stack when an ADD fails. Run by hand, its verbs keep
+//! addresses for node agents (agent mode), check a configuration (the
+//! doctor) and install the family.
 
 pub(crate) mod agent;
 mod cli;
@@ -17,15 +17,11 @@ use std::io::Write;
 
 use tracing::warn;
 
+/// Its own verbs, and its command line as they make it.
+pub use cli::{DOCTOR, ENSURE, INSTALL, PROGRAM, RELEASE};
 /// For the fuzz targets: what a delegate's exit status and output amount to.
 pub use delegate::{judge, Printed};
 pub use error::{DelegatedError, Failure};
-
-/// Runs the command line `args` (without the program name), for when the
-/// binary is not run as a CNI plugin.
-pub fn command_line(args: impl IntoIterator<Item = std::ffi::OsString>) -> std::process::ExitCode {
-    cli::PROGRAM.main(args)
-}
 
 use crate::cni::{Environment, NetConf};
 use crate::skel::{self, Plugin};

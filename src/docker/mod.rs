@@ -4,10 +4,10 @@
 //! cluster) as the CNI runtimes. It is built on ipam-delegated's agent
 //! mode (`delegated::agent`): every address Docker asks for is an
 //! attachment agent mode runs through the stack and keeps in its state.
-//! This module owns its command line (defined and read here, whether the
-//! binary runs alone or `ipam-delegated docker-plugin` runs it) and the
-//! socket: where it is, who may use it, serving each connection in a
-//! thread of its own, and stopping cleanly on SIGTERM.
+//! This module owns its command line (`docker-plugin`, defined and read
+//! here, and added by ipam-delegated's binary to its own, where it runs
+//! this one) and the socket: where it is, who may use it, serving each
+//! connection in a thread of its own, and stopping cleanly on SIGTERM.
 
 mod driver;
 mod error;
@@ -16,10 +16,11 @@ mod networks;
 mod pool_ids;
 
 use std::ffi::OsString;
-use std::io::{self, BufReader};
+use std::io::{self, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Condvar, Mutex};
@@ -27,7 +28,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::args::{self, Operands, Opt, Program, Verb};
+use crate::args::{self, Opt, Program, Verb};
 use crate::dir::{Dir, DirError};
 use crate::http::{self, Status};
 use crate::netd::ConfigFileError;
@@ -76,8 +77,12 @@ pub const PROGRAM: Program = Program {
     command: Some(&COMMAND),
 };
 
-/// Its one command: what `ipam-delegated docker-plugin` runs.
-const COMMAND: Verb = Verb {
+/// The driver's binary, installed beside ipam-delegated.
+const BINARY: &str = "ipam-delegated-docker";
+
+/// `ipam-delegated docker-plugin`: its options checked as the driver
+/// reads them, then the driver's binary run with them.
+pub const DOCKER_PLUGIN: Verb = Verb {
     name: "docker-plugin",
     synopsis: "--config PATH [--name NAME | --socket PATH]",
     options: &[
@@ -85,7 +90,7 @@ const COMMAND: Verb = Verb {
         Opt::value("--name"),
         Opt::value("--socket"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 Serve Docker as a remote IPAM driver on
 /run/docker/plugins/NAME.sock (NAME ipam-delegated by default)
@@ -94,6 +99,11 @@ directory of them, such as /etc/cni/net.d), until SIGTERM.
 Docker networks use it with --ipam-driver NAME
 [--ipam-opt network=CNI-NETWORK].
 ",
+    run: |given| Ok(run_driver(given)),
+};
+
+/// The driver's one command: `docker-plugin`, served.
+const COMMAND: Verb = Verb {
     run: |given| {
         let options = options(given)?;
         Ok(match serve(&options) {
@@ -104,6 +114,7 @@ Docker networks use it with --ipam-driver NAME
             }
         })
     },
+    ..DOCKER_PLUGIN
 };
 
 /// Runs the command line `args` (without the program name), the options
@@ -112,6 +123,24 @@ Docker networks use it with --ipam-driver NAME
 /// line.
 pub fn command_line(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     PROGRAM.main(args)
+}
+
+/// `docker-plugin` for ipam-delegated: the driver, a binary of its own
+/// beside it, so that the plugin every pod start runs carries none of it;
+/// it is given the options as read. Only returns if it cannot be started.
+fn run_driver(given: &args::Options) -> ExitCode {
+    let options = given.to_args();
+    let driver = std::env::current_exe().map(|exe| exe.with_file_name(BINARY));
+    let error = match &driver {
+        Ok(driver) => std::process::Command::new(driver).args(options).exec(),
+        Err(e) => io::Error::new(e.kind(), e.to_string()),
+    };
+    let place = driver.map_or_else(|_| "beside it".into(), |d| d.display().to_string());
+    let _ = writeln!(
+        io::stderr(),
+        "ipam-delegated: docker-plugin runs {place}, which cannot be started: {error} (install {BINARY} with ipam-delegated)"
+    );
+    ExitCode::FAILURE
 }
 
 /// What `docker-plugin` was asked for.
@@ -441,7 +470,19 @@ mod tests {
     use super::*;
 
     fn parse_options(list: &[&str]) -> Result<Options, String> {
-        COMMAND.parse_words(list).and_then(|given| options(&given))
+        DOCKER_PLUGIN
+            .parse_words(list)
+            .and_then(|given| options(&given))
+    }
+
+    #[test]
+    fn its_synopsis_names_the_options_it_takes() {
+        let program = Program {
+            verbs: &[DOCKER_PLUGIN],
+            command: None,
+            ..PROGRAM
+        };
+        crate::args::assert_synopses(&program);
     }
 
     #[test]

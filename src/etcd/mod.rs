@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rustls::ClientConfig;
 use serde_json::{json, Value};
 
-use crate::cni::{code, Reportable};
+use crate::cni::{self, code, Reportable};
 use base64::{decode, encode};
 use connection::Connection;
 pub use settings::EtcdSettings;
@@ -26,8 +26,8 @@ pub use settings::EtcdSettings;
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
     /// The settings name files (TLS, a password) that cannot be used.
-    #[error("invalid network configuration: {0}")]
-    Settings(String),
+    #[error(transparent)]
+    Settings(cni::Error),
 
     /// The cluster cannot answer now: unreachable, no quorum, out of
     /// time. Nothing of the command is half done: try again later.
@@ -62,7 +62,7 @@ pub enum EtcdError {
 impl Reportable for EtcdError {
     fn code(&self) -> u32 {
         match self {
-            EtcdError::Settings(_) => code::INVALID_CONFIG,
+            EtcdError::Settings(e) => e.code(),
             EtcdError::Unavailable { .. } | EtcdError::NoSpace { .. } => code::TRY_AGAIN_LATER,
             EtcdError::Refused { .. } | EtcdError::Tls { .. } | EtcdError::Auth { .. } => {
                 code::IO_FAILURE
@@ -148,16 +148,18 @@ impl EtcdClient {
     pub fn new(settings: EtcdSettings) -> Result<EtcdClient, EtcdError> {
         let tls = match &settings.tls {
             None => None,
-            Some(files) => Some(files.load().map_err(|reason| {
-                EtcdError::Settings(format!("\"ipam.pool.etcd.tls\": {reason}"))
-            })?),
+            Some(files) => Some(
+                files
+                    .load()
+                    .map_err(|reason| invalid(format!("\"ipam.pool.etcd.tls\": {reason}")))?,
+            ),
         };
         let credentials = match &settings.credentials {
             None => None,
             Some((user, file)) => Some((
                 user.clone(),
                 settings::read_password(file).map_err(|reason| {
-                    EtcdError::Settings(format!("\"ipam.pool.etcd.passwordFile\": {reason}"))
+                    invalid(format!("\"ipam.pool.etcd.passwordFile\": {reason}"))
                 })?,
             )),
         };
@@ -498,8 +500,7 @@ impl EtcdClient {
         self.answer(status, &answer)
     }
 
-    /// A gateway's answer: the JSON of a success, or its error as the
-    /// crate reports it.
+    /// A gateway's answer: the JSON of a success, or which failure it is.
     fn answer(&self, status: u16, body: &[u8]) -> Result<Value, EtcdError> {
         let value: Value = match serde_json::from_slice(body) {
             Ok(value) => value,
@@ -554,6 +555,11 @@ impl EtcdClient {
             reason,
         }
     }
+}
+
+/// Settings that name files that cannot be used: code 7.
+fn invalid(reason: String) -> EtcdError {
+    EtcdError::Settings(cni::Error::InvalidConfig(reason))
 }
 
 /// An int64 as protobuf's JSON writes it: a string of digits (or, from

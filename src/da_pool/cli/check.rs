@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::{dead_for, finish, open_unlocked, Opened, DEFAULT_DEAD_FOR};
 use crate::addr::Addr;
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::{self, utc};
 use crate::da_pool::cluster::{self, first_sight};
 use crate::da_pool::error::PoolError;
@@ -41,7 +41,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--dead-for"),
         Opt::flag("--json"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 Finds what is wrong in the network's records and names each:
 an address held outside every range of its pool (a range shrunk

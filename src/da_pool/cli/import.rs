@@ -13,14 +13,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::{finish, OURS};
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::cni::NetConf;
 use crate::da_pool::add::holds_all;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::{invalid, Settings};
-use crate::da_pool::store::{
-    self, Allocation, PoolAddress, StickyClaim, Store, Stores, WorkloadHold,
-};
+use crate::da_pool::store::{Allocation, PoolAddress, StickyClaim, Store, Stores, WorkloadHold};
 use crate::dir::DirError;
 use crate::netd;
 
@@ -33,7 +31,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--from"),
         Opt::flag("--dry-run"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 Copy this node's reservations of FILE's network from the local
 store under DATADIR into the etcd cluster FILE names, each held
@@ -71,12 +69,15 @@ fn run(options: &Import) -> Result<bool, PoolError> {
     let net = NetConf::parse(&raw)?;
     let settings = Settings::from_net(&net)?;
     let stores = Stores::new(&settings.store);
-    let to = stores.etcd(&net.name)?.ok_or_else(|| {
+    let local_only = || {
         invalid(format!(
             "{} keeps pools in local files: import copies into etcd, so its \"ipam.pool\" must name an etcd cluster",
             options.config.display()
         ))
-    })?;
+    };
+    if !stores.on_etcd() {
+        return Err(local_only());
+    }
     let network = options.from.join(&net.name);
     if !network.is_dir() {
         let missing = std::io::Error::new(
@@ -85,12 +86,13 @@ fn run(options: &Import) -> Result<bool, PoolError> {
         );
         return Err(DirError::io(&network, missing).into());
     }
+    let to = stores.etcd(&net.name)?.ok_or_else(local_only)?;
     // The local store's lock is held for one short step: marked moved (it
     // refuses new claims from now on: an ADD made locally after the
     // import would be missing from etcd) and read; the claims in etcd,
     // however many, take none of its time.
     let records = {
-        let from = store::local_source(&options.from, &net.name)?;
+        let from = Stores::local_source(&options.from, &net.name)?;
         if !options.dry_run {
             from.mark_moved()?;
         }

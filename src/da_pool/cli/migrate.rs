@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::{finish, local_only, read_network};
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::da_pool::error::PoolError;
 use crate::da_pool::store::{Stores, LAYOUT};
 
@@ -20,7 +20,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--network"),
         Opt::flag("--dry-run"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 On etcd: moves the network's attachments that the previous
 version kept under one prefix to their nodes' own prefixes, each

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::{cluster_of, finish, read_network};
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::da_pool::cluster::keeper;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::store::Stores;
@@ -14,7 +14,7 @@ pub(super) const VERB: Verb = Verb {
     name: "node-keeper",
     synopsis: "--config PATH [--network NAME]",
     options: &[Opt::value("--config"), Opt::value("--network")],
-    operands: Operands::None,
+    operands: false,
     help: "\
 Keeps this node (ipam.pool.node, or the name pinned at first
 use) registered in the etcd cluster the configuration names: a

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::{cluster_of, finish, read_network};
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::utc;
 use crate::da_pool::cluster::reclaim::readmit;
 use crate::da_pool::error::PoolError;
@@ -21,7 +21,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--node"),
         Opt::flag("--dry-run"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 On etcd: lifts the fence `reclaim` put on node NAME when it gave
 back what the node held, so that its ADDs and STATUS succeed

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::{
     dead_for, finish, local_only, print_released, read_network, Released, DEFAULT_DEAD_FOR,
 };
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock;
 use crate::da_pool::cluster::{self, first_sight, reclaim::reclaim};
 use crate::da_pool::error::PoolError;
@@ -27,7 +27,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::flag("--dry-run"),
         Opt::flag("--json"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 On etcd: gives back what every node holds in the network whose
 keeper's registration has been gone for DURATION (15m by

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use super::{finish, open_unlocked, print_released, Opened, Released};
 use crate::addr::Addr;
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::da_pool::error::PoolError;
 use crate::da_pool::store::{Access, Allocation, Store, Stores, WorkloadHold};
 
@@ -27,9 +27,9 @@ pub(super) const VERB: Verb = Verb {
         Opt::flag("--dry-run"),
         Opt::flag("--json"),
     ],
-    operands: Operands::Listed,
+    operands: true,
     help: "\
-Gives back what the attachments allocation ADDRESS, of container
+Gives back what the attachments holding ADDRESS, of container
 ID (on interface IF), of node NAME (one decommissioned) or of
 workload NAME (as sticky names it: NAMESPACE/NAME) hold, with
 the holds of their workloads, and the holds that keep ADDRESS,

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::{finish, open_unlocked, Opened};
 use crate::addr::Addr;
-use crate::args::{Operands, Opt, Options, Verb};
+use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::utc;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::Settings;
@@ -32,7 +32,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::flag("--json"),
         Opt::value("--format"),
     ],
-    operands: Operands::None,
+    operands: false,
     help: "\
 Per pool of the network: how many addresses it may give (size),
 how many are held (used) and on which node, how many are free,

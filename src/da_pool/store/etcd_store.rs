@@ -101,13 +101,17 @@ impl EtcdStore {
     }
 
     /// The same network's store, every change of which also needs
-    /// `guard.compares` to hold and also makes `guard.also`: a view for
-    /// the one task it is made for, which ends with it.
+    /// `guard.compares` to hold and also makes `guard.also` (besides this
+    /// one's own guard, if it is a view already): a view for the one task
+    /// it is made for, which ends with it.
     pub fn guarded(&self, guard: Guard) -> EtcdStore {
+        let mut both = self.guard.clone();
+        both.compares.extend(guard.compares);
+        both.also.extend(guard.also);
         EtcdStore {
             client: Rc::clone(&self.client),
             network: self.network.clone(),
-            guard,
+            guard: both,
             hints_read: RefCell::new(HashMap::new()),
         }
     }

@@ -1,10 +1,12 @@
-//! A node's keys on etcd, and the fence among them (etcd only: a local
-//! store has one node, never reclaimed). `reclaim` fences a node in the
-//! same transactions as it gives back what the node held; every claim of
-//! the node needs the fence absent, and its ADDs and STATUS answer with
-//! why until `readmit` lifts it. What else a node's keys say (its
-//! keeper's registration, when it was first seen gone) is the cluster's
-//! business (`da_pool::cluster`).
+//! Where a node's keys are on etcd (`PREFIX/nodes/NODE/WHICH`), and the
+//! fence among them (etcd only: a local store has one node, never
+//! reclaimed). The fence is the store's to honour: every claim of a node
+//! needs it absent, and the node's ADDs and STATUS answer with why until
+//! `readmit` lifts it; `reclaim` writes it in the same transactions as it
+//! gives back what the node held. The other keys (the keeper's
+//! registration, when the node was first seen gone) are the cluster's
+//! (`da_pool::cluster`), which finds them here: the cluster's code uses
+//! the store's, never the other way round.
 
 use serde_json::Value;
 

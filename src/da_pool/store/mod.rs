@@ -160,7 +160,8 @@ impl Stores {
     }
 
     /// Network `network`'s store, to allocate in: made if need be, and
-    /// locked; its claims synced to the disk before they count if
+    /// locked where it has a lock (local files; etcd's transactions need
+    /// none); its claims synced to the disk before they count if
     /// `durable` (etcd's always are).
     pub fn create(&self, network: &str, durable: bool) -> Result<Box<dyn Store>, PoolError> {
         Ok(match &self.settings {
@@ -195,6 +196,19 @@ impl Stores {
         })
     }
 
+    /// Whether these are stores on etcd, which every node shares; nothing
+    /// is opened to tell.
+    pub fn on_etcd(&self) -> bool {
+        matches!(self.settings, StoreSettings::Etcd(_))
+    }
+
+    /// The local store of network `network` under `data_dir`, made if
+    /// need be, and locked, whatever a configuration names: `import`'s
+    /// source, which it marks moved.
+    pub fn local_source(data_dir: &Path, network: &str) -> Result<LocalStore, PoolError> {
+        LocalStore::create(data_dir, network)
+    }
+
     /// The etcd cluster the settings name, for its nodes' keys (a
     /// keeper, reclaim, a fence): `None` for a local store, which has no
     /// node but this one.
@@ -222,10 +236,4 @@ impl Stores {
         let client = Rc::new(EtcdClient::new(settings.clone())?);
         Ok(Rc::clone(self.client.get_or_init(|| client)))
     }
-}
-
-/// The local store of network `network` under `data_dir`, made if need
-/// be and locked, whatever a configuration names: `import`'s source.
-pub fn local_source(data_dir: &Path, network: &str) -> Result<LocalStore, PoolError> {
-    LocalStore::create(data_dir, network)
 }

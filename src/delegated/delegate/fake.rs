@@ -36,14 +36,14 @@ pub struct Recorded {
 /// A Runner that starts nothing: each delegate answers as the test says,
 /// and every call is recorded.
 #[derive(Default)]
-pub struct Fake {
+pub struct FakeRunner {
     answers: HashMap<(String, Command), Answer>,
     /// A termination request comes after each of these many calls.
     requests_after: Vec<usize>,
     calls: RefCell<Vec<Recorded>>,
 }
 
-impl Fake {
+impl FakeRunner {
     /// Delegate `name` answers `command` with `answer` (else: silently).
     pub fn answer(mut self, name: &str, command: Command, answer: Answer) -> Self {
         self.answers.insert((name.into(), command), answer);
@@ -90,7 +90,7 @@ pub fn delegates(names: &[&str]) -> Vec<Delegate> {
         .collect()
 }
 
-impl Runner for Fake {
+impl Runner for FakeRunner {
     fn run(&self, delegate: &Delegate, call: Call) -> Result<Option<Vec<u8>>, Failure> {
         let Call {
             command,

@@ -271,7 +271,7 @@ impl<'a> Thread<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fake::{delegates, Answer, Fake};
+    use super::super::fake::{delegates, Answer, FakeRunner};
     use super::*;
     use crate::cni::code;
 
@@ -290,8 +290,8 @@ mod tests {
         format!(r#"{{"cniVersion":"1.0.0","ips":[],"by":"{name}"}}"#)
     }
 
-    fn printing(names: &[&str], command: Command) -> Fake {
-        names.iter().fold(Fake::default(), |fake, name| {
+    fn printing(names: &[&str], command: Command) -> FakeRunner {
+        names.iter().fold(FakeRunner::default(), |fake, name| {
             fake.answer(name, command, Answer::Prints(result(name)))
         })
     }
@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn the_reply_is_converted_to_the_configurations_version() {
         let net = net();
-        let fake = Fake::default().answer(
+        let fake = FakeRunner::default().answer(
             "a",
             Command::Add,
             Answer::Prints(
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn an_add_without_a_result_is_code_6_and_undone() {
-        let (net, fake) = (net(), Fake::default());
+        let (net, fake) = (net(), FakeRunner::default());
         let error = Chain::new(&net, &fake, None)
             .add(&delegates(&["a"]))
             .unwrap_err();
@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn undo_dels_every_delegate_with_the_result_as_prev_result() {
-        let (net, fake) = (net(), Fake::default());
+        let (net, fake) = (net(), FakeRunner::default());
         let failed =
             Chain::new(&net, &fake, None).undo(&delegates(&["a", "b"]), result("b").as_bytes());
         assert!(failed.is_empty());
@@ -460,7 +460,7 @@ mod tests {
     #[test]
     fn del_threads_printed_results_and_is_best_effort() {
         let net = net();
-        let fake = Fake::default()
+        let fake = FakeRunner::default()
             .answer("a", Command::Del, Answer::Prints(r#"{"freed":"a"}"#.into()))
             .answer("b", Command::Del, Answer::Fails(11, "busy"));
         let found = vec![
@@ -488,7 +488,7 @@ mod tests {
     #[test]
     fn check_threads_printed_results_and_stops_at_the_first_failure() {
         let net = net();
-        let fake = Fake::default()
+        let fake = FakeRunner::default()
             .answer(
                 "a",
                 Command::Check,
@@ -506,7 +506,7 @@ mod tests {
     #[test]
     fn gc_gives_every_delegate_the_same_input_and_is_best_effort() {
         let net = net();
-        let fake = Fake::default()
+        let fake = FakeRunner::default()
             .answer(
                 "a",
                 Command::Gc,
@@ -530,7 +530,8 @@ mod tests {
     #[test]
     fn status_stops_at_the_first_delegate_not_ready_and_keeps_its_code() {
         let net = net();
-        let fake = Fake::default().answer("b", Command::Status, Answer::Fails(50, "not ready"));
+        let fake =
+            FakeRunner::default().answer("b", Command::Status, Answer::Fails(50, "not ready"));
         let error = Chain::new(&net, &fake, None)
             .status(&delegates(&["a", "b", "c"]))
             .unwrap_err();
@@ -553,7 +554,7 @@ mod tests {
             assert_eq!(call.limits.stopped_by, stopped_by, "{call:?}");
         }
         assert_eq!(fake.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
-        let fake = Fake::default();
+        let fake = FakeRunner::default();
         Chain::new(&net, &fake, timeout)
             .del(vec![Ok(delegates(&["a"]).remove(0))])
             .unwrap();
@@ -610,7 +611,7 @@ mod tests {
     #[test]
     fn undo_threads_what_its_dels_print_and_outlasts_a_first_request() {
         let net = net();
-        let fake = Fake::default()
+        let fake = FakeRunner::default()
             .answer("a", Command::Del, Answer::Prints(r#"{"freed":"a"}"#.into()))
             .request_after(0);
         let failed =
@@ -620,7 +621,7 @@ mod tests {
         assert_eq!(fake.call_list(), ["a DEL", "b DEL"]);
         assert_eq!(calls[1].stdin, with_prev(r#"{"freed":"a"}"#));
         // A second request cuts it short.
-        let fake = Fake::default().request_after(0).request_after(1);
+        let fake = FakeRunner::default().request_after(0).request_after(1);
         let failed =
             Chain::new(&net, &fake, None).undo(&delegates(&["a", "b"]), result("b").as_bytes());
         assert_eq!(fake.call_list(), ["a DEL"]);
@@ -630,7 +631,7 @@ mod tests {
 
     #[test]
     fn gc_runs_the_delegates_found_and_reports_the_missing_one() {
-        let (net, fake) = (net(), Fake::default());
+        let (net, fake) = (net(), FakeRunner::default());
         let found = vec![
             Err(DelegatedError::NotFound {
                 name: "gone".into(),
