@@ -90,6 +90,8 @@ impl Rule {
         let rule = rule
             .as_object()
             .ok_or_else(|| invalid(format!("{at} must be an object")))?;
+        // A misspelt condition would leave a rule that matches every pod.
+        refuse_unknown(rule, &RULE_KEYS, &at, "a rule")?;
         let args = match rule.get("args") {
             None => Vec::new(),
             Some(Value::Object(args)) => args
@@ -138,6 +140,46 @@ impl Rule {
     }
 }
 
+/// The keys of `ipam.static`.
+const STATIC_KEYS: [&str; 2] = ["default", "rules"];
+
+/// The keys of a rule; those inside its `args` and `runtimeConfig` are
+/// the conditions the operator chooses.
+const RULE_KEYS: [&str; 3] = ["args", "runtimeConfig", "pools"];
+
+/// The keys of a Pool object written in `ipam.static`: its name, the
+/// address asked for, an inline range's and the addresses it keeps back.
+const POOL_OBJECT_KEYS: [&str; 8] = [
+    "name",
+    "requested-ip",
+    "subnet",
+    "rangeStart",
+    "rangeEnd",
+    "gateway",
+    "exclude",
+    "reserved",
+];
+
+/// Refuses a key of `object` (`at`, described as `what`) that is not one
+/// of `keys`, naming it and the keys there are.
+fn refuse_unknown(
+    object: &Map<String, Value>,
+    keys: &[&str],
+    at: &str,
+    what: &str,
+) -> Result<(), Error> {
+    match object.keys().find(|key| !keys.contains(&key.as_str())) {
+        None => Ok(()),
+        Some(key) => Err(invalid(format!(
+            "{at} has unknown key {key:?}: {what} has {}",
+            keys.iter()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
 /// The Pool objects for this attachment: the first rule's that matches,
 /// else the default's; with the runtime's requested addresses set. Every
 /// rule is checked, so that a mistake shows at the first ADD, not at the
@@ -153,6 +195,7 @@ fn select(env: &Environment, net: &NetConf) -> Result<Vec<Value>, Error> {
             ))
         }
     };
+    refuse_unknown(&settings, &STATIC_KEYS, "\"ipam.static\"", "it")?;
     let rules: Vec<Rule> = match settings.get("rules") {
         None => Vec::new(),
         Some(Value::Array(rules)) => rules
@@ -189,7 +232,11 @@ fn pools(list: Option<&Value>, what: &str) -> Result<Vec<Value>, Error> {
         .and_then(Value::as_array)
         .filter(|list| !list.is_empty())
         .ok_or_else(|| invalid(format!("{what} must be a non-empty array of pools")))?;
-    for pool in list {
+    for (i, pool) in list.iter().enumerate() {
+        if let Some(object) = pool.as_object() {
+            let at = format!("{what}[{i}]");
+            refuse_unknown(object, &POOL_OBJECT_KEYS, &at, "a Pool object")?;
+        }
         Wanted::parse(pool, what)?;
     }
     Ok(list.clone())
@@ -373,6 +420,20 @@ mod tests {
     }
 
     #[test]
+    fn conditions_and_a_previous_results_pools_are_the_operators_own() {
+        // Keys inside args and runtimeConfig are conditions, whatever they
+        // are called; the previous result's Pool objects keep their members.
+        let mut own = json!({"runtimeConfig": {"any-key": "x"}});
+        own["ipam"] = json!({"static": {"rules": [
+            {"args": {"ANY_KEY": "v"}, "runtimeConfig": {"any-key": "x"}, "pools": [{"name": "a"}]},
+        ]}});
+        own["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [], "pools": [{"name": "p", "vendor": 1}]});
+        let raw = config(own);
+        let net = NetConf::parse(&raw).unwrap();
+        assert_eq!(select(&env("ANY_KEY=v"), &net).unwrap(), [json!({"name": "a"})]);
+    }
+
+    #[test]
     fn the_previous_result_is_kept_and_pools_set() {
         let prev = json!({"cniVersion": "0.4.0", "ips": [], "dns": {"domain": "x"}, "pools": [{"name": "old"}]});
         let raw = config(json!({"prevResult": prev}));
@@ -418,6 +479,25 @@ mod tests {
             ),
             (json!({"default": [{"name": "../x"}]}), "pool name \"../x\""),
             (json!(3), "\"ipam.static\" must be an object"),
+            // A misspelt key anywhere the settings are ours: named, never
+            // dropped (a rule without its condition would match every pod).
+            (
+                json!({"default": [{"name": "general"}],
+                       "rules": [{"arg": {"K8S_POD_NAMESPACE": "payments"}, "pools": [{"name": "pci"}]}]}),
+                "\"ipam.static.rules\"[0] has unknown key \"arg\": a rule has \"args\", \"runtimeConfig\", \"pools\"",
+            ),
+            (
+                json!({"default": [{"name": "general"}], "rule": []}),
+                "\"ipam.static\" has unknown key \"rule\": it has \"default\", \"rules\"",
+            ),
+            (
+                json!({"default": [{"name": "x", "subnet": "10.0.0.0/24", "exlcude": ["10.0.0.9"]}]}),
+                "\"ipam.static.default\"[0] has unknown key \"exlcude\": a Pool object has",
+            ),
+            (
+                json!({"rules": [{"pools": [{"name": "x", "requested_ip": "10.0.0.9"}]}]}),
+                "\"ipam.static.rules\"[0].pools[0] has unknown key \"requested_ip\"",
+            ),
         ] {
             let e = bad(settings.clone());
             assert_eq!(e.code(), 7, "{settings}");
