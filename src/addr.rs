@@ -342,23 +342,36 @@ impl Range {
 
     /// Why `addr` may not be given from this range, if it may not.
     pub fn refusal(&self, addr: Addr) -> Option<String> {
-        let broadcast = self
-            .network
-            .plus(host_mask(self.network.family, self.prefix));
-        let v4 = self.network.family == Family::V4;
-        if !self.contains(addr) {
+        if let Some(why) = self.reserved_by_ipv4(addr) {
+            Some(why)
+        } else if !self.contains(addr) {
             Some(format!("it is outside the range of {}", self.subnet()))
         } else if addr == self.gateway {
             Some(format!("it is the gateway of {}", self.subnet()))
-        } else if v4 && addr == self.network {
-            Some(format!("it is the network address of {}", self.subnet()))
-        } else if v4 && Some(addr) == broadcast {
-            Some(format!("it is the broadcast address of {}", self.subnet()))
         } else {
             self.exclude
                 .iter()
                 .find(|block| block.contains(addr))
                 .map(|block| format!("it is excluded ({block}) from {}", self.subnet()))
+        }
+    }
+
+    /// Why `addr` is never a host's address in this range's IPv4 subnet,
+    /// if it is its network or broadcast address (a default range leaves
+    /// both out, so they are in no range, but in its subnet).
+    pub fn reserved_by_ipv4(&self, addr: Addr) -> Option<String> {
+        if self.network.family != Family::V4 {
+            return None;
+        }
+        let broadcast = self
+            .network
+            .plus(host_mask(self.network.family, self.prefix));
+        if addr == self.network {
+            Some(format!("it is the network address of {}", self.subnet()))
+        } else if Some(addr) == broadcast {
+            Some(format!("it is the broadcast address of {}", self.subnet()))
+        } else {
+            None
         }
     }
 

@@ -427,10 +427,14 @@ mod tests {
         own["ipam"] = json!({"static": {"rules": [
             {"args": {"ANY_KEY": "v"}, "runtimeConfig": {"any-key": "x"}, "pools": [{"name": "a"}]},
         ]}});
-        own["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [], "pools": [{"name": "p", "vendor": 1}]});
+        own["prevResult"] =
+            json!({"cniVersion": "1.0.0", "ips": [], "pools": [{"name": "p", "vendor": 1}]});
         let raw = config(own);
         let net = NetConf::parse(&raw).unwrap();
-        assert_eq!(select(&env("ANY_KEY=v"), &net).unwrap(), [json!({"name": "a"})]);
+        assert_eq!(
+            select(&env("ANY_KEY=v"), &net).unwrap(),
+            [json!({"name": "a"})]
+        );
     }
 
     #[test]

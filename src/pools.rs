@@ -131,13 +131,24 @@ impl Pool {
     /// Why the pool may not give `addr`, if it may not.
     pub fn refusal(&self, addr: Addr) -> Option<String> {
         let Some(range) = self.range_of(addr) else {
-            return Some("it is outside the pool's ranges".into());
+            return Some(
+                self.reserved_by_ipv4(addr)
+                    .unwrap_or_else(|| "it is outside the pool's ranges".into()),
+            );
         };
         range.refusal(addr).or_else(|| {
             self.reserved
                 .contains(&addr)
                 .then(|| "it is reserved in the pool".into())
         })
+    }
+
+    /// Why `addr` is in none of the pool's ranges but in one's subnet, if
+    /// it is that subnet's IPv4 network or broadcast address.
+    pub fn reserved_by_ipv4(&self, addr: Addr) -> Option<String> {
+        self.ranges
+            .iter()
+            .find_map(|range| range.reserved_by_ipv4(addr))
     }
 
     /// The range that gives `addr`, if one does.

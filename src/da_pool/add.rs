@@ -134,6 +134,20 @@ fn requested(
         if containing.iter().any(|i| requested[*i] == Some(*address)) {
             continue;
         }
+        // A default range leaves out its IPv4 network and broadcast
+        // addresses: in no range, but not for the reason "in none".
+        let special = || {
+            pools
+                .iter()
+                .find_map(|p| Some((p, p.reserved_by_ipv4(*address)?)))
+        };
+        if let (true, Some((pool, why))) = (containing.is_empty(), special()) {
+            return Err(PoolError::AddressUnavailable {
+                address: address.to_string(),
+                pool: pool.name.clone(),
+                why,
+            });
+        }
         let Some(free) = containing.iter().find(|i| requested[**i].is_none()) else {
             let why = match containing.first() {
                 None => "it is in none of the pools asked for".to_owned(),
@@ -509,6 +523,16 @@ mod tests {
             ),
             ("10.1.0.1", "it is the gateway of 10.1.0.0/29"),
             ("10.2.0.5", "it is in none of the pools asked for"),
+            // In no range, but not for that reason: IPv4's network and
+            // broadcast addresses, which a default range leaves out.
+            (
+                "10.1.0.0",
+                "10.1.0.0 cannot be given from pool \"blue\": it is the network address of 10.1.0.0/29",
+            ),
+            (
+                "10.1.0.7",
+                "10.1.0.7 cannot be given from pool \"blue\": it is the broadcast address of 10.1.0.0/29",
+            ),
         ] {
             let e = add_for(&store, &raw, "c2", &[asked]).unwrap_err();
             assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE, "{asked}");
