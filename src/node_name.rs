@@ -44,21 +44,7 @@ pub const DEFAULT_NODE_NAME_FILE: &str = "/var/lib/cni/ipam-da-pool/node-name";
 pub fn pinned(file: &Path) -> Result<String, NodeNameError> {
     let (dir, name) = split(file)?;
     let failed = |error: io::Error| NodeNameError::from(DirError::io(file, error));
-    let read = |dir: &Dir| -> Result<Option<String>, NodeNameError> {
-        let Some(content) = dir.read(name).map_err(failed)? else {
-            return Ok(None);
-        };
-        let text = String::from_utf8_lossy(&content).trim().to_owned();
-        if cni::is_identifier(&text) {
-            Ok(Some(text))
-        } else {
-            Err(invalid(format!(
-                "{} holds {text:?}, which {}: correct it, or set \"ipam.pool.node\"",
-                file.display(),
-                cni::IDENTIFIER_RULE
-            )))
-        }
-    };
+    let read = |dir: &Dir| read_pinned(dir, name, file);
     // Read first: every call but the node's very first finds it.
     if let Ok(dir) = Dir::open(dir) {
         if let Some(pinned) = read(&dir)? {
@@ -83,6 +69,40 @@ pub fn pinned(file: &Path) -> Result<String, NodeNameError> {
             "written by another process, then removed",
         ))
     })
+}
+
+/// The node's name as [`pinned`] gives it, but writing nothing: the name
+/// pinned in `file`, or, before the first use that pins one, the host's
+/// name, which that use would pin. For what must make nothing (a
+/// teardown, a check of the settings).
+pub fn current(file: &Path) -> Result<String, NodeNameError> {
+    let (dir, name) = split(file)?;
+    match Dir::open(dir) {
+        Ok(dir) => match read_pinned(&dir, name, file)? {
+            Some(pinned) => Ok(pinned),
+            None => hostname(),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => hostname(),
+        Err(e) => Err(DirError::io(dir, e).into()),
+    }
+}
+
+/// The name pinned in file `name` of `dir` (`file`, for messages), if one
+/// is; one that cannot name a node is an error to correct.
+fn read_pinned(dir: &Dir, name: &str, file: &Path) -> Result<Option<String>, NodeNameError> {
+    let Some(content) = dir.read(name).map_err(|e| DirError::io(file, e))? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&content).trim().to_owned();
+    if cni::is_identifier(&text) {
+        Ok(Some(text))
+    } else {
+        Err(invalid(format!(
+            "{} holds {text:?}, which {}: correct it, or set \"ipam.pool.node\"",
+            file.display(),
+            cni::IDENTIFIER_RULE
+        )))
+    }
 }
 
 /// Pins `name` as the node's name in `file`, over any before it: for an
@@ -151,6 +171,18 @@ mod tests {
         pin(&file, "node-8").unwrap();
         assert_eq!(pinned(&file).unwrap(), "node-8");
         assert_eq!(pin(&file, "a b").unwrap_err().code(), 7);
+    }
+
+    #[test]
+    fn the_current_name_is_read_without_writing_anything() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("state/node-name");
+        assert_eq!(current(&file).unwrap(), hostname().unwrap());
+        assert!(!tmp.path().join("state").exists(), "nothing made");
+        pin(&file, "node-9").unwrap();
+        assert_eq!(current(&file).unwrap(), "node-9");
+        std::fs::write(&file, "../x\n").unwrap();
+        assert_eq!(current(&file).unwrap_err().code(), 7);
     }
 
     #[test]

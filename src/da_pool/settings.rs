@@ -54,6 +54,15 @@ pub struct Stickiness {
     pub sticky_for: u64,
 }
 
+/// Whether reading the settings may pin the node's name at its first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// Pinned now, if it is not yet (an ADD, a command that records).
+    Pin,
+    /// Read, writing nothing.
+    Read,
+}
+
 /// Where allocations are kept.
 #[derive(Debug, Clone)]
 pub enum StoreSettings {
@@ -89,8 +98,20 @@ pub struct Settings {
 
 impl Settings {
     /// Reads `ipam.pool` from `net`, every pool checked whole, and no two
-    /// of them giving one address.
+    /// of them giving one address; without `ipam.pool.node`, the node's
+    /// name pinned at its first use.
     pub fn from_net(net: &NetConf) -> Result<Settings, PoolError> {
+        Settings::read(net, Naming::Pin)
+    }
+
+    /// As [`Settings::from_net`], but writing nothing: the node's name is
+    /// the one pinned, or the one a first use would pin. A check of the
+    /// settings makes nothing.
+    pub fn checked(net: &NetConf) -> Result<Settings, PoolError> {
+        Settings::read(net, Naming::Read)
+    }
+
+    fn read(net: &NetConf, naming: Naming) -> Result<Settings, PoolError> {
         let pool = pool_object(net)?;
         // A misspelt key would leave what it meant to set unset, unnoticed.
         if let Some(key) = pool.keys().find(|k| !KEYS.contains(&k.as_str())) {
@@ -99,7 +120,7 @@ impl Settings {
                 KEYS.map(|k| format!("{k:?}")).join(", ")
             )));
         }
-        let mut settings = Settings::store_only(net)?;
+        let mut settings = Settings::store(net, naming)?;
         settings.pools = match pool.get("pools") {
             None => Vec::new(),
             Some(Value::Object(pools)) => pools
@@ -199,8 +220,13 @@ impl Settings {
 
     /// Reads only where the records are, whose they are and GC's grace:
     /// what DEL, CHECK and GC need, so that a mistake in a pool never
-    /// stops a teardown. Pools, default and routes are left empty.
+    /// stops a teardown. Pools, default and routes are left empty. It
+    /// writes nothing: a teardown makes no file, the node's name included.
     pub fn store_only(net: &NetConf) -> Result<Settings, PoolError> {
+        Settings::store(net, Naming::Read)
+    }
+
+    fn store(net: &NetConf, naming: Naming) -> Result<Settings, PoolError> {
         let pool = pool_object(net)?;
         let store = match (pool.get("etcd"), pool.get("dataDir")) {
             (Some(_), Some(_)) => {
@@ -225,15 +251,21 @@ impl Settings {
             },
         };
         let node = match pool.get("node") {
-            None => node_name::pinned(&match pool.get("nodeNameFile") {
-                None => PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE),
-                Some(Value::String(file)) if file.starts_with('/') => file.into(),
-                Some(other) => {
-                    return Err(invalid(format!(
-                        "\"ipam.pool.nodeNameFile\" must be an absolute file name, not {other}"
-                    )))
+            None => {
+                let file = match pool.get("nodeNameFile") {
+                    None => PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE),
+                    Some(Value::String(file)) if file.starts_with('/') => file.into(),
+                    Some(other) => {
+                        return Err(invalid(format!(
+                            "\"ipam.pool.nodeNameFile\" must be an absolute file name, not {other}"
+                        )))
+                    }
+                };
+                match naming {
+                    Naming::Pin => node_name::pinned(&file)?,
+                    Naming::Read => node_name::current(&file)?,
                 }
-            })?,
+            }
             Some(Value::String(node)) if cni::is_identifier(node) => node.clone(),
             Some(other) => {
                 return Err(invalid(format!(
@@ -502,6 +534,21 @@ mod tests {
             e.to_string().contains("must be an absolute file name"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_teardown_or_a_check_pins_no_name_and_makes_no_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("fresh-node/node-name");
+        let raw = net(json!({"nodeNameFile": file}), None);
+        let net = NetConf::parse(&raw).unwrap();
+        let host = node_name::current(&file).unwrap();
+        assert_eq!(Settings::store_only(&net).unwrap().node, host);
+        assert_eq!(Settings::checked(&net).unwrap().node, host);
+        assert!(!tmp.path().join("fresh-node").exists(), "a file was made");
+        // An ADD's reading pins it.
+        assert_eq!(Settings::from_net(&net).unwrap().node, host);
+        assert!(file.exists());
     }
 
     #[test]
