@@ -20,7 +20,7 @@ use std::io::Write;
 use serde_json::{json, Map, Value};
 
 use crate::addr::Addr;
-use crate::args::Program;
+use crate::args::{Program, Verb};
 use crate::cni::{Environment, Error, NetConf};
 use crate::pools::{requested_by_runtime, Pool, Wanted};
 use crate::skel::{self, Plugin};
@@ -39,10 +39,23 @@ address the runtime asks for set on the pool that gives it, for an
 allocator such as ipam-da-pool. It keeps nothing: DEL, CHECK, GC and
 STATUS print nothing.
 ",
-    verbs: &[],
+    verbs: &[VALIDATE],
     notes: "",
     command: None,
 };
+
+/// `validate`: its settings checked, as the doctor of ipam-delegated
+/// asks every delegate of the family.
+const VALIDATE: Verb = skel::validate_verb(
+    "\
+Reads a plugin's configuration on stdin, as a runtime gives it,
+and checks ipam.static whole, every rule and Pool object, as an
+ADD does: exit 0, printing nothing, when it holds; else the CNI
+error object an ADD would print (code 7, naming the key), and
+exit 1. The doctor of ipam-delegated runs it.
+",
+    |_| Ok(skel::validate(|net| Settings::parse(net).map(drop))),
+);
 
 /// ipam-ds-static as a CNI plugin.
 pub struct Selector;
@@ -180,35 +193,54 @@ fn refuse_unknown(
     }
 }
 
+/// `ipam.static`, checked whole: its rules, each whether it will match or
+/// not, and its default.
+struct Settings {
+    rules: Vec<Rule>,
+    default: Option<Vec<Value>>,
+}
+
+impl Settings {
+    /// Reads `ipam.static` of `net`, every part checked, so that a mistake
+    /// shows at the first ADD, not at the first attachment it would match.
+    fn parse(net: &NetConf) -> Result<Settings, Error> {
+        let ipam = object_member(net, "ipam")?.unwrap_or_default();
+        Settings::of(&ipam)
+    }
+
+    fn of(ipam: &Map<String, Value>) -> Result<Settings, Error> {
+        let settings = match ipam.get("static") {
+            Some(Value::Object(settings)) => settings.clone(),
+            Some(_) => return Err(invalid("\"ipam.static\" must be an object".into())),
+            None => {
+                return Err(invalid(
+                    "\"ipam.static\" is missing: it holds the rules and the default".into(),
+                ))
+            }
+        };
+        refuse_unknown(&settings, &STATIC_KEYS, "\"ipam.static\"", "it")?;
+        let rules: Vec<Rule> = match settings.get("rules") {
+            None => Vec::new(),
+            Some(Value::Array(rules)) => rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| Rule::parse(i, rule))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(invalid("\"ipam.static.rules\" must be an array".into())),
+        };
+        let default = match settings.get("default") {
+            None => None,
+            Some(list) => Some(pools(Some(list), "\"ipam.static.default\"")?),
+        };
+        Ok(Settings { rules, default })
+    }
+}
+
 /// The Pool objects for this attachment: the first rule's that matches,
-/// else the default's; with the runtime's requested addresses set. Every
-/// rule is checked, so that a mistake shows at the first ADD, not at the
-/// first attachment it would match.
+/// else the default's; with the runtime's requested addresses set.
 fn select(env: &Environment, net: &NetConf) -> Result<Vec<Value>, Error> {
     let ipam = object_member(net, "ipam")?.unwrap_or_default();
-    let settings = match ipam.get("static") {
-        Some(Value::Object(settings)) => settings.clone(),
-        Some(_) => return Err(invalid("\"ipam.static\" must be an object".into())),
-        None => {
-            return Err(invalid(
-                "\"ipam.static\" is missing: it holds the rules and the default".into(),
-            ))
-        }
-    };
-    refuse_unknown(&settings, &STATIC_KEYS, "\"ipam.static\"", "it")?;
-    let rules: Vec<Rule> = match settings.get("rules") {
-        None => Vec::new(),
-        Some(Value::Array(rules)) => rules
-            .iter()
-            .enumerate()
-            .map(|(i, rule)| Rule::parse(i, rule))
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(invalid("\"ipam.static.rules\" must be an array".into())),
-    };
-    let default = match settings.get("default") {
-        None => None,
-        Some(list) => Some(pools(Some(list), "\"ipam.static.default\"")?),
-    };
+    let Settings { rules, default } = Settings::of(&ipam)?;
     let runtime = object_member(net, "runtimeConfig")?.unwrap_or_default();
     let args = env.arg_pairs();
     let mut chosen = rules

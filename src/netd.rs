@@ -46,6 +46,8 @@ const EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];
 pub struct Ours {
     /// Says which, in errors: "whose ipam.type is ipam-delegated".
     pub described: &'static str,
+    /// Says several: "networks whose ipam.type is ipam-delegated".
+    pub several: &'static str,
     /// Whether a plugin's `ipam` object is ours.
     pub is_ours: fn(&Value) -> bool,
 }
@@ -167,6 +169,47 @@ pub fn scan<E: From<ConfigFileError> + Display>(
     Ok(found)
 }
 
+/// The one network at `path` that `wanted` names, or the only one there
+/// when it names none: a file's, or one of a directory's, each read as
+/// [`scan`] reads it (a file of the directory that has no plugin of ours
+/// is another network's, and skipped). Zero or several is an error that
+/// says so, naming them.
+pub fn pick<E: From<ConfigFileError> + Display>(
+    path: &Path,
+    ours: &Ours,
+    wanted: Option<&str>,
+    name_of: impl Fn(&[u8]) -> Result<String, E>,
+) -> Result<Network, E> {
+    let found = scan(path, ours, name_of)?;
+    let fail = |reason: String| E::from(ConfigFileError::new(path, reason));
+    // Why each file of a directory was passed over, for when none is left.
+    let skipped = match found.skipped.as_slice() {
+        [] => String::new(),
+        skipped => format!(" (skipped: {})", skipped.join("; ")),
+    };
+    let mut networks = found.networks;
+    if let (false, [only], Some(wanted)) = (path.is_dir(), networks.as_slice(), wanted) {
+        if only.name != wanted {
+            return Err(fail(format!("is network {:?}, not {wanted:?}", only.name)));
+        }
+    }
+    networks.retain(|n| wanted.is_none_or(|wanted| wanted == n.name));
+    let names: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
+    let described = ours.described;
+    match (networks.len(), wanted) {
+        (1, _) => Ok(networks.remove(0)),
+        (0, Some(wanted)) => Err(fail(format!(
+            "has no network {wanted:?} {described}{skipped}"
+        ))),
+        (0, None) => Err(fail(format!("has no network {described}{skipped}"))),
+        _ => Err(fail(format!(
+            "has several {} ({}): pick one with --network",
+            ours.several,
+            names.join(", ")
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +217,7 @@ mod tests {
 
     const DELEGATED: Ours = Ours {
         described: "whose ipam.type is ipam-delegated",
+        several: "networks whose ipam.type is ipam-delegated",
         is_ours: |ipam| ipam["type"] == "ipam-delegated",
     };
 

@@ -45,6 +45,7 @@ use std::process::ExitCode;
 
 use tracing::debug;
 
+use crate::args::{Options, Verb};
 use crate::cni::{self, Command, Environment, NetConf, Reportable};
 use crate::signals::{self, Interrupted, Unread};
 
@@ -174,6 +175,42 @@ fn dispatch<P: Plugin>(
         Command::Status => plugin.status(env, checked()?),
     };
     ran.map_err(Failed::Plugin)
+}
+
+/// A plugin's `validate` verb, as the doctor of ipam-delegated runs it on
+/// every delegate of the family: `help` says what it checks (after how it
+/// reads), and `run` calls [`validate`].
+pub const fn validate_verb(
+    help: &'static str,
+    run: fn(&Options) -> Result<ExitCode, String>,
+) -> Verb {
+    Verb {
+        name: "validate",
+        synopsis: "< CONFIGURATION",
+        options: &[],
+        operands: false,
+        help,
+        run,
+    }
+}
+
+/// What a plugin's `validate` verb does: reads a configuration on stdin, as a
+/// runtime gives it, and runs `check` on it, which must allocate, write
+/// and pin nothing. Exit 0, printing nothing, when it holds; otherwise
+/// the CNI error object an ADD would print, and exit 1, so that a doctor
+/// reads it as it reads any delegate's failure.
+pub fn validate<E: Reportable + From<cni::Error>>(
+    check: impl FnOnce(&NetConf) -> Result<(), E>,
+) -> ExitCode {
+    let mut stdin = Vec::new();
+    let read = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut stdin);
+    let outcome = match read {
+        Ok(_) => NetConf::parse(&stdin)
+            .map_err(E::from)
+            .and_then(|net| check(&net)),
+        Err(e) => Err(E::from(cni::Error::ReadStdin(e))),
+    };
+    respond(outcome.map(|()| None), || cni::version_for_reply(&stdin))
 }
 
 /// What a plugin binary says when run with neither CNI_COMMAND nor

@@ -15,6 +15,7 @@ use crate::{cni, signals};
 /// `ensure` and `release` take the same options.
 const AGENT_OPTIONS: &[Opt] = &[
     Opt::value("--config"),
+    Opt::value("--network"),
     Opt::value("--id"),
     Opt::value("--ifname"),
     Opt::value("--netns"),
@@ -23,11 +24,11 @@ const AGENT_OPTIONS: &[Opt] = &[
 /// `ensure`.
 pub const ENSURE: Verb = Verb {
     name: "ensure",
-    synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
+    synopsis: "--config PATH [--network NAME] --id ID [--ifname NAME] [--netns PATH]",
     options: AGENT_OPTIONS,
     operands: false,
     help: "\
-Make sure the attachment (network of FILE, ID, interface NAME,
+Make sure the attachment (the network of PATH, ID, interface NAME,
 eth0 by default) holds an address, for a node agent; print it.
 ",
     run: |options| agent_command(options, true),
@@ -36,7 +37,7 @@ eth0 by default) holds an address, for a node agent; print it.
 /// `release`.
 pub const RELEASE: Verb = Verb {
     name: "release",
-    synopsis: "--config FILE --id ID [--ifname NAME] [--netns PATH]",
+    synopsis: "--config PATH [--network NAME] --id ID [--ifname NAME] [--netns PATH]",
     options: AGENT_OPTIONS,
     operands: false,
     help: "Give that address back and forget it.\n",
@@ -46,10 +47,14 @@ pub const RELEASE: Verb = Verb {
 /// `doctor`.
 pub const DOCTOR: Verb = Verb {
     name: "doctor",
-    synopsis: "--config FILE",
-    options: &[Opt::value("--config")],
+    synopsis: "--config PATH [--network NAME]",
+    options: &[Opt::value("--config"), Opt::value("--network")],
     operands: false,
-    help: "Check FILE and its delegates without allocating anything.\n",
+    help: "\
+Check the network of PATH and its delegates without allocating
+anything: each delegate answers VERSION, and those of this family
+(ipam-ds-static, ipam-da-pool) check their own settings.
+",
     run: run_doctor,
 };
 
@@ -71,8 +76,10 @@ delegates' directories (/opt/cni/bin if unset).
     notes: "\
 --netns is the CNI_NETNS delegates get, the agent's own namespace by
 default (then CNI_NETNS_OVERRIDE=1 is set for them, as plugins built on
-libcni 1.2 or later require). FILE is a conflist (its plugin whose
-ipam.type is ipam-delegated is used) or one plugin's configuration.
+libcni 1.2 or later require). PATH is a conflist (its plugin whose
+ipam.type is ipam-delegated is used), one plugin's configuration, or a
+directory of them, as net.d; --network picks one of its networks by
+name, and is needed when it has several.
 ",
     command: None,
 };
@@ -84,17 +91,19 @@ fn agent_command(options: &Options, ensuring: bool) -> Result<ExitCode, String> 
     if let Err(e) = signals::watch() {
         tracing::warn!("SIGTERM and SIGINT will end the plugin at once: {e}");
     }
-    Ok(match config::load_file(&request.config) {
-        Ok(stdin) => {
-            let outcome = if ensuring {
-                agent::ensure(&request, &stdin).map(Some)
-            } else {
-                agent::release(&request, &stdin).map(|()| None)
-            };
-            respond(outcome, || cni::version_for_reply(&stdin))
-        }
-        Err(e) => respond(Err(e), || cni::NEWEST.into()),
-    })
+    Ok(
+        match config::load(&request.config, request.network.as_deref()) {
+            Ok(stdin) => {
+                let outcome = if ensuring {
+                    agent::ensure(&request, &stdin).map(Some)
+                } else {
+                    agent::release(&request, &stdin).map(|()| None)
+                };
+                respond(outcome, || cni::version_for_reply(&stdin))
+            }
+            Err(e) => respond(Err(e), || cni::NEWEST.into()),
+        },
+    )
 }
 
 /// The attachment `ensure` and `release` are about.
@@ -104,6 +113,7 @@ fn agent_request(options: &Options) -> Result<Request, String> {
     };
     let request = Request {
         config,
+        network: options.value("--network").map(str::to_owned),
         id: id.to_owned(),
         ifname: options.value("--ifname").unwrap_or("eth0").to_owned(),
         // The host's own: the namespace the agent runs in, as delegates see it.
@@ -122,13 +132,13 @@ fn agent_request(options: &Options) -> Result<Request, String> {
     Ok(request)
 }
 
-/// `doctor --config FILE`: the report on stdout; exit 0 only if all is well.
+/// `doctor --config PATH`: the report on stdout; exit 0 only if all is well.
 fn run_doctor(options: &Options) -> Result<ExitCode, String> {
-    let file = options
+    let path = options
         .path("--config")
-        .ok_or("doctor takes --config FILE")?;
+        .ok_or("doctor takes --config PATH")?;
     let cni_path = cni::path_outside_runtime(std::env::var_os("CNI_PATH"));
-    let report = doctor::examine(&file, &cni_path);
+    let report = doctor::examine(&path, options.value("--network"), &cni_path);
     let _ = std::io::stdout().write_all(report.text.as_bytes());
     Ok(if report.healthy {
         ExitCode::SUCCESS

@@ -1,6 +1,7 @@
 //! The plugin's configuration: the common keys (see [`NetConf`]) plus the
-//! `ipam` keys it reads, checked. Also loads a configuration file, as a
-//! main plugin would pass it on, for agent mode and the doctor.
+//! `ipam` keys it reads, checked. Also loads a configuration file (or one
+//! network of a directory of them), as a main plugin would pass it on,
+//! for agent mode and the doctor.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,7 +9,8 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 
 use crate::cni::{self, string, Members, NetConf};
-use crate::netd::{self, ConfigFileError};
+use crate::delegated::error::DelegatedError;
+use crate::netd;
 
 /// A configuration, its common keys and the plugin's own checked.
 #[derive(Debug)]
@@ -120,14 +122,26 @@ fn check_delegate_name(name: &str) -> Result<(), cni::Error> {
 /// The plugin of a configuration that is ipam-delegated.
 pub(crate) const OURS: netd::Ours = netd::Ours {
     described: "whose ipam.type is ipam-delegated",
+    several: "networks whose ipam.type is ipam-delegated",
     is_ours: |ipam| ipam["type"] == "ipam-delegated",
 };
 
-/// The stdin a main plugin would give the plugin for `file`: from a list,
-/// the one plugin whose `ipam.type` is ipam-delegated, with the list's
-/// cniVersion and name, as libcni derives it; or the file's own object.
-pub(crate) fn load_file(file: &Path) -> Result<Vec<u8>, ConfigFileError> {
-    netd::load(file, &OURS)
+/// The stdin a main plugin would give the plugin for the network at
+/// `path`: a file, or a directory of them, as libcni reads net.d, of which
+/// `network` picks one by name (the only one there if it names none).
+/// From a list, its one plugin whose `ipam.type` is ipam-delegated, with
+/// the list's cniVersion and name, as libcni derives it; or the file's own
+/// object.
+pub(crate) fn load(path: &Path, network: Option<&str>) -> Result<Vec<u8>, DelegatedError> {
+    if network.is_none() && !path.is_dir() {
+        // Read as given, checked later, so that a broken file is named
+        // with what is wrong in it.
+        return Ok(netd::load(path, &OURS)?);
+    }
+    let name_of = |stdin: &[u8]| -> Result<String, DelegatedError> {
+        Ok(NetConf::parse(stdin)?.name.to_owned())
+    };
+    Ok(netd::pick(path, &OURS, network, name_of)?.stdin)
 }
 
 #[cfg(test)]

@@ -1,17 +1,20 @@
 //! The operator's doctor: checks a configuration and its delegates without
-//! allocating anything (delegates are run with VERSION only) and names
-//! every problem with what to do about it.
+//! allocating anything (each delegate answers VERSION; those of this family
+//! check their own settings with their `validate` command) and names every
+//! problem with what to do about it.
 
 use std::fmt::Write as _;
+use std::io::{Read, Write as _};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Command as Process, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use super::agent;
 use super::config::{self, Config};
 use super::delegate::{self, Delegate};
-use super::error::DelegatedError;
-use crate::cni;
+use super::error::{DelegatedError, Failure};
+use crate::cni::{self, Command};
 use crate::sys;
 
 /// How long a delegate may take to answer VERSION when the configuration
@@ -26,14 +29,30 @@ pub struct Report {
     pub healthy: bool,
 }
 
-/// Checks `file` (a conflist or one plugin's configuration) with the
+/// The delegates of this family, which check their own settings when run
+/// with `validate` and the configuration on stdin.
+const FAMILY: [&str; 2] = ["ipam-ds-static", "ipam-da-pool"];
+
+/// What the settings of each delegate of the family live under, for the fix.
+fn settings_of(name: &str) -> &'static str {
+    match name {
+        "ipam-ds-static" => "ipam.static",
+        _ => "ipam.pool",
+    }
+}
+
+/// The most a delegate's `validate` may print: an error object is far less.
+const VALIDATE_OUTPUT_CAP: u64 = 1 << 20;
+
+/// Checks the network at `path` (a conflist, one plugin's configuration,
+/// or a directory of them, of which `network` picks one) with the
 /// delegates in `cni_path`.
-pub fn examine(file: &Path, cni_path: &str) -> Report {
-    let mut text = format!("ipam-delegated doctor: {}\n", file.display());
+pub fn examine(path: &Path, network: Option<&str>, cni_path: &str) -> Report {
+    let mut text = format!("ipam-delegated doctor: {}\n", path.display());
     let mut problems: Vec<String> = Vec::new();
-    let stdin = match config::load_file(file) {
+    let stdin = match config::load(path, network) {
         Ok(stdin) => stdin,
-        Err(e) => return finish(text, vec![format!("{e}: give a conflist with one plugin whose ipam.type is ipam-delegated, or that plugin's configuration")]),
+        Err(e) => return finish(text, vec![format!("{e}: give a conflist with one plugin whose ipam.type is ipam-delegated, that plugin's configuration, or a directory of them (with --network to pick one)")]),
     };
     let config = match Config::parse(&stdin) {
         Ok(config) => config,
@@ -133,6 +152,10 @@ fn check_delegate(
                     config.net.cni_version
                 ))
             };
+            let verdict = verdict.and_then(|()| match FAMILY.contains(&name.as_str()) {
+                true => validate(delegate, config.net.raw, timeout),
+                false => Ok(()),
+            });
             (path, shown, verdict)
         }
         Err(e) => (
@@ -143,6 +166,85 @@ fn check_delegate(
             )),
         ),
     }
+}
+
+/// Has a delegate of this family check its own settings in `stdin`, as
+/// its next ADD would, by running its `validate` command, which allocates,
+/// writes and pins nothing: the meta-plugin reads no other plugin's
+/// settings itself.
+fn validate(delegate: &Delegate, stdin: &[u8], timeout: Duration) -> Result<(), String> {
+    let name = &delegate.name;
+    let (status, stdout) = run_validate(&delegate.path, stdin, timeout)
+        .map_err(|e| format!("{name} could not check its settings ({e})"))?;
+    match delegate::judge(Command::Check, status, stdout) {
+        Ok(_) => Ok(()),
+        Err(Failure::Reported { code, msg, .. }) => Err(format!(
+            "{name} refuses its settings (code {code}): {msg}: correct {} and run the doctor again",
+            settings_of(name)
+        )),
+        // Usage errors exit 2, printing nothing on stdout: a build from
+        // before `validate`, which the rest of the family's does not match.
+        Err(Failure::Exited { status: 2, .. }) => Err(format!(
+            "{name} has no validate command: it is older than ipam-delegated; install the same release of the whole family"
+        )),
+        Err(failure) => Err(format!("{name} (validate) {failure}")),
+    }
+}
+
+/// Runs `PATH validate` with `stdin`, outside any runtime (no CNI_COMMAND),
+/// killed if it takes longer than `timeout`: its exit status and stdout.
+fn run_validate(
+    path: &Path,
+    stdin: &[u8],
+    timeout: Duration,
+) -> std::io::Result<(ExitStatus, Vec<u8>)> {
+    let mut child = Process::new(path)
+        .arg("validate")
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    // Fed and read beside the wait, so that neither side blocks on a full pipe.
+    let feeder = child.stdin.take().map(|mut pipe| {
+        let stdin = stdin.to_vec();
+        std::thread::spawn(move || pipe.write_all(&stdin))
+    });
+    let reader = child.stdout.take().map(|pipe| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            pipe.take(VALIDATE_OUTPUT_CAP)
+                .read_to_end(&mut out)
+                .map(|_| out)
+        })
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            // Already gone is as good as killed.
+            let _ = child.kill();
+            child.wait()?;
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("did not finish within {timeout:?} and was killed"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // A delegate that exits before reading all of stdin closes the pipe:
+    // what it printed is the verdict, not the broken pipe.
+    if let Some(feeder) = feeder {
+        let _ = feeder.join();
+    }
+    let stdout = match reader.map(|r| r.join()) {
+        Some(Ok(read)) => read?,
+        Some(Err(_)) => return Err(std::io::Error::other("reading its stdout failed")),
+        None => Vec::new(),
+    };
+    Ok((status, stdout))
 }
 
 /// Why a delegate was not found, and what to do: a file of its name that

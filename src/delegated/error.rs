@@ -2,13 +2,15 @@
 //! and failed (and how), a stack that names the plugin itself, an ADD
 //! whose rollback failed too, several failures of a best-effort command;
 //! and what the plugin meets on its way: a configuration or an agent's
-//! request the protocol refuses, agent mode's files and locks. Each knows
+//! request the protocol refuses, a configuration file that gives no
+//! network, agent mode's files and locks. Each knows
 //! its CNI code.
 
 use std::io;
 
 use crate::cni::{self, code, Command, Reportable};
 use crate::dir::DirError;
+use crate::netd::ConfigFileError;
 
 /// Why a stack must not name the plugin itself: every delegate gets the
 /// same configuration, so it would start itself for ever.
@@ -74,6 +76,11 @@ pub enum DelegatedError {
         /// The failures after it, at least one.
         rest: Vec<DelegatedError>,
     },
+
+    /// The configuration file (or directory) given to `ensure`, `release`
+    /// or the doctor gives no network to work with.
+    #[error(transparent)]
+    ConfigFile(#[from] ConfigFileError),
 
     /// Agent mode's kept attachments could not be read or written, or
     /// their lock was not taken.
@@ -191,6 +198,7 @@ impl Reportable for DelegatedError {
             DelegatedError::Failed { failure, .. } => failure.code(),
             DelegatedError::RollbackFailed { error, .. } => error.code(),
             DelegatedError::Several { first, .. } => first.code(),
+            DelegatedError::ConfigFile(e) => e.code(),
             DelegatedError::State(e) => e.code(),
         }
     }

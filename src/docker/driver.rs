@@ -468,6 +468,7 @@ fn request_for(net: &Network, id: &str, asked: Option<Addr>) -> Request {
     }
     Request {
         config: net.file.clone(),
+        network: None,
         id: id.to_owned(),
         ifname: IFNAME.into(),
         netns: HOST_NETNS.into(),

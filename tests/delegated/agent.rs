@@ -606,3 +606,36 @@ fn gc_by_a_user_who_cannot_read_the_state_directory_goes_on() {
     let gc = last_gc(&agent);
     assert_eq!(agent.stack.stdin_of(&gc), input.as_bytes());
 }
+
+#[test]
+fn ensure_and_release_take_a_directory_and_pick_a_network_of_it() {
+    let agent = fixture_agent();
+    let dir = agent.conflist.parent().unwrap().display().to_string();
+    let run = |verb: &str, more: &[&str]| {
+        let mut args = vec![verb, "--config", &dir, "--id", "agent-health"];
+        args.extend(more);
+        run_cli(&args, &agent.env())
+    };
+    let out = run("ensure", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.json()["ips"][0]["address"], "10.250.78.9/24");
+
+    // A second network run by ipam-delegated: which one must be said.
+    let list = fs::read_to_string(&agent.conflist).unwrap();
+    let other = list.replace("\"agents\"", "\"others\"");
+    assert_ne!(list, other);
+    fs::write(agent.conflist.with_file_name("others.conflist"), other).unwrap();
+    let error = run("ensure", &[]).assert_error(7);
+    assert!(
+        error["msg"].as_str().unwrap().contains(
+            "has several networks whose ipam.type is ipam-delegated (agents, others): pick one with --network"
+        ),
+        "{error}"
+    );
+    let out = run("ensure", &["--network", "agents"]);
+    assert_eq!(out.json()["ips"][0]["address"], "10.250.78.9/24");
+    let out = run("release", &["--network", "agents"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!agent.state_of("agent-health").exists());
+    run("release", &["--network", "nobody"]).assert_error(7);
+}

@@ -174,3 +174,170 @@ fn the_docs_nomad_and_multus_examples_pass_the_doctor() {
         );
     }
 }
+
+/// A conflist over the real ipam-ds-static and ipam-da-pool of `stack`,
+/// whose `ipam.static` and `ipam.pool` are `selector` and `pools` (with
+/// the pools' files in the stack's directory), named `name` and written to
+/// `file` there.
+fn family_config(
+    stack: &Stack,
+    name: &str,
+    file: &str,
+    selector: serde_json::Value,
+    pools: serde_json::Value,
+) -> String {
+    let mut pool = json!({
+        "dataDir": stack.dir.path().join("data"),
+        "nodeNameFile": stack.dir.path().join("node/name"),
+        "pools": pools,
+    });
+    pool["default"] = "general".into();
+    let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": [{
+        "type": "bridge",
+        "ipam": {
+            "type": "ipam-delegated",
+            "delegates": ["ipam-ds-static", "ipam-da-pool"],
+            "static": selector,
+            "pool": pool,
+        },
+    }]});
+    let path = stack.dir.path().join(file);
+    fs::write(&path, list.to_string()).unwrap();
+    path.display().to_string()
+}
+
+/// The selector of the Kubernetes example: payments' pods from `pci`.
+fn payments_rule(condition: &str) -> serde_json::Value {
+    json!({"default": [{"name": "general"}],
+           "rules": [{condition: {"K8S_POD_NAMESPACE": "payments"}, "pools": [{"name": "pci"}]}]})
+}
+
+/// A configuration the family accepts.
+fn good_config(stack: &Stack, name: &str, file: &str) -> String {
+    family_config(stack, name, file, payments_rule("args"), two_pools())
+}
+
+fn two_pools() -> serde_json::Value {
+    json!({"general": [{"subnet": "10.22.0.0/24"}], "pci": [{"subnet": "10.22.128.0/24"}]})
+}
+
+#[test]
+fn the_family_checks_its_own_settings_making_nothing() {
+    let stack = Stack::new().with_pool_plugins();
+    let file = good_config(&stack, "pods", "pods.conflist");
+    let (ok, report) = doctor(&stack, &file);
+    assert!(ok, "{report}");
+    assert!(report.ends_with("all good\n"), "{report}");
+    // The allocator's check pins no node name and opens no store.
+    for made in ["node", "data"] {
+        assert!(!stack.dir.path().join(made).exists(), "{made}: {report}");
+    }
+}
+
+#[test]
+fn a_misspelt_key_is_named_with_its_delegate_and_the_fix() {
+    let typo_in_range = json!({
+        "general": [{"subnet": "10.22.0.0/24", "exlcude": ["10.22.0.9"]}],
+        "pci": [{"subnet": "10.22.128.0/24"}],
+    });
+    let cases = [
+        (
+            payments_rule("arg"),
+            two_pools(),
+            "ipam-ds-static",
+            "\"arg\"",
+            "ipam.static",
+        ),
+        (
+            payments_rule("args"),
+            typo_in_range,
+            "ipam-da-pool",
+            "\"exlcude\"",
+            "ipam.pool",
+        ),
+    ];
+    for (selector, pools, delegate, key, settings) in cases {
+        let stack = Stack::new().with_pool_plugins();
+        let file = family_config(&stack, "pods", "pods.conflist", selector, pools);
+        let (ok, report) = doctor(&stack, &file);
+        assert!(!ok, "{report}");
+        let row = report.lines().find(|l| l.starts_with(delegate)).unwrap();
+        assert!(row.ends_with("PROBLEM"), "{report}");
+        let problems: Vec<&str> = report.lines().filter(|l| l.starts_with("- ")).collect();
+        let [problem] = problems[..] else {
+            panic!("one problem: {report}")
+        };
+        let refused = format!("{delegate} refuses its settings (code 7)");
+        let fix = format!("correct {settings} and run the doctor again");
+        for part in [refused.as_str(), key, fix.as_str()] {
+            assert!(problem.contains(part), "{part}: {report}");
+        }
+        // Checking pinned no node name.
+        assert!(!stack.dir.path().join("node").exists(), "{report}");
+    }
+}
+
+#[test]
+fn a_family_member_without_validate_is_named_as_older() {
+    let stack = Stack::new().with_pool_plugins();
+    fs::remove_file(stack.bin().join("ipam-da-pool")).unwrap();
+    // A build from before `validate`: VERSION answered, the verb a usage error.
+    stack.file(
+        "ipam-da-pool",
+        "#!/bin/sh\n\
+         if [ \"$CNI_COMMAND\" = VERSION ]; then\n\
+         echo '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"1.0.0\"]}'; exit 0; fi\n\
+         echo 'ipam-da-pool: unknown command' >&2; exit 2\n",
+        0o755,
+    );
+    let file = good_config(&stack, "pods", "pods.conflist");
+    let (ok, report) = doctor(&stack, &file);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains("- ipam-da-pool has no validate command: it is older than ipam-delegated"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_directory_is_read_as_net_d_and_network_picks_one() {
+    let stack = Stack::new().with_pool_plugins();
+    good_config(&stack, "pods", "10-pods.conflist");
+    let dir = stack.dir.path().display().to_string();
+    let (ok, report) = doctor(&stack, &dir);
+    assert!(ok, "{report}");
+    assert!(report.contains("network \"pods\""), "{report}");
+
+    family_config(
+        &stack,
+        "edge",
+        "20-edge.conflist",
+        payments_rule("arg"),
+        two_pools(),
+    );
+    let (ok, report) = doctor(&stack, &dir);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains("has several networks whose ipam.type is ipam-delegated (pods, edge): pick one with --network"),
+        "{report}"
+    );
+    for (network, healthy) in [("pods", true), ("edge", false)] {
+        let out = run_cli(
+            &["doctor", "--config", &dir, "--network", network],
+            &env(&stack),
+        );
+        let report = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.success(), healthy, "{report}");
+        assert!(report.contains(&format!("network {network:?}")), "{report}");
+    }
+    let out = run_cli(
+        &["doctor", "--config", &dir, "--network", "nope"],
+        &env(&stack),
+    );
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(!out.status.success());
+    assert!(
+        report.contains("has no network \"nope\" whose ipam.type is ipam-delegated"),
+        "{report}"
+    );
+}

@@ -4,9 +4,9 @@
 //! `node-keeper`, `reclaim` and `readmit`, a node's registration in etcd,
 //! what a dead node held given back and the fence that puts on it lifted;
 //! `import`, the upgrade from the local store to etcd, and `migrate`, from
-//! the previous layout of etcd's keys. What they share is here: reading
-//! the network they are given, opening its stores, and saying how they
-//! went.
+//! the previous layout of etcd's keys; `validate`, its settings checked
+//! for the doctor. What they share is here: reading the network they are
+//! given, opening its stores, and saying how they went.
 
 mod check;
 mod import;
@@ -16,6 +16,7 @@ mod readmit;
 mod reclaim;
 mod release;
 mod show;
+mod validate;
 
 use std::io::Write;
 use std::path::Path;
@@ -30,7 +31,7 @@ use super::store::{Access, Allocation, Owner, PoolAddress, Store, Stores, Worklo
 use crate::args::Program;
 use crate::cni::{NetConf, Reportable};
 use crate::etcd::EtcdClient;
-use crate::netd::{self, ConfigFileError};
+use crate::netd;
 
 /// The command line.
 pub const PROGRAM: Program = Program {
@@ -49,6 +50,7 @@ reads its settings from ipam.pool, and then reads no arguments.
         readmit::VERB,
         import::VERB,
         migrate::VERB,
+        validate::VERB,
     ],
     notes: "\
 PATH is a conflist, one plugin's configuration, or a directory of them
@@ -74,6 +76,7 @@ fn dead_for(text: &str) -> Result<u64, String> {
 /// a delegate.
 const OURS: netd::Ours = netd::Ours {
     described: "that runs ipam-da-pool",
+    several: "networks that run ipam-da-pool",
     is_ours: |ipam| {
         ipam["type"] == "ipam-da-pool"
             || ipam["delegates"]
@@ -86,29 +89,9 @@ const OURS: netd::Ours = netd::Ours {
 /// them, of which `network` picks one; a file of the directory that runs
 /// no ipam-da-pool is another network's, and skipped).
 fn load_network(path: &Path, network: Option<&str>) -> Result<Vec<u8>, PoolError> {
-    let found = netd::scan(path, &OURS, |stdin| -> Result<String, PoolError> {
-        Ok(NetConf::parse(stdin)?.name.to_owned())
-    })?;
-    let fail = |reason: String| PoolError::from(ConfigFileError::new(path, reason));
-    let mut networks = found.networks;
-    if let (false, [only], Some(wanted)) = (path.is_dir(), networks.as_slice(), network) {
-        if only.name != wanted {
-            return Err(fail(format!("is network {:?}, not {wanted:?}", only.name)));
-        }
-    }
-    networks.retain(|n| network.is_none_or(|wanted| wanted == n.name));
-    let names: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
-    match (networks.len(), network) {
-        (1, _) => Ok(networks.remove(0).stdin),
-        (0, Some(wanted)) => Err(fail(format!(
-            "has no network {wanted:?} that runs ipam-da-pool"
-        ))),
-        (0, None) => Err(fail("has no network that runs ipam-da-pool".into())),
-        _ => Err(fail(format!(
-            "has several networks that run ipam-da-pool ({}): pick one with --network",
-            names.join(", ")
-        ))),
-    }
+    let name_of =
+        |stdin: &[u8]| -> Result<String, PoolError> { Ok(NetConf::parse(stdin)?.name.to_owned()) };
+    Ok(netd::pick(path, &OURS, network, name_of)?.stdin)
 }
 
 /// A network as an operator's command reads it.

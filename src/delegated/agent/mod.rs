@@ -27,8 +27,10 @@ const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
 /// container ID and interface, and the namespace to report.
 #[derive(Debug, Clone)]
 pub struct Request {
-    /// A conflist, or one plugin's configuration.
+    /// A conflist, one plugin's configuration, or a directory of them.
     pub config: PathBuf,
+    /// Which network of `config` (needed when it has several).
+    pub network: Option<String>,
     /// The fixed container ID this use of the address goes by.
     pub id: String,
     /// The interface name (eth0 unless given).
