@@ -306,6 +306,42 @@ fn show_check_and_release_on_etcd_every_nodes_records() {
         5,
         "their addresses, and the stray record"
     );
+    // What check says nothing will free, release frees by address: the
+    // stray record, and a record whose attachment is gone.
+    let release = |address: &str| {
+        let file = file.to_str().unwrap();
+        run_program(
+            ALLOCATOR,
+            Path::new("/"),
+            &["release", "--config", file, address],
+            &Env(Vec::new()),
+            b"",
+        )
+    };
+    let out = release("10.252.0.60");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "released the record of 10.252.0.60, which names no one\n"
+    );
+    let network = format!("{PREFIX}/networks/shownet/");
+    let (a1, record) = cluster
+        .values(&network)
+        .into_iter()
+        .find(|(k, _)| k.ends_with("/a1:eth0"))
+        .unwrap();
+    let address = serde_json::from_str::<Value>(&record).unwrap()["addresses"][0]["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cluster.etcdctl(&["del", &a1]);
+    let out = release(&address);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("released the record of {address}, held by a1/eth0 on node node-a, which does not list it\n")
+    );
+    let left = records(&cluster, "shownet");
+    assert_eq!(left.len(), 2, "a2's attachment and address: {left:?}");
+    assert!(left.contains(&"attachments/a2:eth0".to_owned()), "{left:?}");
     // An unreachable cluster is an error, and says so.
     cluster.kill(0);
     let out = run_program(

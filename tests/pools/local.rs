@@ -582,6 +582,81 @@ fn release_gives_back_what_an_address_a_container_or_a_node_holds_and_nothing_el
 }
 
 #[test]
+fn release_of_an_address_frees_a_record_check_says_nothing_will_free() {
+    let data = temp_dir("pool-release-unlisted");
+    let file = data.path().join("pods.conflist");
+    let config =
+        json!({"cniVersion": "1.0.0", "name": "pods", "ipam": {"type": "ipam-da-pool", "pool": {
+            "dataDir": data.path(), "node": "node-a", "default": "blue",
+            "pools": {"blue": [{"subnet": "10.5.0.0/24"}]},
+        }}})
+        .to_string();
+    fs::write(&file, &config).unwrap();
+    for id in ["c1", "c2"] {
+        run_alone(ALLOCATOR, "ADD", id, &config).json();
+    }
+    // c1's attachment record lost, its address record left; and a record
+    // that names no one.
+    let network = data.path().join("pods");
+    fs::remove_file(network.join("attachments/c1:eth0")).unwrap();
+    fs::write(network.join("addresses/10.5.0.9"), "garbage").unwrap();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.splice(1..1, ["--config", file.to_str().unwrap()]);
+        run_program(ALLOCATOR, Path::new("/"), &all, &Env(Vec::new()), b"")
+    };
+    let out = run(&["check"]);
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success(), "{report}");
+    assert!(
+        report.contains("10.5.0.2 is held by c1/eth0 (node node-a), whose attachment record does not list it: no DEL will free it"),
+        "{report}"
+    );
+    let held = || names(&network.join("addresses"));
+    let before = held();
+
+    let out = run(&["release", "10.5.0.2", "--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "would release the record of 10.5.0.2, held by c1/eth0 on node node-a, which does not list it\n"
+    );
+    assert_eq!(held(), before, "a dry run changes nothing");
+    let out = run(&["release", "10.5.0.2", "--json"]);
+    assert_eq!(
+        out.json()["released"],
+        json!([{"containerID": "c1", "ifname": "eth0", "node": "node-a",
+                "addresses": ["10.5.0.2"], "unlisted": true}])
+    );
+    let out = run(&["release", "10.5.0.9"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "released the record of 10.5.0.9, which names no one\n"
+    );
+    // What is left is c2's, whole, and check finds nothing.
+    let (attachments, addresses) = records(data.path(), "pods");
+    assert_eq!(attachments, BTreeSet::from(["c2:eth0".to_owned()]));
+    assert_eq!(addresses, BTreeSet::from(["blue/10.5.0.3".to_owned()]));
+    let out = run(&["check"]);
+    assert!(out.status.success(), "{out:?}");
+    // An address whose attachment lists it is released with it, as before.
+    let out = run(&["release", "10.5.0.3"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "released 10.5.0.3 held by c2/eth0 on node node-a\n"
+    );
+    let out = run(&["release", "10.5.0.3"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains(
+            "no attachment, hold or address record of network pods matches address 10.5.0.3"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn check_names_each_inconsistency_and_fails_only_then() {
     let data = temp_dir("pool-check");
     let file = data.path().join("pods.conflist");

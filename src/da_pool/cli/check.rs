@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{dead_for, finish, open_unlocked, Opened, DEFAULT_DEAD_FOR};
+use super::{dead_for, finish, listed_by, open_unlocked, Opened, DEFAULT_DEAD_FOR};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::{self, utc};
@@ -476,22 +476,10 @@ pub fn findings(
 /// The addresses `owner` (an attachment, or, named without a container, a
 /// workload's hold) lists now, read again from the store.
 fn lists_now(store: Option<&dyn Store>, owner: &Owner) -> Result<Vec<Addr>, PoolError> {
-    let Some(store) = store else {
-        return Ok(Vec::new());
-    };
-    let held = match (&owner.workload, owner.id.is_empty()) {
-        (Some(workload), true) => store
-            .workload_hold(workload, &owner.ifname)?
-            .map(|h| h.held),
-        _ => store
-            .allocation(&owner.node, &owner.id, &owner.ifname)?
-            .map(|h| h.held),
-    };
-    Ok(held
-        .unwrap_or_default()
-        .into_iter()
-        .map(|h| h.address)
-        .collect())
+    match store {
+        Some(store) => listed_by(store, owner),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// Who the record of `address` names now, read again; `None` if it is gone.

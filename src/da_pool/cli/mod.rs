@@ -28,6 +28,7 @@ use serde_json::Value;
 use super::error::PoolError;
 use super::settings::{invalid, parse_duration, Settings};
 use super::store::{Access, Allocation, Owner, PoolAddress, Store, Stores, WorkloadHold};
+use crate::addr::Addr;
 use crate::args::Program;
 use crate::cni::{NetConf, Reportable};
 use crate::etcd::EtcdClient;
@@ -127,18 +128,25 @@ fn read_network(config: &Path, network: Option<&str>) -> Result<(String, Setting
     Ok((net.name.to_owned(), Settings::from_net(&net)?))
 }
 
-/// What `release` or `reclaim` gave back: an attachment, or a hold.
+/// What `release` or `reclaim` gave back: an attachment, a hold, or the
+/// record of an address that neither names (`check`'s "no DEL will free
+/// it").
 enum Released<'a> {
     Attachment(&'a Allocation),
     WorkloadHold(&'a WorkloadHold),
+    Unlisted { address: Addr, holder: Owner },
 }
 
 impl Released<'_> {
     /// Who held it, and what.
-    fn parts(&self) -> (Owner, &[PoolAddress]) {
+    fn parts(&self) -> (Owner, Vec<Addr>) {
+        let addresses = |held: &[PoolAddress]| held.iter().map(|h| h.address).collect();
         match self {
-            Released::Attachment(allocation) => (allocation.owner.clone(), &allocation.held),
-            Released::WorkloadHold(hold) => (hold.owner(), &hold.held),
+            Released::Attachment(allocation) => {
+                (allocation.owner.clone(), addresses(&allocation.held))
+            }
+            Released::WorkloadHold(hold) => (hold.owner(), addresses(&hold.held)),
+            Released::Unlisted { address, holder } => (holder.clone(), vec![*address]),
         }
     }
 
@@ -148,19 +156,49 @@ impl Released<'_> {
             "containerID": owner.id,
             "ifname": owner.ifname,
             "node": owner.node,
-            "addresses": held.iter().map(|a| a.address.to_string()).collect::<Vec<_>>(),
+            "addresses": held.iter().map(Addr::to_string).collect::<Vec<_>>(),
         });
         if let Some(workload) = owner.workload {
             object["workload"] = serde_json::json!(workload);
+        }
+        if let Released::Unlisted { .. } = self {
+            object["unlisted"] = true.into();
         }
         object
     }
 
     fn line(&self, verb: &str) -> String {
         let (owner, held) = self.parts();
-        let addresses: Vec<String> = held.iter().map(|a| a.address.to_string()).collect();
-        format!("{verb} {} held by {owner}", addresses.join(", "))
+        let addresses: Vec<String> = held.iter().map(Addr::to_string).collect();
+        let addresses = addresses.join(", ");
+        match self {
+            Released::Unlisted { holder, .. } if *holder == Owner::unknown() => {
+                format!("{verb} the record of {addresses}, which names no one")
+            }
+            Released::Unlisted { .. } => {
+                format!("{verb} the record of {addresses}, held by {owner}, which does not list it")
+            }
+            _ => format!("{verb} {addresses} held by {owner}"),
+        }
     }
+}
+
+/// The addresses `owner` (an attachment, or, named without a container, a
+/// workload's hold) lists in `store`, as read now.
+fn listed_by(store: &dyn Store, owner: &Owner) -> Result<Vec<Addr>, PoolError> {
+    let held = match (&owner.workload, owner.id.is_empty()) {
+        (Some(workload), true) => store
+            .workload_hold(workload, &owner.ifname)?
+            .map(|h| h.held),
+        _ => store
+            .allocation(&owner.node, &owner.id, &owner.ifname)?
+            .map(|h| h.held),
+    };
+    Ok(held
+        .unwrap_or_default()
+        .into_iter()
+        .map(|h| h.address)
+        .collect())
 }
 
 /// Prints what was given back (or, dry, would be), as text or JSON.

@@ -1,17 +1,18 @@
 //! `ipam-da-pool release`: gives back what the attachments and holds an
 //! operator names keep (those holding an address, a container's, a
-//! node's, a workload's), each in one short step as it was read: on the
-//! local store under the network's lock, taken for one attachment at a
-//! time; on etcd in a transaction that fails if the record changed.
+//! node's, a workload's), and an address's record that nothing lists,
+//! each in one short step as it was read: on the local store under the
+//! network's lock, taken for one attachment at a time; on etcd in a
+//! transaction that fails if the record changed.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::{finish, open_unlocked, print_released, Opened, Released};
+use super::{finish, listed_by, open_unlocked, print_released, Opened, Released};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::error::PoolError;
-use crate::da_pool::store::{Access, Allocation, Store, Stores, WorkloadHold};
+use crate::da_pool::store::{Access, Allocation, Owner, Store, Stores, WorkloadHold};
 
 /// `release`.
 pub(super) const VERB: Verb = Verb {
@@ -33,8 +34,10 @@ Gives back what the attachments holding ADDRESS, of container
 ID (on interface IF), of node NAME (one decommissioned) or of
 workload NAME (as sticky names it: NAMESPACE/NAME) hold, with
 the holds of their workloads, and the holds that keep ADDRESS,
-or were released on node NAME, or are workload NAME's; prints
-what it released (with --dry-run, what it would release).
+or were released on node NAME, or are workload NAME's; then
+the record of ADDRESS if neither its attachment nor its
+workload's hold lists it (or it names no one), which no DEL
+will free, as check says; prints what it released (with --dry-run, what it would release).
 Nothing that matches is exit status 1, and nothing is changed.
 Each release is one short step: on the local store the
 network's lock is taken for one attachment at a time.
@@ -201,22 +204,49 @@ fn run(options: &Release) -> Result<bool, PoolError> {
             released.push(Released::WorkloadHold(hold));
         }
     }
+    // Read after the rest: the record may have gone with what it listed.
+    if let (Chosen::Address(address), Some(store)) = (&options.chosen, &unlocked) {
+        if let Some(holder) = unlisted(store.as_ref(), *address)? {
+            let freed = options.dry_run
+                || in_one_step(&stores, &name, |store| match unlisted(store, *address)? {
+                    Some(now) if now == holder => store.free_record(*address, &holder),
+                    _ => Ok(false),
+                })?;
+            if freed {
+                released.push(Released::Unlisted {
+                    address: *address,
+                    holder,
+                });
+            }
+        }
+    }
     print_released(
         &released,
         options.dry_run,
         options.json,
         serde_json::Value::Null,
     );
-    let matched = !chosen.is_empty() || !chosen_holds.is_empty();
+    let matched = !chosen.is_empty() || !chosen_holds.is_empty() || !released.is_empty();
     if !matched {
         let _ = writeln!(
             std::io::stderr(),
-            "ipam-da-pool: no attachment or hold of network {} matches {}; nothing released",
+            "ipam-da-pool: no attachment, hold or address record of network {} matches {}; nothing released",
             name,
             options.chosen
         );
     }
     Ok(matched)
+}
+
+/// Who the record of `address` names, if nothing lists it there: neither
+/// that attachment nor that workload's hold (or it names no one, torn or
+/// not ipam-da-pool's), so that no DEL or GC will ever free it.
+fn unlisted(store: &dyn Store, address: Addr) -> Result<Option<Owner>, PoolError> {
+    let Some(holder) = store.holder(address)? else {
+        return Ok(None);
+    };
+    let listed = listed_by(store, &holder)?.contains(&address);
+    Ok((!listed).then_some(holder))
 }
 
 /// Runs `step` on network `name`'s store for one short step: on the
@@ -252,6 +282,29 @@ fn release_as_read(store: &dyn Store, allocation: &Allocation) -> Result<bool, P
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::da_pool::store::fake_store::FakeStore;
+    use crate::da_pool::store::PoolAddress;
+    use crate::da_pool::testing::owner;
+
+    #[test]
+    fn a_record_is_freed_only_while_nothing_lists_it_as_read() {
+        let store = FakeStore::default();
+        let address = Addr::new("10.4.0.2".parse().unwrap());
+        let held = [PoolAddress {
+            pool: "blue".into(),
+            address,
+        }];
+        assert!(store.claim(&owner("c1"), &held, None).unwrap());
+        // Listed by its attachment: a DEL frees it, not this.
+        assert_eq!(unlisted(&store, address).unwrap(), None);
+        store.attachments.borrow_mut().clear();
+        assert_eq!(unlisted(&store, address).unwrap(), Some(owner("c1")));
+        // Changed since it was read: left alone.
+        assert!(!store.free_record(address, &owner("c2")).unwrap());
+        assert!(store.free_record(address, &owner("c1")).unwrap());
+        assert_eq!(unlisted(&store, address).unwrap(), None);
+        assert!(store.held().is_empty());
+    }
 
     /// `VERB`'s options, as the command line `list` gives them.
     fn parse(list: &[&str]) -> Result<Release, String> {

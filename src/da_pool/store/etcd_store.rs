@@ -533,6 +533,23 @@ impl Store for EtcdStore {
         }
     }
 
+    fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
+        let key = self.address_key(address);
+        let Some(kv) = self.client.get(&key)? else {
+            return Ok(false);
+        };
+        let named = records::read_owner(&kv.value).unwrap_or_else(Owner::unknown);
+        if named != *holder {
+            return Ok(false);
+        }
+        let mut ops = vec![Op::Delete(key.clone())];
+        // The pool is not full now, if the record says which it is.
+        if let Some(pool) = records::read_pool(&kv.value) {
+            ops.push(Op::Delete(self.full_key(&pool)));
+        }
+        self.txn(vec![Compare::Unchanged(key, kv.mod_revision)], &ops)
+    }
+
     fn workload_hold(
         &self,
         workload: &str,

@@ -197,6 +197,14 @@ impl Store for FakeStore {
         Ok(true)
     }
 
+    fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
+        let mut addresses = self.addresses.borrow_mut();
+        if addresses.get(&address) != Some(holder) {
+            return Ok(false);
+        }
+        Ok(addresses.remove(&address).is_some())
+    }
+
     fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {
         let owner = &allocation.owner;
         let key = (owner.id.clone(), owner.ifname.clone());

@@ -424,6 +424,17 @@ impl Store for LocalStore {
         Ok(true)
     }
 
+    fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
+        // Under the network's lock: as read is as it is.
+        if self.holder(address)?.as_ref() != Some(holder) {
+            return Ok(false);
+        }
+        match self.sub(ADDRESSES)? {
+            Some(addresses) => remove(&addresses, &address.to_string()),
+            None => Ok(false),
+        }
+    }
+
     fn workload_hold(
         &self,
         workload: &str,

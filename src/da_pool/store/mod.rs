@@ -88,6 +88,15 @@ pub trait Store {
     /// a hold, they are given back.
     fn release(&self, allocation: &Allocation) -> Result<bool, PoolError>;
 
+    /// Removes the record of `address` if it still names `holder` (as
+    /// [`Store::holder`] read it: [`Owner::unknown`] for a record that
+    /// names no one): for a record that neither its attachment nor its
+    /// workload's hold lists, which no DEL or GC will free. `Ok(false)`,
+    /// and nothing changed, if it changed meanwhile. Nothing can come to
+    /// list it later: a claim takes only addresses without a record, or
+    /// those the workload's hold listed.
+    fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError>;
+
     /// The hold of `workload` for interface `ifname`, if it has one.
     fn workload_hold(
         &self,

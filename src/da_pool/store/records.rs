@@ -273,6 +273,12 @@ pub fn read_owner(record: &[u8]) -> Option<Owner> {
     owner_of(&value)
 }
 
+/// The pool an address record says the address is from, if it says.
+pub fn read_pool(record: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(record).ok()?;
+    value.get("pool")?.as_str().map(String::from)
+}
+
 fn owner_of(value: &Value) -> Option<Owner> {
     let field = |name: &str| value.get(name)?.as_str().map(String::from);
     let workload = field("workload");
