@@ -143,6 +143,44 @@ impl Connection {
     }
 }
 
+/// Whether `host:port` speaks the other scheme than the one tried
+/// (`tried_tls`): plain HTTP when TLS was tried, TLS when plain HTTP was.
+/// Asked, before `deadline`, of a member that closed a new connection
+/// without a word, as one does a connection it cannot read: an endpoint
+/// given with the wrong scheme is a setting to fix, not a member to wait
+/// for.
+pub fn speaks_the_other_scheme(host: &str, port: u16, tried_tls: bool, deadline: Instant) -> bool {
+    if tried_tls {
+        // Any HTTP answer at all is plain HTTP.
+        return Connection::open(host, port, None, deadline)
+            .and_then(|mut plain| plain.get("/version", deadline))
+            .is_ok();
+    }
+    // No certificate is trusted: a member that sends one, or refuses the
+    // hello with an alert, speaks TLS.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let Ok(builder) =
+        ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
+    else {
+        return false;
+    };
+    let config = Arc::new(
+        builder
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+    );
+    let answer = Connection::open(host, port, Some(&config), deadline)
+        .and_then(|mut tls| tls.get("/version", deadline));
+    let Err(e) = answer else {
+        return false;
+    };
+    matches!(
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::AlertReceived(_))
+    )
+}
+
 /// The addresses of `host` (a name, or an address), looked up before
 /// `deadline`: the system's resolver may wait far longer for a server
 /// that does not answer, so a name is looked up in a thread of its own,

@@ -43,6 +43,16 @@ pub enum EtcdError {
     #[error("TLS with the etcd cluster failed ({endpoint}: {reason}): check \"ipam.pool.etcd.tls\" and the members' certificates")]
     Tls { endpoint: String, reason: String },
 
+    /// A member closed the connection without a word, and answers in the
+    /// other scheme: an endpoint given as https:// that speaks plain HTTP,
+    /// or as http:// that speaks TLS. A setting to fix.
+    #[error("etcd endpoint {endpoint} {}", if *speaks_tls {
+        "speaks TLS, not plain HTTP: give it as https:// in \"ipam.pool.etcd.endpoints\" (with \"ipam.pool.etcd.tls\")"
+    } else {
+        "speaks plain HTTP, not TLS: give it as http:// in \"ipam.pool.etcd.endpoints\""
+    })]
+    Scheme { endpoint: String, speaks_tls: bool },
+
     /// The cluster refused a request (its HTTP status and message).
     #[error("the etcd cluster refused a request ({status}): {message}")]
     Refused { status: u16, message: String },
@@ -64,9 +74,10 @@ impl Reportable for EtcdError {
         match self {
             EtcdError::Settings(e) => e.code(),
             EtcdError::Unavailable { .. } | EtcdError::NoSpace { .. } => code::TRY_AGAIN_LATER,
-            EtcdError::Refused { .. } | EtcdError::Tls { .. } | EtcdError::Auth { .. } => {
-                code::IO_FAILURE
-            }
+            EtcdError::Refused { .. }
+            | EtcdError::Tls { .. }
+            | EtcdError::Scheme { .. }
+            | EtcdError::Auth { .. } => code::IO_FAILURE,
         }
     }
 }
@@ -425,7 +436,8 @@ impl EtcdClient {
             .map_or(std::process::id() as usize % count, |(index, _)| *index);
         loop {
             let mut last_error = String::from("no endpoint tried");
-            let mut tls_failed = Vec::new();
+            // What waiting will not mend: TLS, or the scheme, refused.
+            let mut settled = Vec::new();
             for index in (0..count).map(|i| (first + i) % count) {
                 // A member may hold a request past the whole budget (one
                 // forwarded to a leader that died waits for etcd's own
@@ -436,14 +448,16 @@ impl EtcdClient {
                 match self.call_one(index, path, token, body, try_deadline) {
                     Err(EtcdError::Unavailable { reason, .. }) => last_error = reason,
                     // Perhaps this member's certificate only: the next.
-                    Err(tls @ EtcdError::Tls { .. }) => tls_failed.push(tls),
+                    Err(tls @ (EtcdError::Tls { .. } | EtcdError::Scheme { .. })) => {
+                        settled.push(tls)
+                    }
                     answered => return answered,
                 }
             }
             // TLS failed with every member: waiting mends no certificate.
             // With some only, the others may answer later.
-            if tls_failed.len() == count {
-                return Err(tls_failed.swap_remove(0));
+            if settled.len() == count {
+                return Err(settled.swap_remove(0));
             }
             let pause = deadline
                 .saturating_duration_since(Instant::now())
@@ -467,23 +481,43 @@ impl EtcdClient {
         deadline: Instant,
     ) -> Result<Value, EtcdError> {
         let endpoint = &self.settings.endpoints[index];
+        let mut slot = self.connection.borrow_mut();
+        let kept = match slot.take() {
+            Some((used, connection)) if used == index => Some(connection),
+            _ => None,
+        };
+        let fresh = kept.is_none();
         let failed = |e: std::io::Error| {
             let at = format!("{}:{}", endpoint.host, endpoint.port);
             let tls = e
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+            // A kept connection the member closed is only an idle one.
+            let wordless = fresh && e.kind() == std::io::ErrorKind::UnexpectedEof;
             match tls {
                 Some(tls) => EtcdError::Tls {
                     endpoint: at,
                     reason: tls.to_string(),
                 },
+                None if wordless
+                    && connection::speaks_the_other_scheme(
+                        &endpoint.host,
+                        endpoint.port,
+                        endpoint.tls,
+                        deadline,
+                    ) =>
+                {
+                    EtcdError::Scheme {
+                        endpoint: at,
+                        speaks_tls: !endpoint.tls,
+                    }
+                }
                 None => self.unavailable(format!("{at}: {e}")),
             }
         };
-        let mut slot = self.connection.borrow_mut();
-        let mut connection = match slot.take() {
-            Some((used, connection)) if used == index => connection,
-            _ => {
+        let mut connection = match kept {
+            Some(connection) => connection,
+            None => {
                 let tls = if endpoint.tls {
                     self.tls.as_ref()
                 } else {

@@ -478,6 +478,42 @@ fn tls_with_client_certificates() {
     run_plugin(&stack.env("DEL"), good.as_bytes()).assert_silent_success();
 }
 
+#[test]
+#[ignore = "needs etcd-server"]
+fn a_scheme_the_cluster_does_not_speak_is_a_setting_to_fix() {
+    let certificates = Certificates::make();
+    let secure = Cluster::start(1, Some(&certificates));
+    let plain = Cluster::start(1, None);
+    let stack = Stack::new().with_pool_plugins();
+    let file = |name: &str| certificates.file(name).display().to_string();
+    let tls = json!({"ca": file("ca.pem"), "cert": file("client.pem"), "key": file("client.key")});
+    // https:// to a member that speaks plain HTTP, and http:// to one
+    // that speaks TLS: each is code 5 at once, naming the endpoint and
+    // the likely cause, not code 11 after a wait.
+    let cases = [
+        (
+            config("schemenet", "1.0.0", &plain, "node-a", json!({}))
+                .replace("http://", "https://")
+                .replace("\"prefix\"", &format!("\"tls\":{tls},\"prefix\"")),
+            plain.endpoints()[0].replace("http://", ""),
+            "speaks plain HTTP, not TLS: give it as http://",
+        ),
+        (
+            config("schemenet", "1.0.0", &secure, "node-a", json!({}))
+                .replace("https://", "http://"),
+            secure.endpoints()[0].replace("https://", ""),
+            "speaks TLS, not plain HTTP: give it as https://",
+        ),
+    ];
+    for (input, endpoint, cause) in cases {
+        let out = run_plugin(&stack.env("ADD"), input.as_bytes());
+        let e = out.assert_error(5);
+        let msg = e["msg"].as_str().unwrap();
+        assert!(msg.contains(&endpoint), "{e}");
+        assert!(msg.contains(cause), "{e}");
+    }
+}
+
 /// The stdin a main plugin gives its IPAM plugin for the first plugin of
 /// conflist `list`, as libcni derives it.
 fn plugin_config(list: &Value) -> String {
