@@ -286,8 +286,15 @@ impl DelegatedError {
         }
     }
 
-    /// Adds the failures of an ADD's rollback to the error that caused it.
+    /// Adds the failures of an ADD's rollback to the error that caused it,
+    /// but those for the same reason (code and message): a DEL refused for
+    /// the settings or the credentials the ADD was refused for says nothing
+    /// new, and the log has each.
     pub(crate) fn with_rollback(self, rollback: Vec<DelegatedError>) -> DelegatedError {
+        let rollback: Vec<DelegatedError> = rollback
+            .into_iter()
+            .filter(|undo| undo.code() != self.code() || undo.to_string() != self.to_string())
+            .collect();
         if rollback.is_empty() {
             self
         } else {
@@ -393,6 +400,25 @@ mod tests {
             e.details(),
             "pool p1 is full\nrollback DEL also failed:\n- a (ADD): was killed by signal 9\n- b (ADD): exited with status 3 and no CNI error object"
         );
+    }
+
+    #[test]
+    fn rollback_failures_for_the_adds_reason_are_not_repeated() {
+        let refused = |code| Failure::Reported {
+            code,
+            msg: "unknown key \"exlcude\"".into(),
+            details: String::new(),
+        };
+        let e = delegate("b", refused(7))
+            .with_rollback(vec![delegate("b", refused(7)), delegate("c", refused(5))]);
+        assert_eq!(e.code(), 7);
+        assert_eq!(
+            e.details(),
+            "rollback DEL also failed:\n- c (ADD): failed with code 5: unknown key \"exlcude\""
+        );
+        let e = delegate("b", refused(7)).with_rollback(vec![delegate("b", refused(7))]);
+        assert!(matches!(e, DelegatedError::Failed { .. }), "{e:?}");
+        assert_eq!(e.details(), "");
     }
 
     #[test]

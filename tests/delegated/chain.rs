@@ -680,3 +680,25 @@ fn a_reply_in_a_version_that_cannot_be_converted_is_rolled_back() {
     );
     assert_eq!(stack.call_list(), ["a ADD", "b ADD", "a DEL", "b DEL"]);
 }
+
+#[test]
+fn a_rollback_refused_for_the_adds_reason_is_not_repeated() {
+    // The allocator refuses its settings on ADD and on the rollback's DEL
+    // alike: the error says it once.
+    let stack = Stack::new().with_pool_plugins();
+    let input = common::pool_config(
+        "n",
+        "1.0.0",
+        json!({"default": [{"name": "blue"}]}),
+        json!({"dataDir": "relative", "node": "a", "pools": {"blue": [{"subnet": "10.9.0.0/24"}]}}),
+    );
+    let error = stack.run("ADD", input.as_bytes()).assert_error(7);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("\"ipam.pool.dataDir\""),
+        "{error}"
+    );
+    assert_eq!(error["details"], "", "{error}");
+}
