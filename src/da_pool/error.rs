@@ -35,6 +35,21 @@ pub enum PoolError {
         why: String,
     },
 
+    /// CHECK: the attachment holds an address the previous result lacks.
+    #[error(
+        "{id}/{ifname} holds {address} (pool {pool:?}), which the previous result does not list"
+    )]
+    NotListed {
+        address: String,
+        pool: String,
+        id: String,
+        ifname: String,
+    },
+
+    /// CHECK: the attachment holds nothing in this network.
+    #[error("{id}/{ifname} holds no address in this network")]
+    NothingHeld { id: String, ifname: String },
+
     /// Other nodes kept changing what the command needed: try again later.
     #[error("{0}: try again later")]
     Busy(String),
@@ -83,7 +98,9 @@ impl Reportable for PoolError {
         match self {
             PoolError::Exhausted { .. } => code::POOL_EXHAUSTED,
             PoolError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
-            PoolError::NotHeld { .. } => code::NOT_HELD,
+            PoolError::NotHeld { .. }
+            | PoolError::NotListed { .. }
+            | PoolError::NothingHeld { .. } => code::NOT_HELD,
             PoolError::NotAvailable(_) | PoolError::Fenced(_) => code::NOT_AVAILABLE,
             PoolError::Busy(_) | PoolError::Moved { .. } => code::TRY_AGAIN_LATER,
             PoolError::Config(e) => e.code(),

@@ -30,11 +30,9 @@ pub(super) fn del(store: &dyn Store, owner: &Owner) -> Result<(), PoolError> {
 
 /// CHECK fails for an attachment that holds nothing here.
 pub(super) fn nothing_held(owner: &Owner) -> PoolError {
-    PoolError::NotHeld {
-        address: "any address".into(),
+    PoolError::NothingHeld {
         id: owner.id.clone(),
         ifname: owner.ifname.clone(),
-        why: "the attachment holds no address in this network".into(),
     }
 }
 
@@ -73,13 +71,12 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
     let owner = &allocation.owner;
     for h in &allocation.held {
         if !listed.contains(&h.address) {
-            return Err(not_held(
-                h.address.to_string(),
-                format!(
-                    "the attachment holds it (pool {:?}), but the previous result does not list it",
-                    h.pool
-                ),
-            ));
+            return Err(PoolError::NotListed {
+                address: h.address.to_string(),
+                pool: h.pool.clone(),
+                id: owner.id.clone(),
+                ifname: owner.ifname.clone(),
+            });
         }
     }
     for address in listed {
@@ -224,7 +221,11 @@ mod tests {
             assert_eq!(e.code(), code::NOT_HELD, "{e}");
             assert!(e.to_string().contains(said), "{e}");
         };
-        refused("c2", &result, "is not held by c2/eth0");
+        refused(
+            "c2",
+            &result,
+            "c2/eth0 holds 10.1.0.3 (pool \"blue\"), which the previous",
+        );
         // Another delegate's address is its business; another attachment's
         // address of this network is not.
         let mut with_foreign = result.clone();
@@ -245,9 +246,19 @@ mod tests {
         );
         let mut missing_one = result.clone();
         missing_one["ips"].as_array_mut().unwrap().pop();
-        refused("c1", &missing_one, "the previous result does not list it");
+        let last = result["ips"].as_array().unwrap().last().unwrap();
+        let last = last["address"].as_str().unwrap().split('/').next().unwrap();
+        refused(
+            "c1",
+            &missing_one,
+            &format!(
+                "c1/eth0 holds {last} (pool \"blue6\"), which the previous result does not list"
+            ),
+        );
         del(&store, &owner("c1")).unwrap();
-        refused("c1", &result, "holds no address in this network");
+        let e = checked("c1", &result).unwrap_err();
+        assert_eq!(e.code(), code::NOT_HELD);
+        assert_eq!(e.to_string(), "c1/eth0 holds no address in this network");
     }
 
     #[test]

@@ -119,7 +119,7 @@ fn the_original_readmes_example_flow_with_a_real_selector_and_allocator() {
         e["msg"]
             .as_str()
             .unwrap()
-            .contains("is not held by ctr-0123/eth0"),
+            .starts_with("ctr-0123/eth0 holds 192.168.0.23 (pool \"local-pool\"), which the previous result does not list"),
         "{e}"
     );
     assert!(
