@@ -74,6 +74,15 @@ fn options(given: &Options) -> Result<Reclaim, String> {
     })
 }
 
+/// `seconds` as given: in hours, minutes or seconds, whichever is whole.
+fn span(seconds: u64) -> String {
+    match seconds {
+        s if s > 0 && s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 /// Gives back what dead nodes (or the one named) hold, printing it:
 /// whether a node named had anything.
 fn run(options: &Reclaim) -> Result<bool, PoolError> {
@@ -86,9 +95,12 @@ fn run(options: &Reclaim) -> Result<bool, PoolError> {
     let targets: Vec<String> = match &options.node {
         Some(node) => {
             if states.get(node).is_some_and(|s| s.alive) {
-                return Err(PoolError::Busy(format!(
-                    "node {node} is registered: its keeper renews its lease, so it is alive; stop its keeper (or let its lease end) first"
-                )));
+                // An answer, not a failure to wait out.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "ipam-da-pool: node {node} is alive: its keeper's registration is there, renewed under its lease; nothing released (stop its keeper, or let its lease end, first)"
+                );
+                return Ok(false);
             }
             vec![node.clone()]
         }
@@ -131,6 +143,12 @@ fn run(options: &Reclaim) -> Result<bool, PoolError> {
         extra["fenced"] = serde_json::json!(fenced);
     }
     print_released(&released, options.dry_run, options.json, extra);
+    if options.node.is_none() && targets.is_empty() && !options.json {
+        println!(
+            "no node of network {name} has been gone for {}: nothing to reclaim",
+            span(options.dead_for)
+        );
+    }
     let mut err = std::io::stderr().lock();
     for node in fenced.iter().filter(|_| !options.dry_run) {
         let _ = writeln!(
