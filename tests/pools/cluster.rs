@@ -286,28 +286,43 @@ fn a_misspelt_key_in_a_pool_defined_in_etcd_is_refused_naming_it() {
     assert_eq!(holders(&cluster), Vec::<String>::new());
 }
 
+/// The `etcdctl` commands of the access-control recipe in
+/// docs/allocator.md, in order, each as its words.
+fn access_control_recipe() -> Vec<Vec<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docs = std::fs::read_to_string(root.join("docs/allocator.md")).unwrap();
+    let section = docs.split("### Access control").nth(1).unwrap();
+    let block = section.split("```console").nth(1).unwrap();
+    let block = block.split("```").next().unwrap();
+    let recipe: Vec<Vec<String>> = block
+        .lines()
+        .filter_map(|line| line.strip_prefix("# etcdctl "))
+        .map(|command| command.split_whitespace().map(String::from).collect())
+        .collect();
+    assert!(recipe.len() >= 5, "{block}");
+    recipe
+}
+
 #[test]
 #[ignore = "needs etcd-server and etcd-client"]
 fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refuses_bad_credentials()
 {
     use std::os::unix::fs::PermissionsExt;
     let cluster = Cluster::start_with(1, None, &["--auth-token-ttl", "2"]);
-    for args in [
-        &["user", "add", "root:root-secret"][..],
-        &["user", "add", "ipam:ipam-secret"],
-        &["role", "add", "ipam"],
-        &[
-            "role",
-            "grant-permission",
-            "ipam",
-            "--prefix=true",
-            "readwrite",
-            PREFIX,
-        ],
-        &["user", "grant-role", "ipam", "ipam"],
-        &["auth", "enable"],
-    ] {
-        cluster.etcdctl(args);
+    // The docs' recipe, as written, each password given as USER-secret
+    // where etcdctl would ask for it, the prefix the tests'.
+    for args in access_control_recipe() {
+        let args: Vec<String> = match &args[..] {
+            [user, add, name] if user == "user" && add == "add" => {
+                vec![user.clone(), add.clone(), format!("{name}:{name}-secret")]
+            }
+            _ => args
+                .iter()
+                .map(|a| a.replace("/ipam-da-pool", PREFIX))
+                .collect(),
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cluster.etcdctl(&args);
     }
     let dir = temp_dir("auth");
     let secret = |name: &str, text: &str, mode: u32| {
