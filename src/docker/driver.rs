@@ -33,8 +33,22 @@ const IFNAME: &str = "eth0";
 /// The namespace delegates are given: the driver's own, the host's.
 const HOST_NETNS: &str = "/proc/self/ns/net";
 
-/// The option that marks Docker's request for a network's gateway.
+/// The option that says what an address Docker asks for is for.
 const ADDRESS_TYPE: &str = "RequestAddressType";
+
+/// Its value when Docker asks for a network's gateway.
+const GATEWAY: &str = "com.docker.network.gateway";
+
+/// An ADD made for a request: the network's attachments, still locked;
+/// the attachment made and kept; its result; the address that answers
+/// Docker; and the stdin the stack was given.
+struct Added {
+    state: state::Network,
+    attachment: Attachment,
+    result: Vec<u8>,
+    given: Addr,
+    stdin: Vec<u8>,
+}
 
 /// The driver: where the CNI networks' configurations are.
 pub struct Driver {
@@ -285,7 +299,8 @@ impl Driver {
     /// RequestAddress: an ADD through the stack, with the address Docker
     /// asks for (if any) passed every way CNI IPAM plugins read one; the
     /// result is kept, or given back if it does not hold the address the
-    /// pool needs.
+    /// pool needs. Docker's request for the gateway is answered with the
+    /// gateway the stack gives (see [`Driver::gateway`]).
     fn request_address(&self, request: &Body) -> Result<(Value, (String, String)), DockerError> {
         let pool = PoolId::parse(request.text("PoolID")?)?;
         let options = request.options()?;
@@ -308,21 +323,86 @@ impl Driver {
             }
         };
         let net = networks::find(&self.config, Some(&pool.network))?;
-        let stdin = net.stdin(runtime_config(&net, &pool, asked));
+        let for_gateway = options.get(ADDRESS_TYPE).map(String::as_str) == Some(GATEWAY);
+        let given = if for_gateway {
+            self.gateway(&net, &pool, asked)?
+        } else {
+            let added = self.add(&net, &pool, asked)?;
+            info!(
+                "{} given from pool {pool} to {}",
+                added.given, added.attachment.id
+            );
+            added.given
+        };
+        let answer = json!({"Address": format!("{given}/{}", pool.subnet.prefix), "Data": {}});
+        Ok((answer, (pool.to_string(), given.to_string())))
+    }
+
+    /// Docker's gateway request. The stack's gateway for the pool is the
+    /// truth, so that Docker's bridge and every CNI result agree: it is
+    /// read from the result of an ADD made to learn it, whose address then
+    /// goes back, and a `--gateway` naming another address is refused. A
+    /// stack whose results name no gateway gives the gateway as it gives
+    /// any address, held for as long as Docker keeps it.
+    fn gateway(
+        &self,
+        net: &Network,
+        pool: &PoolId,
+        asked: Option<Addr>,
+    ) -> Result<Addr, DockerError> {
+        let probe = self.add(net, pool, None)?;
+        let Some(gateway) = gateway_of(&probe.result, pool) else {
+            if asked.is_none() {
+                info!(
+                    "{} given from pool {pool} to {} as the gateway (the stack names none)",
+                    probe.given, probe.attachment.id
+                );
+                return Ok(probe.given);
+            }
+            give_back(net, pool, probe);
+            let added = self.add(net, pool, asked)?;
+            info!(
+                "{} given from pool {pool} to {} as the gateway (the stack names none)",
+                added.given, added.attachment.id
+            );
+            return Ok(added.given);
+        };
+        give_back(net, pool, probe);
+        match asked {
+            Some(other) if other != gateway => Err(DockerError::AddressUnavailable {
+                address: other.to_string(),
+                pool: pool.to_string(),
+                why: format!(
+                    "the stack gives the pool the gateway {gateway}, which every container's result names: give --gateway {gateway}, or none"
+                ),
+            }),
+            _ => {
+                info!("{gateway}, the stack's gateway, is pool {pool}'s");
+                Ok(gateway)
+            }
+        }
+    }
+
+    /// An ADD through the stack for `pool`, asking for `asked`: the
+    /// attachment made and kept, and the address of its result that
+    /// answers Docker. A result that does not hold that address is given
+    /// back.
+    fn add(&self, net: &Network, pool: &PoolId, asked: Option<Addr>) -> Result<Added, DockerError> {
+        let stdin = net.stdin(runtime_config(net, pool, asked));
         let id = format!("{}{}", pool.attachment_prefix(), random_hex()?);
-        let setup = Setup::new(&request_for(&net, &id, asked), &stdin)?;
+        let setup = Setup::new(&request_for(net, &id, asked), &stdin)?;
         let state = setup.network()?;
-        if !PoolRequests::read(&state)?.holds(&pool) {
+        if !PoolRequests::read(&state)?.holds(pool) {
             return Err(DockerError::Request(format!(
                 "pool {pool} was not requested from this driver, or its state (under {}) was lost",
                 agent::state_root(&setup.config).display()
             )));
         }
-        settle(&net, &state);
+        settle(net, &state);
         let delegates = setup.find_all()?;
         // Recorded first: a driver killed before it keeps the result
         // leaves this to undo at its start.
-        Leftovers::add(&state, &id, &pool)?;
+        Leftovers::add(&state, &id, pool)?;
         let added = setup.chain(&setup.config.net).add(&delegates);
         let attachment = Attachment {
             id,
@@ -341,10 +421,10 @@ impl Driver {
         // Kept before it is judged: if giving it back fails, it stays
         // kept, and left to undo.
         let result = setup.keep(&state, &attachment, result)?;
-        let given = match address_for(&result, &pool, asked) {
+        let given = match address_for(&result, pool, asked) {
             Ok(given) => given,
             Err(e) => {
-                match release(&net, &stdin, &state, &attachment, Some(&result)) {
+                match release(net, &stdin, &state, &attachment, Some(&result)) {
                     Ok(()) => Leftovers::forget(&state, &attachment.id)?,
                     Err(undo) => warn!(
                         "could not give back what the stack gave, left to undo: {}",
@@ -355,16 +435,13 @@ impl Driver {
             }
         };
         Leftovers::forget(&state, &attachment.id)?;
-        let purpose = match options.get(ADDRESS_TYPE) {
-            Some(kind) => format!(" ({kind})"),
-            None => String::new(),
-        };
-        info!(
-            "{given}{purpose} given from pool {pool} to {}",
-            attachment.id
-        );
-        let answer = json!({"Address": format!("{given}/{}", pool.subnet.prefix), "Data": {}});
-        Ok((answer, (pool.to_string(), given.to_string())))
+        Ok(Added {
+            state,
+            attachment,
+            result,
+            given,
+            stdin,
+        })
     }
 
     /// ReleaseAddress: the DEL of the attachment that holds the address
@@ -404,7 +481,9 @@ impl Driver {
                 return Ok(());
             }
         }
-        warn!("{address} is held by no attachment of pool {pool}: nothing to release");
+        // The stack's gateway, which no attachment holds, comes here at
+        // `docker network rm`.
+        info!("{address} is held by no attachment of pool {pool}: nothing to release");
         Ok(())
     }
 }
@@ -548,6 +627,40 @@ fn release(
     state.remove(attachment)
 }
 
+/// Gives back the attachment `added` made (DEL, then forgotten), which
+/// Docker will never hear of; if that fails, it is left to undo at the
+/// network's next request.
+fn give_back(net: &Network, pool: &PoolId, added: Added) {
+    let Added {
+        state,
+        attachment,
+        result,
+        stdin,
+        ..
+    } = added;
+    if let Err(e) = release(net, &stdin, &state, &attachment, Some(&result)) {
+        warn!(
+            "could not give back {}, left to undo: {}",
+            attachment.id,
+            message(&e)
+        );
+        if let Err(e) = Leftovers::add(&state, &attachment.id, pool) {
+            warn!("{}", message(&e));
+        }
+    }
+}
+
+/// The gateway `result` names for an address of `pool`'s subnet, if any.
+fn gateway_of(result: &[u8], pool: &PoolId) -> Option<Addr> {
+    let result: Value = serde_json::from_slice(result).ok()?;
+    result["ips"].as_array()?.iter().find_map(|ip| {
+        let address: IpAddr = ip["address"].as_str()?.split('/').next()?.parse().ok()?;
+        let gateway: IpAddr = ip["gateway"].as_str()?.parse().ok()?;
+        let (address, gateway) = (Addr::new(address), Addr::new(gateway));
+        (pool.subnet.contains(address) && pool.subnet.contains(gateway)).then_some(gateway)
+    })
+}
+
 /// The addresses of a result's `ips`.
 fn addresses(result: &[u8]) -> Vec<Addr> {
     let result: Value = serde_json::from_slice(result).unwrap_or_default();
@@ -644,6 +757,23 @@ mod tests {
         );
         let e = address_for(b"{}", &p, None).unwrap_err();
         assert!(e.to_string().contains("the stack gave no address"), "{e}");
+    }
+
+    #[test]
+    fn the_gateway_is_the_one_the_result_names_in_the_pool() {
+        assert_eq!(
+            gateway_of(RESULT, &pool("n/10.1.0.0/16")),
+            Some(a("10.1.0.1"))
+        );
+        // The IPv6 address names none; another subnet's gateway is not it.
+        assert_eq!(gateway_of(RESULT, &pool("n/fd00::/64")), None);
+        assert_eq!(
+            gateway_of(RESULT, &pool("n/10.1.0.0/24")),
+            Some(a("10.1.0.1"))
+        );
+        assert_eq!(gateway_of(RESULT, &pool("n/10.2.0.0/16")), None);
+        let elsewhere = br#"{"ips":[{"address":"10.1.0.5/16","gateway":"10.9.0.1"}]}"#;
+        assert_eq!(gateway_of(elsewhere, &pool("n/10.1.0.0/16")), None);
     }
 
     #[test]

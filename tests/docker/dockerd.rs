@@ -170,6 +170,18 @@ impl Dockerd {
         cidr.split('/').next().unwrap().to_owned()
     }
 
+    /// The IPv4 gateway the container's default route goes through, as
+    /// the container sees it: Docker's gateway of its network.
+    pub fn gateway_inside(&self, container: &str) -> String {
+        let shown = self.ok(&["exec", container, "ip", "-4", "route", "show", "default"]);
+        shown
+            .split_whitespace()
+            .skip_while(|word| *word != "via")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no default route in {shown:?}"))
+            .to_owned()
+    }
+
     /// The log so far.
     pub fn log(&self) -> String {
         fs::read_to_string(self.dir.path().join("dockerd.log")).unwrap_or_default()

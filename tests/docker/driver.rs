@@ -164,19 +164,34 @@ fn docker_address(docker: &Dockerd, container: &str) -> String {
     ])
 }
 
+/// `docker network create` of network `name` over CNI network `cni`
+/// through `driver`, with `extra` options: its arguments.
+fn create_args(driver: &Driver, cni: &str, extra: &[&str], name: &str) -> Vec<String> {
+    let mut args: Vec<String> = ["network", "create", "--ipam-driver", &driver.name]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(["--ipam-opt".into(), format!("network={cni}")]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args.push(name.into());
+    args
+}
+
 fn create(driver: &Driver, docker: &Dockerd, cni: &str, extra: &[&str], name: &str) -> String {
-    let option = format!("network={cni}");
-    let mut args = vec![
-        "network",
-        "create",
-        "--ipam-driver",
-        &driver.name,
-        "--ipam-opt",
-        &option,
-    ];
-    args.extend_from_slice(extra);
-    args.push(name);
-    docker.ok(&args)
+    let args = create_args(driver, cni, extra, name);
+    docker.ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The same, refused: what Docker says.
+fn create_refused(
+    driver: &Driver,
+    docker: &Dockerd,
+    cni: &str,
+    extra: &[&str],
+    name: &str,
+) -> String {
+    let args = create_args(driver, cni, extra, name);
+    docker.fails(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 #[test]
@@ -213,20 +228,25 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
     let ipam = docker.ok(&["network", "inspect", "-f", "{{json .IPAM.Config}}", "plain"]);
     let ipam: Value = serde_json::from_str(&ipam).unwrap();
     assert_eq!(ipam[0]["Subnet"], "10.91.0.0/24", "{ipam}");
-    let gateway = ipam[0]["Gateway"].as_str().unwrap().to_owned();
+    // Docker's gateway is the one every CNI result names: host-local's,
+    // which it never hands out, so nothing holds it.
+    assert_eq!(ipam[0]["Gateway"], "10.91.0.1", "{ipam}");
     let c = docker.run_on("plain", &[]);
     let inside = docker.address_inside(&c);
     assert_eq!(inside, docker_address(&docker, &c));
+    assert_eq!(docker.gateway_inside(&c), "10.91.0.1");
     let holds = host_local_holds(&store);
     let kept = world.kept("declared");
-    assert_eq!(holds.len(), 2, "the gateway and the container: {holds:?}");
-    for (address, id) in &holds {
-        assert!([&inside, &gateway].contains(&address), "{holds:?}");
-        assert!(
-            kept.contains(id),
-            "{id} is not kept by the driver: {kept:?}"
-        );
-    }
+    assert_eq!(holds.len(), 1, "the container's: {holds:?}");
+    let (address, id) = &holds[0];
+    assert_eq!(*address, inside);
+    assert!(
+        kept.contains(id),
+        "{id} is not kept by the driver: {kept:?}"
+    );
+    let state = world.path("state/declared").join(format!("{id}:eth0"));
+    let result: Value = serde_json::from_slice(&fs::read(state).unwrap()).unwrap();
+    assert_eq!(result["ips"][0]["gateway"], "10.91.0.1", "{result}");
     docker.ok(&["rm", "-f", &c]);
     docker.ok(&["network", "rm", "plain"]);
     assert_eq!(
@@ -236,12 +256,41 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
     );
     assert_eq!(world.kept("declared"), BTreeSet::new());
 
-    // --subnet, --gateway and --ip.
-    create(
+    // --aux-address, as --ip, only with --subnet: Docker's own rule.
+    let refused = create_refused(
+        &driver,
+        &docker,
+        "declared",
+        &["--aux-address", "printer=10.91.0.9"],
+        "aux-only",
+    );
+    assert!(
+        refused.contains("no matching subnet for aux-address 10.91.0.9"),
+        "{refused}"
+    );
+    assert_eq!(host_local_holds(&store), []);
+
+    // --subnet, --gateway and --ip: a --gateway other than the stack's
+    // would give the pool two; the stack's own is taken.
+    let refused = create_refused(
         &driver,
         &docker,
         "declared",
         &["--subnet", "10.91.0.0/24", "--gateway", "10.91.0.254"],
+        "other-gateway",
+    );
+    assert!(
+        refused.contains("10.91.0.254 cannot be given from pool")
+            && refused.contains("the stack gives the pool the gateway 10.91.0.1")
+            && refused.contains("(CNI error code 111)"),
+        "{refused}"
+    );
+    assert_eq!(host_local_holds(&store), [], "the refusal holds nothing");
+    create(
+        &driver,
+        &docker,
+        "declared",
+        &["--subnet", "10.91.0.0/24", "--gateway", "10.91.0.1"],
         "fixed",
     );
     let c = docker.run_on("fixed", &["--ip", "10.91.0.50"]);
@@ -250,10 +299,7 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
         .into_iter()
         .map(|(a, _)| a)
         .collect();
-    assert_eq!(
-        held,
-        BTreeSet::from(["10.91.0.254".into(), "10.91.0.50".into()])
-    );
+    assert_eq!(held, BTreeSet::from(["10.91.0.50".into()]));
     // An address another holds is refused, and the message says why.
     let refused = docker.fails(&[
         "run",
@@ -270,17 +316,13 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
     let _ = docker.docker(&["container", "prune", "-f"]);
 
     // A subnet the configuration neither declares nor takes as ipRanges.
-    let refused = docker.fails(&[
-        "network",
-        "create",
-        "--ipam-driver",
-        &driver.name,
-        "--ipam-opt",
-        "network=declared",
-        "--subnet",
-        "10.99.0.0/24",
+    let refused = create_refused(
+        &driver,
+        &docker,
+        "declared",
+        &["--subnet", "10.99.0.0/24"],
         "other",
-    ]);
+    );
     assert!(
         refused.contains("declares 10.91.0.0/24, not 10.99.0.0/24"),
         "{refused}"
@@ -303,12 +345,12 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
         addresses.is_subset(&held),
         "{addresses:?} not all in {held:?}"
     );
-    assert_eq!(held.len(), 21);
+    assert_eq!(held.len(), 20);
     let mut rm = vec!["rm", "-f"];
     rm.extend(started.iter().map(String::as_str));
     docker.ok(&rm);
     let held: Vec<(String, String)> = host_local_holds(&store);
-    assert_eq!(held.len(), 1, "only the gateway is left: {held:?}");
+    assert_eq!(held, [], "nothing is left");
 
     // A last delegate that fails: docker run says what it said, and the
     // address host-local reserved before it is given back.
@@ -319,7 +361,7 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
         failed.contains("pass-or-fail (ADD)"),
         "the delegate is named: {failed}"
     );
-    assert_eq!(host_local_holds(&store).len(), 1, "nothing left reserved");
+    assert_eq!(host_local_holds(&store), [], "nothing left reserved");
     fs::remove_file(world.path("fail")).unwrap();
     let _ = docker.docker(&["container", "prune", "-f"]);
 
@@ -334,36 +376,19 @@ fn docker_containers_get_host_local_addresses_through_the_stack() {
     assert_eq!(host_local_holds(&store), []);
 
     // Docker's own subnet and ip-range, given to the stack as ipRanges.
-    let refused = docker.fails(&[
-        "network",
-        "create",
-        "--ipam-driver",
-        &driver.name,
-        "--ipam-opt",
-        "network=ranged",
-        "r0",
-    ]);
+    let refused = create_refused(&driver, &docker, "ranged", &[], "r0");
     assert!(refused.contains("declares no IPv4 subnet"), "{refused}");
     create(
         &driver,
         &docker,
         "ranged",
-        &[
-            "--subnet",
-            "10.92.0.0/24",
-            "--ip-range",
-            "10.92.0.128/25",
-            "--gateway",
-            "10.92.0.5",
-        ],
+        &["--subnet", "10.92.0.0/24", "--ip-range", "10.92.0.128/25"],
         "ranged",
     );
-    let held: Vec<String> = host_local_holds(&data.join("ranged"))
-        .into_iter()
-        .map(|(a, _)| a)
-        .collect();
-    assert_eq!(held, ["10.92.0.5"], "the gateway, outside the ip-range");
+    assert_eq!(host_local_holds(&data.join("ranged")), []);
     let c = docker.run_on("ranged", &[]);
+    // The stack's gateway, outside the ip-range.
+    assert_eq!(docker.gateway_inside(&c), "10.92.0.1");
     let last: u8 = docker
         .address_inside(&c)
         .rsplit('.')
@@ -412,7 +437,17 @@ fn docker_containers_get_pool_addresses_that_gc_leaves_alone() {
         "{first} not in {:?}",
         addresses()
     );
-    assert_eq!(addresses().len(), 2, "the gateway and the container");
+    assert_eq!(
+        addresses().len(),
+        1,
+        "the container's; the gateway is none's"
+    );
+    let ipam = docker.ok(&["network", "inspect", "-f", "{{json .IPAM.Config}}", "p1"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&ipam).unwrap()[0]["Gateway"],
+        "10.93.0.1",
+        "the pool's gateway: {ipam}"
+    );
     // Docker keeps them across reboots: their records are synced files,
     // not the links a power loss may undo.
     for address in addresses() {
@@ -436,7 +471,7 @@ fn docker_containers_get_pool_addresses_that_gc_leaves_alone() {
     let c3 = docker.run_on("p2", &[]);
     let third = docker.address_inside(&c3);
     assert!(addresses().contains(&third) && addresses().contains("10.93.0.77"));
-    assert_eq!(addresses().len(), 3, "{:?}", addresses());
+    assert_eq!(addresses().len(), 2, "{:?}", addresses());
 
     // A runtime's GC that knows none of them frees none of them.
     let config = json!({
@@ -459,8 +494,8 @@ fn docker_containers_get_pool_addresses_that_gc_leaves_alone() {
     );
     gc.assert_silent_success();
 
-    assert_eq!(addresses().len(), 3, "GC freed the driver's addresses");
-    assert_eq!(world.kept("pooled").len(), 3);
+    assert_eq!(addresses().len(), 2, "GC freed the driver's addresses");
+    assert_eq!(world.kept("pooled").len(), 2);
 
     docker.ok(&["rm", "-f", &c2, &c3]);
     docker.ok(&["network", "rm", "p2"]);
@@ -519,6 +554,27 @@ fn the_protocol_is_answered_as_libnetwork_asks_it() {
     let (_, asked) = ask("10.94.0.9");
     assert_eq!(asked["Address"], "10.94.0.9/24");
     assert_eq!(host_local_holds(&store).len(), 2);
+
+    // The gateway is the one the stack gives, held by none; asked for, it
+    // is that one or refused.
+    let gateway = |address: &str| {
+        driver.post(
+            "/IpamDriver.RequestAddress",
+            &json!({"PoolID": id, "Address": address,
+                    "Options": {"RequestAddressType": "com.docker.network.gateway"}}),
+        )
+    };
+    for asked in ["", "10.94.0.1"] {
+        let (_, given) = gateway(asked);
+        assert_eq!(given, json!({"Address": "10.94.0.1/24", "Data": {}}));
+    }
+    let other = error_of(gateway("10.94.0.254"));
+    assert!(
+        other.contains("the stack gives the pool the gateway 10.94.0.1, which every container's result names: give --gateway 10.94.0.1, or none (CNI error code 111)"),
+        "{other}"
+    );
+    assert_eq!(host_local_holds(&store).len(), 2, "the gateway is none's");
+    assert_eq!(world.kept("hl").len(), 2);
 
     // Refusals name the address, say why and carry the CNI code.
     let taken = error_of(ask("10.94.0.9"));
@@ -697,6 +753,34 @@ fn keep_alive_requests_and_a_stack_that_gives_another_address() {
         [],
         "what host-local gave is given back"
     );
+    assert_eq!(world.kept("hl"), BTreeSet::new());
+}
+
+#[test]
+#[ignore = "needs containernetworking-plugins"]
+fn a_stack_that_names_no_gateway_gives_docker_one_as_any_address() {
+    let world = World::new();
+    let driver = world.with_host_local_then("liar");
+    let store = world.path("host-local/hl");
+    let (_, pool) = driver.post("/IpamDriver.RequestPool", &json!({"AddressSpace": "local"}));
+    // The last delegate's result has an address and no gateway.
+    fs::write(
+        world.path("fake/liar.ADD.stdout"),
+        r#"{"cniVersion":"1.0.0","ips":[{"address":"10.94.0.200/24"}]}"#,
+    )
+    .unwrap();
+    let gateway = json!({"PoolID": pool["PoolID"], "Address": "",
+                         "Options": {"RequestAddressType": "com.docker.network.gateway"}});
+    let (_, given) = driver.post("/IpamDriver.RequestAddress", &gateway);
+    assert_eq!(given["Address"], "10.94.0.200/24", "{given}");
+    assert_eq!(host_local_holds(&store).len(), 1, "held, as any address");
+    assert_eq!(world.kept("hl").len(), 1);
+    let release = json!({"PoolID": pool["PoolID"], "Address": "10.94.0.200"});
+    assert_eq!(
+        driver.post("/IpamDriver.ReleaseAddress", &release),
+        (200, json!({}))
+    );
+    assert_eq!(host_local_holds(&store), []);
     assert_eq!(world.kept("hl"), BTreeSet::new());
 }
 
