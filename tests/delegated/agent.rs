@@ -639,3 +639,34 @@ fn ensure_and_release_take_a_directory_and_pick_a_network_of_it() {
     assert!(!agent.state_of("agent-health").exists());
     run("release", &["--network", "nobody"]).assert_error(7);
 }
+
+#[test]
+fn ensure_gives_the_kept_result_in_the_configurations_version_today() {
+    let agent = fixture_agent();
+    let first = agent.run("ensure", "agent-health").json();
+    assert_eq!(first["cniVersion"], "1.1.0");
+    // The configuration moves to 0.4.0: the kept result, checked, is given
+    // in it.
+    let list = fs::read_to_string(&agent.conflist)
+        .unwrap()
+        .replace("\"1.1.0\"", "\"0.4.0\"");
+    fs::write(&agent.conflist, list).unwrap();
+    let again = agent.run("ensure", "agent-health").json();
+    assert_eq!(
+        again,
+        json!({"cniVersion": "0.4.0", "ips": [{"version": "4", "address": "10.250.78.9/24"}]})
+    );
+    let calls = agent.stack.calls();
+    let check = calls.last().unwrap();
+    assert_eq!(check.command, "CHECK", "{calls:?}");
+    let checked: Value = serde_json::from_slice(&agent.stack.stdin_of(check)).unwrap();
+    assert_eq!(checked["prevResult"], again, "CHECK got it in 0.4.0 too");
+}
+
+#[test]
+fn ensure_with_a_delegate_missing_makes_no_state() {
+    let agent = fixture_agent();
+    fs::remove_file(agent.stack.bin().join("a")).unwrap();
+    agent.run("ensure", "agent-health").assert_error(100);
+    assert!(!agent.state.exists(), "{} was made", agent.state.display());
+}

@@ -147,26 +147,42 @@ impl<'a> Setup<'a> {
 /// from CHECK (timeout, signal, code 11) is the answer, the state kept.
 pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, DelegatedError> {
     let setup = Setup::new(request, stdin)?;
+    // Found before the state is touched: a stack that cannot run makes
+    // no directory for its network.
+    let delegates = setup.find_all()?;
     let network = setup.network()?;
     let attachment = attachment(request);
     let stored = network.read(&attachment)?;
-    let delegates = setup.find_all()?;
 
-    if let Some(stored) = &stored {
-        // Before 0.4.0 there is no CHECK: the attachment is simply re-made.
-        if cni::check_command(Command::Check, setup.config.net.cni_version).is_ok() {
-            let checking = setup.config.net.with_prev_result(stored);
-            match setup.chain(&NetConf::parse(&checking)?).check(&delegates) {
-                Ok(()) => return Ok(stored.clone()),
-                // No verdict (a timeout, a request to stop, "try again
-                // later"): the address may well still be held, and its
-                // state keeps it safe from GC; ask again later.
-                Err(e) if e.is_transient() => return Err(e),
-                Err(e) => warn!(
-                    "kept result no longer holds, making it again: {}",
-                    e.summary()
-                ),
-            }
+    let version = setup.config.net.cni_version;
+    // Before 0.4.0 there is no CHECK: the attachment is simply re-made.
+    let checkable = cni::check_command(Command::Check, version).is_ok();
+    // Kept in the version of the configuration it was made with, which
+    // may have changed since: given, and checked, in today's.
+    let kept = match stored
+        .clone()
+        .filter(|_| checkable)
+        .map(|kept| cni::in_version(kept, version))
+    {
+        Some(Err(e)) => {
+            warn!("the kept result cannot be given in cniVersion {version} ({e}): making it again");
+            None
+        }
+        Some(Ok(kept)) => Some(kept),
+        None => None,
+    };
+    if let Some(kept) = kept {
+        let checking = setup.config.net.with_prev_result(&kept);
+        match setup.chain(&NetConf::parse(&checking)?).check(&delegates) {
+            Ok(()) => return Ok(kept),
+            // No verdict (a timeout, a request to stop, "try again
+            // later"): the address may well still be held, and its
+            // state keeps it safe from GC; ask again later.
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => warn!(
+                "kept result no longer holds, making it again: {}",
+                e.summary()
+            ),
         }
     }
     let deleted = setup.del(stored.as_deref());
