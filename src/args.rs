@@ -89,15 +89,6 @@ impl Options {
         self.value(name).map(PathBuf::from)
     }
 
-    /// The last given of options `names`, and its value.
-    pub fn last(&self, names: &[&str]) -> Option<(&'static str, Option<&str>)> {
-        self.given
-            .iter()
-            .rev()
-            .find(|(given, _)| names.contains(given))
-            .map(|(given, value)| (*given, value.as_deref()))
-    }
-
     /// Whether flag `name` was given.
     pub fn flag(&self, name: &str) -> bool {
         self.given.iter().any(|(given, _)| *given == name)

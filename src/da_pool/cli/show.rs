@@ -66,19 +66,19 @@ struct Show {
 }
 
 fn options(given: &Options) -> Result<Show, String> {
-    let format = match given.last(&["--json", "--format"]) {
-        None => Format::Text,
-        Some(("--json", _)) => Format::Json,
-        Some((_, value)) => match value.unwrap_or_default() {
-            "text" => Format::Text,
-            "json" => Format::Json,
-            "prometheus" => Format::Prometheus,
-            other => {
-                return Err(format!(
-                    "--format is text, json or prometheus, not {other:?}"
-                ))
-            }
-        },
+    // One format: of two, which was meant cannot be told.
+    let format = match (given.flag("--json"), given.value("--format")) {
+        (false, None) => Format::Text,
+        (true, None) => Format::Json,
+        (false, Some("text")) => Format::Text,
+        (false, Some("json")) => Format::Json,
+        (false, Some("prometheus")) => Format::Prometheus,
+        (false, Some(other)) => {
+            return Err(format!(
+                "--format is text, json or prometheus, not {other:?}"
+            ))
+        }
+        (true, Some(_)) => return Err("show takes --json or --format, not both".into()),
     };
     Ok(Show {
         config: given.path("--config").ok_or("show needs --config")?,
@@ -467,6 +467,10 @@ mod tests {
                 "unknown option \"--addresses=yes\"",
             ),
             (&["--config", "f", "--all"][..], "unknown option \"--all\""),
+            (
+                &["--config", "f", "--json", "--format", "prometheus"][..],
+                "show takes --json or --format, not both",
+            ),
             (&["--config"][..], "--config needs a value"),
         ] {
             let e = parse(bad).unwrap_err();
