@@ -264,3 +264,28 @@ fn version_needs_no_path_and_runs_nothing() {
     assert_eq!(out.json()["cniVersion"], "1.1.0");
     assert!(stack.calls().is_empty());
 }
+
+#[test]
+fn cni_path_empty_is_not_set_and_a_missing_directory_is_searched_as_any() {
+    let stack = stack();
+    let input = config("1.0.0", &["a"]);
+    let error = refused(
+        &stack,
+        &stack.env("ADD").set("CNI_PATH", ""),
+        &input,
+        4,
+        "CNI_PATH",
+    );
+    assert_eq!(error["msg"], "CNI_PATH is not set");
+    let error = refused(
+        &stack,
+        &stack.env("ADD").set("CNI_PATH", "/nonexistent"),
+        &input,
+        100,
+        "searched /nonexistent",
+    );
+    assert!(
+        error["msg"].as_str().unwrap().starts_with("delegate \"a\""),
+        "{error}"
+    );
+}
