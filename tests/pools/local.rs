@@ -628,6 +628,11 @@ fn release_of_an_address_frees_a_record_check_says_nothing_will_free() {
         json!([{"containerID": "c1", "ifname": "eth0", "node": "node-a",
                 "addresses": ["10.5.0.2"], "unlisted": true}])
     );
+    let out = run(&["release", "10.5.0.9", "--dry-run", "--json"]);
+    assert_eq!(
+        out.json(),
+        json!({"wouldRelease": [{"addresses": ["10.5.0.9"], "unlisted": true}]})
+    );
     let out = run(&["release", "10.5.0.9"]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),

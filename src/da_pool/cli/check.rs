@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{dead_for, finish, listed_by, open_unlocked, Opened, DEFAULT_DEAD_FOR};
+use super::{dead_for, finish, open_unlocked, Opened, DEFAULT_DEAD_FOR};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::{self, utc};
@@ -24,7 +24,7 @@ use crate::da_pool::cluster::{self, first_sight};
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::Settings;
 use crate::da_pool::store::fence::Fence;
-use crate::da_pool::store::{Allocation, Owner, PoolAddress, Store, WorkloadHold};
+use crate::da_pool::store::{listed_by, Allocation, Owner, PoolAddress, Store, WorkloadHold};
 use crate::etcd::{EtcdClient, Health};
 use crate::netd::ConfigFileError;
 use crate::pools::Pool;

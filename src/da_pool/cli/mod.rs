@@ -152,6 +152,13 @@ impl Released<'_> {
 
     fn json(&self) -> Value {
         let (owner, held) = self.parts();
+        if owner == Owner::unknown() {
+            // A record that names no one.
+            return serde_json::json!({
+                "addresses": held.iter().map(Addr::to_string).collect::<Vec<_>>(),
+                "unlisted": true,
+            });
+        }
         let mut object = serde_json::json!({
             "containerID": owner.id,
             "ifname": owner.ifname,
@@ -181,24 +188,6 @@ impl Released<'_> {
             _ => format!("{verb} {addresses} held by {owner}"),
         }
     }
-}
-
-/// The addresses `owner` (an attachment, or, named without a container, a
-/// workload's hold) lists in `store`, as read now.
-fn listed_by(store: &dyn Store, owner: &Owner) -> Result<Vec<Addr>, PoolError> {
-    let held = match (&owner.workload, owner.id.is_empty()) {
-        (Some(workload), true) => store
-            .workload_hold(workload, &owner.ifname)?
-            .map(|h| h.held),
-        _ => store
-            .allocation(&owner.node, &owner.id, &owner.ifname)?
-            .map(|h| h.held),
-    };
-    Ok(held
-        .unwrap_or_default()
-        .into_iter()
-        .map(|h| h.address)
-        .collect())
 }
 
 /// Prints what was given back (or, dry, would be), as text or JSON.

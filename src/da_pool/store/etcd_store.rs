@@ -542,12 +542,29 @@ impl Store for EtcdStore {
         if named != *holder {
             return Ok(false);
         }
+        let mut compares = vec![Compare::Unchanged(key.clone(), kv.mod_revision)];
+        // What would list it: unchanged (or still absent) until the delete,
+        // so that no claim made meanwhile, of the same owner, loses it.
+        let listing = match (&holder.workload, holder.id.is_empty()) {
+            (Some(workload), true) => vec![self.hold_key(workload, &holder.ifname)],
+            _ => vec![
+                self.attachment_key(&holder.node, &holder.id, &holder.ifname),
+                self.legacy_key(&holder.id, &holder.ifname),
+            ],
+        };
+        for listing_key in listing {
+            match self.client.get(&listing_key)? {
+                None => compares.push(Compare::Absent(listing_key)),
+                Some(record) if records::lists(&record.value, address) => return Ok(false),
+                Some(record) => compares.push(Compare::Unchanged(listing_key, record.mod_revision)),
+            }
+        }
         let mut ops = vec![Op::Delete(key.clone())];
         // The pool is not full now, if the record says which it is.
         if let Some(pool) = records::read_pool(&kv.value) {
             ops.push(Op::Delete(self.full_key(&pool)));
         }
-        self.txn(vec![Compare::Unchanged(key, kv.mod_revision)], &ops)
+        self.txn(compares, &ops)
     }
 
     fn workload_hold(

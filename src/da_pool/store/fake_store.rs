@@ -198,11 +198,12 @@ impl Store for FakeStore {
     }
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
-        let mut addresses = self.addresses.borrow_mut();
-        if addresses.get(&address) != Some(holder) {
+        if self.holder(address)?.as_ref() != Some(holder)
+            || super::listed_by(self, holder)?.contains(&address)
+        {
             return Ok(false);
         }
-        Ok(addresses.remove(&address).is_some())
+        Ok(self.addresses.borrow_mut().remove(&address).is_some())
     }
 
     fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {

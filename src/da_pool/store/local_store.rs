@@ -425,8 +425,10 @@ impl Store for LocalStore {
     }
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
-        // Under the network's lock: as read is as it is.
-        if self.holder(address)?.as_ref() != Some(holder) {
+        // Under the network's lock: as read is as it is until the removal.
+        if self.holder(address)?.as_ref() != Some(holder)
+            || super::listed_by(self, holder)?.contains(&address)
+        {
             return Ok(false);
         }
         match self.sub(ADDRESSES)? {

@@ -88,13 +88,11 @@ pub trait Store {
     /// a hold, they are given back.
     fn release(&self, allocation: &Allocation) -> Result<bool, PoolError>;
 
-    /// Removes the record of `address` if it still names `holder` (as
-    /// [`Store::holder`] read it: [`Owner::unknown`] for a record that
-    /// names no one): for a record that neither its attachment nor its
-    /// workload's hold lists, which no DEL or GC will free. `Ok(false)`,
-    /// and nothing changed, if it changed meanwhile. Nothing can come to
-    /// list it later: a claim takes only addresses without a record, or
-    /// those the workload's hold listed.
+    /// Removes the record of `address` if it names `holder` (as
+    /// [`Store::holder`] reads it: [`Owner::unknown`] for a record that
+    /// names no one) and what it names does not list it ([`listed_by`]),
+    /// both as they are now and until the record is gone: a record that no
+    /// DEL or GC will free. `Ok(false)`, and nothing changed, otherwise.
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError>;
 
     /// The hold of `workload` for interface `ifname`, if it has one.
@@ -138,6 +136,24 @@ pub trait Store {
     /// theirs alone); a local store's are all this node's, whatever name
     /// the node had when it made them.
     fn is_shared(&self) -> bool;
+}
+
+/// The addresses `owner` (an attachment, or, named without a container, a
+/// workload's hold) lists in `store`, as read now.
+pub fn listed_by(store: &dyn Store, owner: &Owner) -> Result<Vec<Addr>, PoolError> {
+    let held = match (&owner.workload, owner.id.is_empty()) {
+        (Some(workload), true) => store
+            .workload_hold(workload, &owner.ifname)?
+            .map(|h| h.held),
+        _ => store
+            .allocation(&owner.node, &owner.id, &owner.ifname)?
+            .map(|h| h.held),
+    };
+    Ok(held
+        .unwrap_or_default()
+        .into_iter()
+        .map(|h| h.address)
+        .collect())
 }
 
 /// How a command that does not allocate opens a store.

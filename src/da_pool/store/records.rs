@@ -273,6 +273,15 @@ pub fn read_owner(record: &[u8]) -> Option<Owner> {
     owner_of(&value)
 }
 
+/// Whether an attachment's or a hold's record lists `address`.
+pub fn lists(record: &[u8], address: Addr) -> bool {
+    serde_json::from_slice::<Value>(record)
+        .ok()
+        .as_ref()
+        .and_then(held_of)
+        .is_some_and(|held| held.iter().any(|h| h.address == address))
+}
+
 /// The pool an address record says the address is from, if it says.
 pub fn read_pool(record: &[u8]) -> Option<String> {
     let value: Value = serde_json::from_slice(record).ok()?;
