@@ -269,6 +269,24 @@ impl DelegatedError {
         )
     }
 
+    /// Whether this is `other`'s delegate failing again, with its code and
+    /// message.
+    fn repeats(&self, other: &DelegatedError) -> bool {
+        match (self, other) {
+            (
+                DelegatedError::Failed { delegate, .. },
+                DelegatedError::Failed {
+                    delegate: first, ..
+                },
+            ) => {
+                delegate == first
+                    && self.code() == other.code()
+                    && self.to_string() == other.to_string()
+            }
+            _ => false,
+        }
+    }
+
     /// Folds the failures of a best-effort command into one error, or none.
     pub(crate) fn from_failures(failures: Vec<DelegatedError>) -> Result<(), DelegatedError> {
         let mut failures = failures.into_iter();
@@ -287,13 +305,14 @@ impl DelegatedError {
     }
 
     /// Adds the failures of an ADD's rollback to the error that caused it,
-    /// but those for the same reason (code and message): a DEL refused for
-    /// the settings or the credentials the ADD was refused for says nothing
-    /// new, and the log has each.
+    /// but the failing delegate's own DEL refused for the ADD's reason
+    /// (code and message): settings or credentials refused twice say
+    /// nothing new, and the log has each. Another delegate's failed DEL is
+    /// always listed: it may have left an address held.
     pub(crate) fn with_rollback(self, rollback: Vec<DelegatedError>) -> DelegatedError {
         let rollback: Vec<DelegatedError> = rollback
             .into_iter()
-            .filter(|undo| undo.code() != self.code() || undo.to_string() != self.to_string())
+            .filter(|undo| !undo.repeats(&self))
             .collect();
         if rollback.is_empty() {
             self
@@ -409,12 +428,16 @@ mod tests {
             msg: "unknown key \"exlcude\"".into(),
             details: String::new(),
         };
-        let e = delegate("b", refused(7))
-            .with_rollback(vec![delegate("b", refused(7)), delegate("c", refused(5))]);
+        let e = delegate("b", refused(7)).with_rollback(vec![
+            delegate("a", refused(7)),
+            delegate("b", refused(7)),
+            delegate("b", refused(5)),
+        ]);
         assert_eq!(e.code(), 7);
+        // Another delegate's, even for the same reason, and b's for another.
         assert_eq!(
             e.details(),
-            "rollback DEL also failed:\n- c (ADD): failed with code 5: unknown key \"exlcude\""
+            "rollback DEL also failed:\n- a (ADD): failed with code 7: unknown key \"exlcude\"\n- b (ADD): failed with code 5: unknown key \"exlcude\""
         );
         let e = delegate("b", refused(7)).with_rollback(vec![delegate("b", refused(7))]);
         assert!(matches!(e, DelegatedError::Failed { .. }), "{e:?}");
