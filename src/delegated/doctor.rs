@@ -178,9 +178,15 @@ fn validate(delegate: &Delegate, stdin: &[u8], timeout: Duration) -> Result<(), 
         .map_err(|e| format!("{name} could not check its settings ({e})"))?;
     match delegate::judge(Command::Check, status, stdout) {
         Ok(_) => Ok(()),
+        Err(Failure::Reported { code, msg, .. }) if code == cni::code::INVALID_CONFIG => {
+            Err(format!(
+                "{name} refuses its settings (code {code}): {msg}: correct {} and run the doctor again",
+                settings_of(name)
+            ))
+        }
+        // Not the settings: what it could not read, say.
         Err(Failure::Reported { code, msg, .. }) => Err(format!(
-            "{name} refuses its settings (code {code}): {msg}: correct {} and run the doctor again",
-            settings_of(name)
+            "{name} could not check its settings (code {code}): {msg}"
         )),
         // Usage errors exit 2, printing nothing on stdout: a build from
         // before `validate`, which the rest of the family's does not match.

@@ -40,14 +40,22 @@ const ADDRESS_TYPE: &str = "RequestAddressType";
 const GATEWAY: &str = "com.docker.network.gateway";
 
 /// An ADD made for a request: the network's attachments, still locked;
-/// the attachment made and kept; its result; the address that answers
-/// Docker; and the stdin the stack was given.
+/// the attachment made and kept, and recorded as left to undo; its result;
+/// the address that answers Docker; and the stdin the stack was given.
 struct Added {
     state: state::Network,
     attachment: Attachment,
     result: Vec<u8>,
     given: Addr,
     stdin: Vec<u8>,
+}
+
+impl Added {
+    /// Keeps it for Docker: no longer left to undo. Its address.
+    fn keep(self) -> Result<Addr, DockerError> {
+        Leftovers::forget(&self.state, &self.attachment.id)?;
+        Ok(self.given)
+    }
 }
 
 /// The driver: where the CNI networks' configurations are.
@@ -332,7 +340,7 @@ impl Driver {
                 "{} given from pool {pool} to {}",
                 added.given, added.attachment.id
             );
-            added.given
+            added.keep()?
         };
         let answer = json!({"Address": format!("{given}/{}", pool.subnet.prefix), "Data": {}});
         Ok((answer, (pool.to_string(), given.to_string())))
@@ -357,7 +365,7 @@ impl Driver {
                     "{} given from pool {pool} to {} as the gateway (the stack names none)",
                     probe.given, probe.attachment.id
                 );
-                return Ok(probe.given);
+                return probe.keep();
             }
             give_back(net, pool, probe);
             let added = self.add(net, pool, asked)?;
@@ -365,7 +373,7 @@ impl Driver {
                 "{} given from pool {pool} to {} as the gateway (the stack names none)",
                 added.given, added.attachment.id
             );
-            return Ok(added.given);
+            return added.keep();
         };
         give_back(net, pool, probe);
         match asked {
@@ -384,9 +392,10 @@ impl Driver {
     }
 
     /// An ADD through the stack for `pool`, asking for `asked`: the
-    /// attachment made and kept, and the address of its result that
-    /// answers Docker. A result that does not hold that address is given
-    /// back.
+    /// attachment made and kept, still recorded as left to undo until the
+    /// caller keeps it ([`Added::keep`]) or gives it back, and the address
+    /// of its result that answers Docker. A result that does not hold that
+    /// address is given back.
     fn add(&self, net: &Network, pool: &PoolId, asked: Option<Addr>) -> Result<Added, DockerError> {
         let stdin = net.stdin(runtime_config(net, pool, asked));
         let id = format!("{}{}", pool.attachment_prefix(), random_hex()?);
@@ -434,7 +443,6 @@ impl Driver {
                 return Err(e);
             }
         };
-        Leftovers::forget(&state, &attachment.id)?;
         Ok(Added {
             state,
             attachment,
@@ -628,8 +636,8 @@ fn release(
 }
 
 /// Gives back the attachment `added` made (DEL, then forgotten), which
-/// Docker will never hear of; if that fails, it is left to undo at the
-/// network's next request.
+/// Docker will never hear of; if that fails, it stays left to undo at
+/// the network's next request (as it does if the driver dies first).
 fn give_back(net: &Network, pool: &PoolId, added: Added) {
     let Added {
         state,
@@ -638,15 +646,15 @@ fn give_back(net: &Network, pool: &PoolId, added: Added) {
         stdin,
         ..
     } = added;
-    if let Err(e) = release(net, &stdin, &state, &attachment, Some(&result)) {
+    let undone = release(net, &stdin, &state, &attachment, Some(&result))
+        .map_err(DockerError::from)
+        .and_then(|()| Leftovers::forget(&state, &attachment.id));
+    if let Err(e) = undone {
         warn!(
-            "could not give back {}, left to undo: {}",
+            "could not give back {} of pool {pool}, left to undo: {}",
             attachment.id,
             message(&e)
         );
-        if let Err(e) = Leftovers::add(&state, &attachment.id, pool) {
-            warn!("{}", message(&e));
-        }
     }
 }
 

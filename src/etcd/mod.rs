@@ -492,8 +492,16 @@ impl EtcdClient {
             let tls = e
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+            // Closed (or reset, its request unread) before a word: what a
+            // member does with a connection in a scheme it does not speak.
             // A kept connection the member closed is only an idle one.
-            let wordless = fresh && e.kind() == std::io::ErrorKind::UnexpectedEof;
+            let wordless = fresh
+                && matches!(
+                    e.kind(),
+                    std::io::ErrorKind::UnexpectedEof
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::BrokenPipe
+                );
             match tls {
                 Some(tls) => EtcdError::Tls {
                     endpoint: at,

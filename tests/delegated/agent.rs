@@ -661,6 +661,16 @@ fn ensure_gives_the_kept_result_in_the_configurations_version_today() {
     assert_eq!(check.command, "CHECK", "{calls:?}");
     let checked: Value = serde_json::from_slice(&agent.stack.stdin_of(check)).unwrap();
     assert_eq!(checked["prevResult"], again, "CHECK got it in 0.4.0 too");
+    // Kept in 1.1.0 still; when CHECK fails, the DEL before the new ADD
+    // gets it in 0.4.0 as well.
+    agent
+        .stack
+        .answer("a", "CHECK", Answer::fails(1, r#"{"code":3,"msg":"gone"}"#));
+    agent.run("ensure", "agent-health").json();
+    let calls = agent.stack.calls();
+    let del = calls.iter().rev().find(|c| c.command == "DEL").unwrap();
+    let deleted: Value = serde_json::from_slice(&agent.stack.stdin_of(del)).unwrap();
+    assert_eq!(deleted["prevResult"], again, "{calls:?}");
 }
 
 #[test]

@@ -155,15 +155,9 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, DelegatedError
     let stored = network.read(&attachment)?;
 
     let version = setup.config.net.cni_version;
-    // Before 0.4.0 there is no CHECK: the attachment is simply re-made.
-    let checkable = cni::check_command(Command::Check, version).is_ok();
     // Kept in the version of the configuration it was made with, which
-    // may have changed since: given, and checked, in today's.
-    let kept = match stored
-        .clone()
-        .filter(|_| checkable)
-        .map(|kept| cni::in_version(kept, version))
-    {
+    // may have changed since: given, checked and deleted in today's.
+    let kept = match stored.clone().map(|kept| cni::in_version(kept, version)) {
         Some(Err(e)) => {
             warn!("the kept result cannot be given in cniVersion {version} ({e}): making it again");
             None
@@ -171,10 +165,12 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, DelegatedError
         Some(Ok(kept)) => Some(kept),
         None => None,
     };
-    if let Some(kept) = kept {
-        let checking = setup.config.net.with_prev_result(&kept);
+    // Before 0.4.0 there is no CHECK: the attachment is simply re-made.
+    let checkable = cni::check_command(Command::Check, version).is_ok();
+    if let Some(kept) = kept.as_ref().filter(|_| checkable) {
+        let checking = setup.config.net.with_prev_result(kept);
         match setup.chain(&NetConf::parse(&checking)?).check(&delegates) {
-            Ok(()) => return Ok(kept),
+            Ok(()) => return Ok(kept.clone()),
             // No verdict (a timeout, a request to stop, "try again
             // later"): the address may well still be held, and its
             // state keeps it safe from GC; ask again later.
@@ -185,7 +181,9 @@ pub fn ensure(request: &Request, stdin: &[u8]) -> Result<Vec<u8>, DelegatedError
             ),
         }
     }
-    let deleted = setup.del(stored.as_deref());
+    // With what was kept, as it is if it cannot be given in today's
+    // version: a delegate may still find in it what to free.
+    let deleted = setup.del(kept.as_deref().or(stored.as_deref()));
     if let Err(e) = &deleted {
         warn!("DEL before ADD failed, adding anyway: {}", e.summary());
     }
