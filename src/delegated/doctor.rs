@@ -4,17 +4,15 @@
 //! problem with what to do about it.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write as _};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::agent;
 use super::config::{self, Config};
-use super::delegate::{self, Delegate};
+use super::delegate::{self, Delegate, Limits, Processes};
 use super::error::{DelegatedError, Failure};
-use crate::cni::{self, Command};
+use crate::cni;
 use crate::sys;
 
 /// How long a delegate may take to answer VERSION when the configuration
@@ -40,9 +38,6 @@ fn settings_of(name: &str) -> &'static str {
         _ => "ipam.pool",
     }
 }
-
-/// The most a delegate's `validate` may print: an error object is far less.
-const VALIDATE_OUTPUT_CAP: u64 = 1 << 20;
 
 /// Checks the network at `path` (a conflist, one plugin's configuration,
 /// or a directory of them, of which `network` picks one) with the
@@ -174,9 +169,11 @@ fn check_delegate(
 /// settings itself.
 fn validate(delegate: &Delegate, stdin: &[u8], timeout: Duration) -> Result<(), String> {
     let name = &delegate.name;
-    let (status, stdout) = run_validate(&delegate.path, stdin, timeout)
-        .map_err(|e| format!("{name} could not check its settings ({e})"))?;
-    match delegate::judge(Command::Check, status, stdout) {
+    let limits = Limits {
+        timeout: Some(timeout),
+        stopped_by: 1,
+    };
+    match Processes::default().run_verb(delegate, "validate", stdin, limits) {
         Ok(_) => Ok(()),
         Err(Failure::Reported { code, msg, .. }) if code == cni::code::INVALID_CONFIG => {
             Err(format!(
@@ -195,62 +192,6 @@ fn validate(delegate: &Delegate, stdin: &[u8], timeout: Duration) -> Result<(), 
         )),
         Err(failure) => Err(format!("{name} (validate) {failure}")),
     }
-}
-
-/// Runs `PATH validate` with `stdin`, outside any runtime (no CNI_COMMAND),
-/// killed if it takes longer than `timeout`: its exit status and stdout.
-fn run_validate(
-    path: &Path,
-    stdin: &[u8],
-    timeout: Duration,
-) -> std::io::Result<(ExitStatus, Vec<u8>)> {
-    let mut child = Process::new(path)
-        .arg("validate")
-        .env_remove("CNI_COMMAND")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    // Fed and read beside the wait, so that neither side blocks on a full pipe.
-    let feeder = child.stdin.take().map(|mut pipe| {
-        let stdin = stdin.to_vec();
-        std::thread::spawn(move || pipe.write_all(&stdin))
-    });
-    let reader = child.stdout.take().map(|pipe| {
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            pipe.take(VALIDATE_OUTPUT_CAP)
-                .read_to_end(&mut out)
-                .map(|_| out)
-        })
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            // Already gone is as good as killed.
-            let _ = child.kill();
-            child.wait()?;
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("did not finish within {timeout:?} and was killed"),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    // A delegate that exits before reading all of stdin closes the pipe:
-    // what it printed is the verdict, not the broken pipe.
-    if let Some(feeder) = feeder {
-        let _ = feeder.join();
-    }
-    let stdout = match reader.map(|r| r.join()) {
-        Some(Ok(read)) => read?,
-        Some(Err(_)) => return Err(std::io::Error::other("reading its stdout failed")),
-        None => Vec::new(),
-    };
-    Ok((status, stdout))
 }
 
 /// Why a delegate was not found, and what to do: a file of its name that

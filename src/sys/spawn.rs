@@ -13,6 +13,8 @@ use super::wait;
 
 /// What [`spawn`] gives the new process besides its program and environment.
 pub struct Start<'a> {
+    /// Its arguments after the program's name (none for a CNI call).
+    pub args: &'a [&'a CStr],
     /// Its stdin, stdout and stderr; descriptors above 2.
     pub stdio: [BorrowedFd<'a>; 3],
     /// Signals blocked in this thread that the program must start with unblocked.
@@ -40,7 +42,11 @@ pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
             "a standard descriptor of the plugin is closed",
         ));
     }
-    let argv = [program.as_ptr(), std::ptr::null()];
+    let argv: Vec<*const libc::c_char> = std::iter::once(program)
+        .chain(start.args.iter().copied())
+        .map(CStr::as_ptr)
+        .chain([std::ptr::null()])
+        .collect();
     let envp: Vec<*const libc::c_char> = env
         .iter()
         .map(|var| var.as_ptr())

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use super::judge::{judge, Printed};
 use super::lookup::Delegate;
-use super::runner::{Call, Runner};
+use super::runner::{Call, Limits, Runner};
 use super::supervise::{supervise, Finished, Ours};
 use crate::cni::Command;
 use crate::delegated::error::Failure;
@@ -73,14 +73,67 @@ impl Processes {
 /// The variable that tells a delegate the command, set per call.
 const COMMAND_VARIABLE: &str = "CNI_COMMAND";
 
+/// What a process is asked: a CNI command, in CNI_COMMAND; or a verb of
+/// the family's own on its command line, outside any runtime.
+#[derive(Debug, Clone, Copy)]
+enum Asked<'v> {
+    Cni(Command),
+    Verb(&'v str),
+}
+
+impl std::fmt::Display for Asked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Asked::Cni(command) => write!(f, "{command}"),
+            Asked::Verb(verb) => write!(f, "{verb}"),
+        }
+    }
+}
+
 impl Runner for Processes {
     fn run(&self, delegate: &Delegate, call: Call) -> Result<Option<Vec<u8>>, Failure> {
+        self.ask(delegate, Asked::Cni(call.command), call)
+    }
+
+    fn stop_requested(&self, count: usize) -> Option<i32> {
+        signals::received(count)
+    }
+}
+
+impl Processes {
+    /// Runs `DELEGATE verb` with `stdin`, outside any runtime (no
+    /// CNI_COMMAND), bounded by `limits`, as the doctor asks the family's
+    /// delegates to `validate`: what it printed, judged as a CHECK's (so
+    /// its own CNI error object on failure is kept).
+    pub fn run_verb(
+        &self,
+        delegate: &Delegate,
+        verb: &str,
+        stdin: &[u8],
+        limits: Limits,
+    ) -> Result<Option<Vec<u8>>, Failure> {
+        let call = Call {
+            command: Command::Check,
+            stdin,
+            limits,
+            buffer: Vec::new(),
+        };
+        self.ask(delegate, Asked::Verb(verb), call)
+    }
+
+    /// Runs `call` on `delegate`, asked `asked`: what it printed, judged.
+    fn ask(
+        &self,
+        delegate: &Delegate,
+        asked: Asked,
+        call: Call,
+    ) -> Result<Option<Vec<u8>>, Failure> {
         let started = Instant::now();
         let command = call.command;
         let finished = match signals::received(call.limits.stopped_by) {
             // Asked to stop before it started: no process at all.
             Some(signal) => Err(Failure::NotRun(signal)),
-            None => self.spawn(delegate, call),
+            None => self.spawn(delegate, asked, call),
         };
         // Formatted only when someone will read it: every pod start pays for this.
         if tracing::enabled!(tracing::Level::DEBUG) {
@@ -91,7 +144,7 @@ impl Runner for Processes {
             debug!(
                 delegate = %delegate.name,
                 path = %delegate.path.display(),
-                %command,
+                command = %asked,
                 %status,
                 duration = ?started.elapsed(),
                 bytes_out,
@@ -101,7 +154,7 @@ impl Runner for Processes {
         let finished = finished?;
         if finished.abandoned {
             warn!(
-                "{} ({command}): a process it left behind holds its stdout; not waiting for it",
+                "{} ({asked}): a process it left behind holds its stdout; not waiting for it",
                 delegate.name
             );
         }
@@ -112,7 +165,7 @@ impl Runner for Processes {
             // bridge must not fail a teardown.
             Printed::Ignored { reason, stdout } => {
                 warn!(
-                    "{} ({command}): ignoring its stdout, which is not one JSON object ({reason}): {stdout:?}",
+                    "{} ({asked}): ignoring its stdout, which is not one JSON object ({reason}): {stdout:?}",
                     delegate.name
                 );
                 Ok(None)
@@ -120,28 +173,22 @@ impl Runner for Processes {
         }
     }
 
-    fn stop_requested(&self, count: usize) -> Option<i32> {
-        signals::received(count)
-    }
-}
-
-impl Processes {
     /// Starts the delegate in a process group of its own (so that stopping
     /// it reaches whatever it started) and supervises it.
-    fn spawn(&self, delegate: &Delegate, call: Call) -> Result<Finished, Failure> {
-        let (theirs, ours) = self
-            .pipes(delegate, call.command)
-            .map_err(Failure::NotStarted)?;
+    fn spawn(&self, delegate: &Delegate, asked: Asked, call: Call) -> Result<Finished, Failure> {
+        let (theirs, ours) = self.pipes(delegate, asked).map_err(Failure::NotStarted)?;
         let env: Vec<&CStr> = theirs
             .env
             .iter()
+            .chain(&theirs.command)
             .map(CString::as_c_str)
-            .chain([theirs.command.as_c_str()])
             .collect();
+        let args: Vec<&CStr> = theirs.args.iter().map(CString::as_c_str).collect();
         let pid = sys::spawn(
             &theirs.program,
             &env,
             &sys::Start {
+                args: &args,
                 stdio: [
                     theirs.stdin.as_fd(),
                     theirs.stdout.as_fd(),
@@ -156,18 +203,24 @@ impl Processes {
         supervise(pid, ours, call.stdin, call.limits, call.buffer)
     }
 
-    /// The delegate's side of a call (its program, environment and ends of
-    /// the pipes) and the plugin's ends of the pipes.
-    fn pipes(&self, delegate: &Delegate, command: Command) -> io::Result<(Theirs<'_>, Ours)> {
+    /// The delegate's side of a call (its program, arguments, environment
+    /// and ends of the pipes) and the plugin's ends of the pipes.
+    fn pipes(&self, delegate: &Delegate, asked: Asked) -> io::Result<(Theirs<'_>, Ours)> {
         let env = self
             .env
             .as_ref()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.clone()))?;
         let program = c_string(delegate.path.as_os_str(), None)?;
-        let command = c_string(
-            OsStr::new(COMMAND_VARIABLE),
-            Some(OsStr::new(command.as_str())),
-        )?;
+        let (command, args) = match asked {
+            Asked::Cni(command) => (
+                Some(c_string(
+                    OsStr::new(COMMAND_VARIABLE),
+                    Some(OsStr::new(command.as_str())),
+                )?),
+                Vec::new(),
+            ),
+            Asked::Verb(verb) => (None, vec![c_string(OsStr::new(verb), None)?]),
+        };
         let (stdin, feed) = io::pipe()?;
         let (read, stdout) = io::pipe()?;
         // A pipe of the plugin's own, not the runtime's stderr: a child the
@@ -177,6 +230,7 @@ impl Processes {
         Ok((
             Theirs {
                 program,
+                args,
                 env,
                 command,
                 stdin,
@@ -211,9 +265,11 @@ fn c_string(key: &OsStr, value: Option<&OsStr>) -> io::Result<CString> {
 /// What a delegate process is started with.
 struct Theirs<'a> {
     program: CString,
-    /// All but CNI_COMMAND, which is `command`.
+    /// Its arguments after the program's name: a verb's, or none.
+    args: Vec<CString>,
+    /// All but CNI_COMMAND, which is `command` (none for a verb).
     env: &'a [CString],
-    command: CString,
+    command: Option<CString>,
     stdin: PipeReader,
     stdout: PipeWriter,
     stderr: PipeWriter,
@@ -235,11 +291,11 @@ mod tests {
             name: "d".into(),
             path: "/bin/true".into(),
         };
-        let (theirs, _) = runner.pipes(&delegate, Command::Del).unwrap();
+        let (theirs, _) = runner.pipes(&delegate, Asked::Cni(Command::Del)).unwrap();
         let vars: Vec<&str> = theirs
             .env
             .iter()
-            .chain([&theirs.command])
+            .chain(&theirs.command)
             .map(|v| v.to_str().unwrap())
             .collect();
         let with = |key: &str| -> Vec<&str> {
@@ -252,5 +308,21 @@ mod tests {
         assert_eq!(with("PATH"), ["PATH=/given"]);
         assert_eq!(with("CNI_COMMAND"), ["CNI_COMMAND=DEL"]);
         assert_eq!(with(PARENT_VARIABLE).len(), 1);
+    }
+
+    #[test]
+    fn a_verb_is_an_argument_and_sets_no_cni_command() {
+        let runner = Processes::with_env([("CNI_COMMAND", "ADD")]);
+        let delegate = Delegate {
+            name: "d".into(),
+            path: "/bin/true".into(),
+        };
+        let (theirs, _) = runner.pipes(&delegate, Asked::Verb("validate")).unwrap();
+        assert_eq!(theirs.args, [c"validate".to_owned()]);
+        assert!(theirs.command.is_none());
+        assert!(!theirs
+            .env
+            .iter()
+            .any(|v| v.to_bytes().starts_with(b"CNI_COMMAND=")));
     }
 }
