@@ -37,6 +37,8 @@ pub(super) fn add(
     let requested = requested(&wanted, &pools, asked)?;
     let mut lost = 0;
     let mut swept = false;
+    // A claim whose answer was lost, if the last one's was.
+    let mut unanswered = None;
     for _ in 0..ATTEMPTS {
         if let Some(allocation) = store.allocation(&owner.node, &owner.id, &owner.ifname)? {
             if holds_all(store, &allocation)? {
@@ -99,8 +101,19 @@ pub(super) fn add(
             sticky_for: s.sticky_for,
             prior: hold.as_ref(),
         });
-        if store.claim(owner, &chosen, claim.as_ref())? {
-            return result::build(store, net, settings, &pools, &chosen);
+        match store.claim(owner, &chosen, claim.as_ref()) {
+            Ok(true) => return result::build(store, net, settings, &pools, &chosen),
+            Ok(false) => unanswered = None,
+            // Its answer lost (a stall past the store's timeout, a member
+            // gone mid-request): it may have been recorded all the same.
+            // Looked for again at the top, it is answered if it was; if
+            // not, claimed again, which fails should the first land late.
+            Err(e) if e.may_have_landed() => {
+                warn!("the claim's answer was lost, looking for it again: {e}");
+                unanswered = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
         }
         // Looked for only now: a fence makes every claim of the node fail.
         if let Some(fenced) = store.fenced(&owner.node)? {
@@ -108,9 +121,11 @@ pub(super) fn add(
         }
         lost += 1;
     }
-    Err(PoolError::Busy(format!(
-        "other attachments took the addresses chosen, {ATTEMPTS} times over"
-    )))
+    Err(unanswered.unwrap_or_else(|| {
+        PoolError::Busy(format!(
+            "other attachments took the addresses chosen, {ATTEMPTS} times over"
+        ))
+    }))
 }
 
 /// The address asked for in each pool, if one is: the pool's own
@@ -785,6 +800,21 @@ mod tests {
         let given = add_for(&store, &raw, "c1", &[]).unwrap();
         assert_eq!(addresses(&given), ["fd00:1:0:ffff:ffff:ffff:ffff:ff00/48"]);
         assert!(store.looked_at.get() < 100, "{}", store.looked_at.get());
+    }
+
+    #[test]
+    fn a_claim_whose_answer_was_lost_is_found_again_and_answered() {
+        let store = FakeStore::default();
+        let raw = config("1.0.0", pools(), None);
+        store.unanswered_claims.set(1);
+        let given = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(store.held().len(), 2, "one claim, answered: {given}");
+        assert_eq!(store.attachments.borrow().len(), 1);
+        // However many answers would be lost, the first claim is the one.
+        store.unanswered_claims.set(ATTEMPTS);
+        add_for(&store, &raw, "c2", &[]).unwrap();
+        assert_eq!(store.held().len(), 4);
+        assert_eq!(store.unanswered_claims.get(), ATTEMPTS - 1);
     }
 
     #[test]

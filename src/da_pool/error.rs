@@ -93,6 +93,14 @@ pub enum PoolError {
     ConfigFile(#[from] ConfigFileError),
 }
 
+impl PoolError {
+    /// Whether a claim that failed so may have been recorded all the same
+    /// (see [`EtcdError::may_have_landed`]).
+    pub(crate) fn may_have_landed(&self) -> bool {
+        matches!(self, PoolError::Etcd(e) if e.may_have_landed())
+    }
+}
+
 impl Reportable for PoolError {
     fn code(&self) -> u32 {
         match self {

@@ -69,6 +69,16 @@ pub enum EtcdError {
     Auth { message: String },
 }
 
+impl EtcdError {
+    /// Whether a write that failed so may have been applied all the same:
+    /// a cluster that could not answer in time may have taken the request
+    /// before its answer was lost (a stalled client, a member gone
+    /// mid-request).
+    pub fn may_have_landed(&self) -> bool {
+        matches!(self, EtcdError::Unavailable { .. })
+    }
+}
+
 impl Reportable for EtcdError {
     fn code(&self) -> u32 {
         match self {

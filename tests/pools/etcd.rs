@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::etcd::{Certificates, Cluster};
 use crate::common::{run_plugin, run_program, temp_dir, Env, Stack, ALLOCATOR};
+use crate::local::{alone, run_alone};
 use serde_json::{json, Value};
 
 /// The key prefix every test uses; each cluster is its own.
@@ -687,4 +688,80 @@ fn a_node_moves_its_reservations_from_the_local_store_to_etcd() {
         "{}",
         refused.stderr
     );
+}
+
+/// Runs the allocator alone as `ADD` for container `id` with `input`,
+/// under strace, which writes what it traces to `log`: `inject` is a
+/// fault on `sendto`, the system call that writes to etcd (see strace(1),
+/// `-e inject`), if one is given.
+fn add_under_strace(id: &str, input: &str, log: &Path, inject: Option<&str>) -> common::Outcome {
+    let injected = inject.map(|fault| format!("inject=sendto:{fault}"));
+    let mut args = vec!["-qq", "-o", log.to_str().unwrap(), "-e", "trace=sendto"];
+    if let Some(injected) = &injected {
+        args.extend(["-e", injected]);
+    }
+    args.push(ALLOCATOR);
+    run_program(
+        "/usr/bin/strace",
+        Path::new("/"),
+        &args,
+        &alone("ADD", id),
+        input.as_bytes(),
+    )
+}
+
+#[test]
+#[ignore = "needs etcd-server and strace"]
+fn an_add_stalled_at_any_write_to_etcd_answers_its_claim_or_leaves_nothing() {
+    let cluster = Cluster::start(1, None);
+    let input = serde_json::to_string(&json!({
+        "cniVersion": "1.0.0", "name": "stallnet",
+        "ipam": {"type": "ipam-da-pool", "pool": {
+            "etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 1},
+            "node": "node-a", "default": "p",
+            "pools": {"p": [{"subnet": "10.253.0.0/24"}]},
+        }},
+    }))
+    .unwrap();
+    // How many writes to etcd an ADD makes, as strace counts them.
+    let dir = temp_dir("stall");
+    let counted = dir.path().join("sendto");
+    add_under_strace("counted", &input, &counted, None).json();
+    let writes = fs::read_to_string(&counted).unwrap().lines().count();
+    assert!(writes >= 2, "{writes} writes");
+    run_alone(ALLOCATOR, "DEL", "counted", &input).assert_silent_success();
+    // Each write in turn stalls past the etcd timeout, as a frozen node's
+    // allocator does: the ADD answers with what it claimed, or fails and
+    // leaves nothing of its own.
+    let quiet = Path::new("/dev/null");
+    for n in 1..=writes {
+        let id = format!("stalled-{n}");
+        let fault = format!("delay_exit=1500000:when={n}");
+        let out = add_under_strace(&id, &input, quiet, Some(&fault));
+        let mine: Vec<String> = records(&cluster, "stallnet")
+            .into_iter()
+            .filter(|key| key.contains(&id))
+            .collect();
+        if out.status.success() {
+            assert_eq!(
+                mine,
+                [format!("attachments/{id}:eth0")],
+                "write {n}: {out:?}"
+            );
+        } else {
+            let error = out.assert_error(11);
+            assert_eq!(
+                mine,
+                Vec::<String>::new(),
+                "write {n} left its claim: {error}"
+            );
+        }
+        let left = records(&cluster, "stallnet");
+        let addresses = left.iter().filter(|k| k.starts_with("addresses/")).count();
+        let attachments = left
+            .iter()
+            .filter(|k| k.starts_with("attachments/"))
+            .count();
+        assert_eq!(addresses, attachments, "write {n}: {left:?}");
+    }
 }

@@ -210,7 +210,7 @@ fn an_allocation_that_fails_is_undone_and_keeps_the_allocators_code() {
 }
 
 /// Runs `program` by itself: `command` for container `id`.
-fn run_alone(program: &str, command: &str, id: &str, input: &str) -> common::Outcome {
+pub(crate) fn run_alone(program: &str, command: &str, id: &str, input: &str) -> common::Outcome {
     run_program(
         program,
         Path::new("/"),
@@ -221,7 +221,7 @@ fn run_alone(program: &str, command: &str, id: &str, input: &str) -> common::Out
 }
 
 /// The environment for running one of the pool plugins by itself.
-fn alone(command: &str, id: &str) -> Env {
+pub(crate) fn alone(command: &str, id: &str) -> Env {
     Env(vec![
         ("CNI_COMMAND".into(), command.into()),
         ("CNI_CONTAINERID".into(), id.into()),

@@ -11,6 +11,7 @@ use super::Store;
 use crate::addr::Addr;
 use crate::da_pool::clock;
 use crate::da_pool::error::PoolError;
+use crate::etcd::EtcdError;
 
 /// More addresses than any test's search may look at.
 const LOOK_LIMIT: u128 = 1 << 20;
@@ -26,6 +27,9 @@ pub struct FakeStore {
     pub pools: HashMap<String, Value>,
     /// How many claims to come lose a race, as if another node won.
     pub losing_claims: Cell<usize>,
+    /// How many claims to come are recorded but answered with an error,
+    /// as etcd's answer is lost to a stall.
+    pub unanswered_claims: Cell<usize>,
     /// How many addresses `first_free` has looked at.
     pub looked_at: Cell<u128>,
     /// Whether it stands for a local store (one node's records only).
@@ -48,6 +52,85 @@ impl FakeStore {
 }
 
 impl FakeStore {
+    /// A claim, as the stores make it.
+    fn record_claim(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        sticky: Option<&StickyClaim>,
+    ) -> Result<bool, PoolError> {
+        if self.losing_claims.get() > 0 {
+            self.losing_claims.set(self.losing_claims.get() - 1);
+            return Ok(false);
+        }
+        // As etcd's claim: a fenced node's claim fails.
+        if self.fences.borrow().contains_key(&owner.node) {
+            return Ok(false);
+        }
+        let key = (owner.id.clone(), owner.ifname.clone());
+        let hold_key = sticky.map(|s| (s.workload.to_owned(), owner.ifname.clone()));
+        let mut addresses = self.addresses.borrow_mut();
+        // As the stores: one record per address, the attachment's first;
+        // a workload's own records taken over, its hold as read.
+        let repeated = held
+            .iter()
+            .enumerate()
+            .any(|(i, h)| held[..i].iter().any(|e| e.address == h.address));
+        let taken = |h: &PoolAddress| {
+            addresses.get(&h.address).is_some_and(|o| {
+                let kept = sticky
+                    .and_then(|s| s.prior)
+                    .is_some_and(|p| p.held.iter().any(|k| k.address == h.address));
+                !(kept && owner.owns(o))
+            })
+        };
+        let hold_as_read = match (sticky, &hold_key) {
+            (Some(sticky), Some(hold_key)) => self.holds.borrow().get(hold_key) == sticky.prior,
+            _ => true,
+        };
+        if self.attachments.borrow().contains_key(&key)
+            || repeated
+            || !hold_as_read
+            || held.iter().any(taken)
+        {
+            return Ok(false);
+        }
+        if let (Some(sticky), Some(hold_key)) = (sticky, hold_key) {
+            for h in sticky.dropped(held) {
+                if addresses.get(&h.address).is_some_and(|o| owner.owns(o)) {
+                    addresses.remove(&h.address);
+                }
+            }
+            let hold = WorkloadHold {
+                revision: sticky.prior.map_or(1, |p| p.revision + 1),
+                ..sticky.hold_after(owner, held)
+            };
+            self.holds.borrow_mut().insert(hold_key, hold);
+        }
+        let recorded = match sticky {
+            Some(sticky) => Owner {
+                id: String::new(),
+                ..sticky.owner(owner)
+            },
+            None => owner.clone(),
+        };
+        for h in held {
+            addresses.insert(h.address, recorded.clone());
+            if let Some(next) = h.address.plus(1) {
+                self.hints.borrow_mut().insert(h.pool.clone(), next);
+            }
+        }
+        let allocation = Allocation {
+            owner: owner.clone(),
+            held: held.to_vec(),
+            revision: 1,
+            since: clock::now(),
+            legacy: false,
+        };
+        self.attachments.borrow_mut().insert(key, allocation);
+        Ok(true)
+    }
+
     /// Removes the records of `held` that name `owner` (or its workload).
     fn give_back(&self, owner: &Owner, held: &[PoolAddress]) {
         let mut addresses = self.addresses.borrow_mut();
@@ -125,76 +208,15 @@ impl Store for FakeStore {
         held: &[PoolAddress],
         sticky: Option<&StickyClaim>,
     ) -> Result<bool, PoolError> {
-        if self.losing_claims.get() > 0 {
-            self.losing_claims.set(self.losing_claims.get() - 1);
-            return Ok(false);
+        let claimed = self.record_claim(owner, held, sticky)?;
+        if self.unanswered_claims.get() > 0 {
+            self.unanswered_claims.set(self.unanswered_claims.get() - 1);
+            return Err(PoolError::Etcd(EtcdError::Unavailable {
+                endpoints: "fake".into(),
+                reason: "the answer was lost".into(),
+            }));
         }
-        // As etcd's claim: a fenced node's claim fails.
-        if self.fences.borrow().contains_key(&owner.node) {
-            return Ok(false);
-        }
-        let key = (owner.id.clone(), owner.ifname.clone());
-        let hold_key = sticky.map(|s| (s.workload.to_owned(), owner.ifname.clone()));
-        let mut addresses = self.addresses.borrow_mut();
-        // As the stores: one record per address, the attachment's first;
-        // a workload's own records taken over, its hold as read.
-        let repeated = held
-            .iter()
-            .enumerate()
-            .any(|(i, h)| held[..i].iter().any(|e| e.address == h.address));
-        let taken = |h: &PoolAddress| {
-            addresses.get(&h.address).is_some_and(|o| {
-                let kept = sticky
-                    .and_then(|s| s.prior)
-                    .is_some_and(|p| p.held.iter().any(|k| k.address == h.address));
-                !(kept && owner.owns(o))
-            })
-        };
-        let hold_as_read = match (sticky, &hold_key) {
-            (Some(sticky), Some(hold_key)) => self.holds.borrow().get(hold_key) == sticky.prior,
-            _ => true,
-        };
-        if self.attachments.borrow().contains_key(&key)
-            || repeated
-            || !hold_as_read
-            || held.iter().any(taken)
-        {
-            return Ok(false);
-        }
-        if let (Some(sticky), Some(hold_key)) = (sticky, hold_key) {
-            for h in sticky.dropped(held) {
-                if addresses.get(&h.address).is_some_and(|o| owner.owns(o)) {
-                    addresses.remove(&h.address);
-                }
-            }
-            let hold = WorkloadHold {
-                revision: sticky.prior.map_or(1, |p| p.revision + 1),
-                ..sticky.hold_after(owner, held)
-            };
-            self.holds.borrow_mut().insert(hold_key, hold);
-        }
-        let recorded = match sticky {
-            Some(sticky) => Owner {
-                id: String::new(),
-                ..sticky.owner(owner)
-            },
-            None => owner.clone(),
-        };
-        for h in held {
-            addresses.insert(h.address, recorded.clone());
-            if let Some(next) = h.address.plus(1) {
-                self.hints.borrow_mut().insert(h.pool.clone(), next);
-            }
-        }
-        let allocation = Allocation {
-            owner: owner.clone(),
-            held: held.to_vec(),
-            revision: 1,
-            since: clock::now(),
-            legacy: false,
-        };
-        self.attachments.borrow_mut().insert(key, allocation);
-        Ok(true)
+        Ok(claimed)
     }
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
