@@ -140,6 +140,8 @@ pub enum Compare {
     Absent(Vec<u8>),
     /// The key was last written at this revision (as read).
     Unchanged(Vec<u8>, i64),
+    /// The key is bound to this lease.
+    LeasedTo(Vec<u8>, i64),
 }
 
 /// A write of a transaction.
@@ -280,6 +282,9 @@ impl EtcdClient {
                 }),
                 Compare::Unchanged(key, revision) => json!({
                     "key": encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision.to_string(),
+                }),
+                Compare::LeasedTo(key, lease) => json!({
+                    "key": encode(key), "target": "LEASE", "result": "EQUAL", "lease": lease.to_string(),
                 }),
             })
             .collect();

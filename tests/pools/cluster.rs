@@ -18,7 +18,7 @@ use crate::common::etcd::Cluster;
 use crate::common::{run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATOR};
 use crate::operating::{
     add, cni, config_file, del, holders, on_etcd, operator, pod, pods, registered, sticky,
-    wait_for, PREFIX,
+    wait_for, Keeper, PREFIX,
 };
 
 /// `config` without `ipam.pool.node`, its name pinned in `file`.
@@ -669,4 +669,48 @@ fn an_idle_node_adds_no_revision_and_adds_write_only_what_they_must() {
     del(&on("node-a"), "c0");
     assert_eq!(cluster.keys(&full), Vec::<String>::new());
     add(&on("node-a"), "c13", "");
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn two_keepers_of_one_node_keep_it_registered_whichever_stops_first() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("two-keepers");
+    // Renewed every second, its registration outliving the last by 3 s.
+    let config = pods(&on_etcd(&cluster), "node-a", json!({"nodeTTL": 3}));
+    let file = config_file(dir.path(), "node-a.conflist", &config);
+    let stays_registered = |what: &str| {
+        for _ in 0..10 {
+            assert!(registered(&cluster, "node-a"), "{what}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    let mut first = Keeper::start(&file);
+    wait_for("node-a registered", Duration::from_secs(10), || {
+        registered(&cluster, "node-a")
+    });
+    // A second keeper (a service beside the DaemonSet) comes and goes.
+    let mut second = Keeper::start(&file);
+    std::thread::sleep(Duration::from_millis(1_500));
+    // Two idle keepers add nothing to etcd's history.
+    let before = cluster.revision();
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(cluster.revision(), before, "idle keepers wrote");
+    assert!(second.stop().success());
+    stays_registered("the second keeper's stop unregistered node-a");
+    // A third comes; the first, whose registration it is, stops.
+    let mut third = Keeper::start(&file);
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(first.stop().success());
+    wait_for(
+        "node-a registered again by the keeper still running",
+        Duration::from_secs(2),
+        || registered(&cluster, "node-a"),
+    );
+    stays_registered("the third keeper let node-a go");
+    assert!(third.stop().success());
+    assert!(
+        !registered(&cluster, "node-a"),
+        "the last keeper withdrew it"
+    );
 }

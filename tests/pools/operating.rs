@@ -154,10 +154,10 @@ fn a_workload_gets_its_address_back_on_any_node_and_no_other_workload_gets_it_wh
 }
 
 /// A node keeper of the allocator, killed when dropped.
-struct Keeper(Child);
+pub(crate) struct Keeper(pub(crate) Child);
 
 impl Keeper {
-    fn start(config: &Path) -> Keeper {
+    pub(crate) fn start(config: &Path) -> Keeper {
         Keeper(spawn_program(
             ALLOCATOR,
             Path::new("/"),
@@ -167,7 +167,13 @@ impl Keeper {
         ))
     }
 
-    fn signal(&self, signal: &str) {
+    /// Asks it to stop (SIGTERM), as its service manager would: how it ended.
+    pub(crate) fn stop(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        self.0.wait().unwrap()
+    }
+
+    pub(crate) fn signal(&self, signal: &str) {
         let sent = std::process::Command::new("kill")
             .args([&format!("-{signal}"), &self.0.id().to_string()])
             .status()

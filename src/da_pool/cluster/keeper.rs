@@ -1,7 +1,8 @@
 //! A node's keeper (`ipam-da-pool node-keeper`): keeps the node
 //! registered under a lease it renews by keep-alives, which write
-//! nothing; says at every renewal that the node is fenced while it is;
-//! withdraws the registration when asked to stop.
+//! nothing, beside any other keeper of the node; says at every renewal
+//! that the node is fenced while it is; withdraws the registration, if it
+//! is its own, when asked to stop.
 
 use std::io::Write;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use serde_json::json;
 
 use crate::da_pool::clock;
 use crate::da_pool::store::fence::{self, node_key};
-use crate::etcd::{EtcdClient, EtcdError, Op};
+use crate::etcd::{Compare, EtcdClient, EtcdError, Op};
 use crate::signals;
 
 /// How long a keeper waits before it tries again after etcd failed it.
@@ -18,10 +19,19 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// Keeps node `node` registered in the cluster `client` reaches, its
 /// registration outliving the last renewal by `ttl` seconds, until a
-/// termination request: then the registration is withdrawn (the node
-/// counts as gone at once, but reclaim still waits for its `--dead-for`).
-/// Says what it does on `log`, and, at every renewal, that the node is
-/// fenced while it is. Idle between renewals, in one poll(2).
+/// termination request: then the registration is withdrawn if it is this
+/// keeper's (the node counts as gone at once, but reclaim still waits for
+/// its `--dead-for`). Says what it does on `log`, and, at every renewal,
+/// that the node is fenced while it is. Idle between renewals, in one
+/// poll(2).
+///
+/// Several keepers of one node (a service and a DaemonSet, a run by hand)
+/// share its one registration: a keeper registers the node only when it
+/// is not registered, under its own lease, and checks at every renewal
+/// (a read, which adds nothing to etcd's history) that it still is,
+/// registering it again if not. Stopping deletes the registration only if
+/// it is on the stopping keeper's lease. So while any keeper runs, the
+/// node is never unregistered for longer than a renewal's interval.
 pub fn keep(
     client: &EtcdClient,
     node: &str,
@@ -38,15 +48,26 @@ pub fn keep(
     let prefix = client.settings().prefix.clone();
     let renew_every = Duration::from_secs(ttl / 3).max(Duration::from_secs(1));
     let mut lease: Option<i64> = None;
+    // How this keeper last found the registration: none yet on this lease.
+    let mut found: Option<Registration> = None;
     while signals::received(1).is_none() {
-        let pause = match lease {
-            None => match register(client, &prefix, node, ttl) {
-                Ok(id) => {
-                    let _ = writeln!(
-                        log,
-                        "ipam-da-pool node-keeper: node {node} registered (lease {id:x}, TTL {ttl} s)"
-                    );
-                    lease = Some(id);
+        let kept = match lease {
+            None => client.grant_lease(ttl).map(|id| {
+                lease = Some(id);
+                Some(id)
+            }),
+            Some(id) => client.keep_lease(id).map(|kept| kept.map(|_| id)),
+        };
+        let pause = match kept {
+            Ok(Some(id)) => match registered(client, &prefix, node, id) {
+                Ok(now) => {
+                    // Said when it registers, and when it first finds
+                    // another keeper's registration.
+                    if now == Registration::Made || found.is_none() {
+                        let _ =
+                            writeln!(log, "ipam-da-pool node-keeper: {}", now.said(node, id, ttl));
+                    }
+                    found = Some(now);
                     say_fence(client, node, log);
                     renew_every
                 }
@@ -58,39 +79,93 @@ pub fn keep(
                     RETRY
                 }
             },
-            Some(id) => match client.keep_lease(id) {
-                Ok(Some(_)) => {
-                    say_fence(client, node, log);
-                    renew_every
-                }
-                Ok(None) => {
-                    let _ = writeln!(
-                        log,
-                        "ipam-da-pool node-keeper: node {node}'s lease ended (etcd out of reach for longer than its TTL?): registering again"
-                    );
-                    lease = None;
-                    continue;
-                }
-                Err(e) => {
-                    let _ = writeln!(
-                        log,
-                        "ipam-da-pool node-keeper: cannot renew node {node}'s lease: {e}"
-                    );
-                    RETRY
-                }
-            },
+            Ok(None) => {
+                let _ = writeln!(
+                    log,
+                    "ipam-da-pool node-keeper: node {node}'s lease ended (etcd out of reach for longer than its TTL?): registering again"
+                );
+                lease = None;
+                found = None;
+                continue;
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    log,
+                    "ipam-da-pool node-keeper: cannot {} node {node}'s lease: {e}",
+                    if lease.is_some() { "renew" } else { "get" }
+                );
+                RETRY
+            }
         };
         signals::wait(pause);
     }
+    let mut said = "no registration of its own to withdraw";
     if let Some(id) = lease {
-        client.txn(&[], &[seen_op(&prefix, node)])?;
+        // Withdrawn only if it is this keeper's: another's stays.
+        let alive = node_key(&prefix, node, "alive");
+        let withdrawn = client.txn(
+            &[Compare::LeasedTo(alive.clone(), id)],
+            &[Op::Delete(alive), seen_op(&prefix, node)],
+        )?;
         client.revoke_lease(id)?;
+        if withdrawn {
+            said = "registration withdrawn";
+        }
     }
     let _ = writeln!(
         log,
-        "ipam-da-pool node-keeper: stopped; node {node}'s registration withdrawn"
+        "ipam-da-pool node-keeper: stopped; node {node}'s {said}"
     );
     Ok(())
+}
+
+/// Who holds a node's registration, as a keeper finds it at a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registration {
+    /// It registered the node now.
+    Made,
+    /// It is there, this keeper's or another's.
+    There,
+}
+
+impl Registration {
+    /// What a keeper says when it finds this, on lease `id`.
+    fn said(self, node: &str, id: i64, ttl: u64) -> String {
+        match self {
+            Registration::Made => {
+                format!("node {node} registered (lease {id:x}, TTL {ttl} s)")
+            }
+            Registration::There => {
+                format!("node {node} is registered; keeping watch (lease {id:x}, TTL {ttl} s)")
+            }
+        }
+    }
+}
+
+/// Makes sure `node` is registered: reads its registration (which adds
+/// nothing to etcd's history) and, only if it is gone, registers it under
+/// lease `lease`, no longer gone.
+fn registered(
+    client: &EtcdClient,
+    prefix: &str,
+    node: &str,
+    lease: i64,
+) -> Result<Registration, EtcdError> {
+    let alive = node_key(prefix, node, "alive");
+    if client.get(&alive)?.is_some() {
+        return Ok(Registration::There);
+    }
+    let registration = json!({"node": node, "pid": std::process::id(), "since": clock::now()});
+    let ops = [
+        Op::PutLeased(alive.clone(), registration.to_string().into_bytes(), lease),
+        seen_op(prefix, node),
+        Op::Delete(node_key(prefix, node, "gone")),
+    ];
+    // Another keeper may register it meanwhile: then it is there.
+    Ok(match client.txn(&[Compare::Absent(alive)], &ops)? {
+        true => Registration::Made,
+        false => Registration::There,
+    })
 }
 
 /// Says on `log`, as an error, that `node` is fenced, if it is: a read,
@@ -108,24 +183,6 @@ fn say_fence(client: &EtcdClient, node: &str, log: &mut dyn Write) {
             );
         }
     }
-}
-
-/// Registers `node` under a new lease of `ttl` seconds, no longer gone:
-/// the lease's ID.
-fn register(client: &EtcdClient, prefix: &str, node: &str, ttl: u64) -> Result<i64, EtcdError> {
-    let id = client.grant_lease(ttl)?;
-    let registration = json!({"node": node, "pid": std::process::id(), "since": clock::now()});
-    let ops = [
-        Op::PutLeased(
-            node_key(prefix, node, "alive"),
-            registration.to_string().into_bytes(),
-            id,
-        ),
-        seen_op(prefix, node),
-        Op::Delete(node_key(prefix, node, "gone")),
-    ];
-    client.txn(&[], &ops)?;
-    Ok(id)
 }
 
 /// What keeps a node known once its lease is gone: when its keeper last
