@@ -256,7 +256,7 @@ impl Dir {
     }
 
     fn rename_into(&self, name: &str, content: &[u8]) -> io::Result<()> {
-        let temporary = self.write_temporary(name, content)?;
+        let temporary = self.write_temporary(&temporary_name(name, ""), content)?;
         let renamed = sys::renameat(&self.file, &temporary, name).and_then(|()| self.sync_change());
         if renamed.is_err() {
             let _ = sys::unlinkat(&self.file, &temporary);
@@ -271,13 +271,22 @@ impl Dir {
     /// content that cannot be a link's target, a file, synced before it is
     /// linked into place.
     pub fn create(&self, name: &str, content: &[u8]) -> io::Result<bool> {
+        self.create_as(name, content, "")
+    }
+
+    /// As [`Dir::create`], for writer `writer`: a durable directory's
+    /// temporary file is its own (`.NAME.WRITER.tmp`), so that two kinds
+    /// of writer that may race for one record without a lock (the first
+    /// use pinning a node's name, an installer pinning another) never
+    /// write into each other's.
+    pub fn create_as(&self, name: &str, content: &[u8], writer: &str) -> io::Result<bool> {
         if !self.durable {
             match self.create_link(name, content) {
                 Err(e) if cannot_be_link(&e) => {}
                 made => return made,
             }
         }
-        self.create_file(name, content, self.durable)
+        self.create_file(name, content, self.durable, writer)
     }
 
     /// As [`Dir::create`] in a durable directory, whatever this one's
@@ -285,13 +294,20 @@ impl Dir {
     /// directory synced after, for a record that must outlive a power
     /// loss among records that need not.
     pub fn create_synced(&self, name: &str, content: &[u8]) -> io::Result<bool> {
-        self.create_file(name, content, true)
+        self.create_file(name, content, true, "")
     }
 
-    /// Record `name` as a file, synced before it is linked into place;
-    /// the directory synced after if `sync`.
-    fn create_file(&self, name: &str, content: &[u8], sync: bool) -> io::Result<bool> {
-        let temporary = self.write_temporary(name, content)?;
+    /// Record `name` as a file, synced before it is linked into place
+    /// (written first as `writer`'s temporary file); the directory synced
+    /// after if `sync`.
+    fn create_file(
+        &self,
+        name: &str,
+        content: &[u8],
+        sync: bool,
+        writer: &str,
+    ) -> io::Result<bool> {
+        let temporary = self.write_temporary(&temporary_name(name, writer), content)?;
         let linked = sys::linkat(&self.file, &temporary, name);
         let _ = sys::unlinkat(&self.file, &temporary);
         match linked {
@@ -418,11 +434,11 @@ impl Dir {
         }
     }
 
-    /// A new dot-file holding `content`, synced. One left by a crash, or
-    /// put there by someone else (a link included), is removed first, not
-    /// written through.
-    fn write_temporary(&self, name: &str, content: &[u8]) -> io::Result<String> {
-        let temporary = format!(".{name}.tmp");
+    /// A new dot-file `temporary` holding `content`, synced. One left by a
+    /// crash, or put there by someone else (a link included), is removed
+    /// first, not written through.
+    fn write_temporary(&self, temporary: &str, content: &[u8]) -> io::Result<String> {
+        let temporary = temporary.to_owned();
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
         let mut file = match sys::openat(&self.file, &temporary, flags, PRIVATE_FILE) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -461,6 +477,16 @@ fn cannot_be_link(error: &io::Error) -> bool {
             error.raw_os_error(),
             Some(libc::ENAMETOOLONG | libc::EPERM | libc::EOPNOTSUPP)
         )
+}
+
+/// The temporary file of record `name` for `writer` (none: the usual
+/// writer): `.NAME.tmp`, or `.NAME.WRITER.tmp`. A dot-file, which
+/// [`Dir::names`] leaves out.
+fn temporary_name(name: &str, writer: &str) -> String {
+    match writer {
+        "" => format!(".{name}.tmp"),
+        writer => format!(".{name}.{writer}.tmp"),
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! when `ipam.pool.node` gives none; `ipam-delegated install` pins it.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::cni::{self, Reportable};
 use crate::dir::{Dir, DirError};
@@ -22,6 +22,15 @@ pub enum NodeNameError {
     /// The file cannot be read or written.
     #[error(transparent)]
     File(#[from] DirError),
+
+    /// An installer asked to pin a name other than the one pinned: the
+    /// node's records and its registration are under the pinned one.
+    #[error("{} pins node name {pinned:?}, not {asked:?}: renamed, the node's DELs and GCs would look for its containers' addresses under {asked:?} and free none, and {pinned:?}'s registration would lapse, so reclaim would free addresses its containers hold; drain the node, remove {} and install again, or install with --node-name {pinned}", file.display(), file.display())]
+    Renamed {
+        file: PathBuf,
+        pinned: String,
+        asked: String,
+    },
 }
 
 impl Reportable for NodeNameError {
@@ -29,6 +38,7 @@ impl Reportable for NodeNameError {
         match self {
             NodeNameError::Invalid(e) => e.code(),
             NodeNameError::File(e) => e.code(),
+            NodeNameError::Renamed { .. } => cni::code::INVALID_CONFIG,
         }
     }
 }
@@ -105,9 +115,13 @@ fn read_pinned(dir: &Dir, name: &str, file: &Path) -> Result<Option<String>, Nod
     }
 }
 
-/// Pins `name` as the node's name in `file`, over any before it: for an
-/// installer that knows the node's name from its orchestrator.
-pub fn pin(file: &Path, name: &str) -> Result<(), NodeNameError> {
+/// Pins `name` as the node's name in `file` if none is pinned yet, for
+/// an installer that knows the node's name from its orchestrator:
+/// whether it did. The name pinned already is never changed behind the
+/// store's back: the same one is `Ok(false)`, another an error naming
+/// both and what to do. Its temporary file is not a first use's, which
+/// may be pinning the host's name at the same time.
+pub fn pin(file: &Path, name: &str) -> Result<bool, NodeNameError> {
     if !cni::is_identifier(name) {
         return Err(invalid(format!(
             "node name {name:?} {}",
@@ -115,9 +129,26 @@ pub fn pin(file: &Path, name: &str) -> Result<(), NodeNameError> {
         )));
     }
     let (dir, base) = split(file)?;
-    Dir::open_made(dir)
-        .and_then(|dir| dir.replace(base, format!("{name}\n").as_bytes()))
-        .map_err(|error| DirError::io(file, error).into())
+    let failed = |error: io::Error| NodeNameError::from(DirError::io(file, error));
+    let dir = Dir::open_made(dir).map_err(failed)?;
+    if dir
+        .create_as(base, format!("{name}\n").as_bytes(), "pin")
+        .map_err(failed)?
+    {
+        return Ok(true);
+    }
+    match read_pinned(&dir, base, file)? {
+        Some(pinned) if pinned == name => Ok(false),
+        Some(pinned) => Err(NodeNameError::Renamed {
+            file: file.to_owned(),
+            pinned,
+            asked: name.to_owned(),
+        }),
+        None => Err(failed(io::Error::new(
+            io::ErrorKind::NotFound,
+            "written by another process, then removed",
+        ))),
+    }
 }
 
 /// The directory and the name of `file`, an absolute path.
@@ -167,10 +198,36 @@ mod tests {
         // What the file says wins over the host's name from then on.
         std::fs::write(&file, "node-7\n").unwrap();
         assert_eq!(pinned(&file).unwrap(), "node-7");
-        // An installer pins the name its orchestrator gives the node.
-        pin(&file, "node-8").unwrap();
-        assert_eq!(pinned(&file).unwrap(), "node-8");
         assert_eq!(pin(&file, "a b").unwrap_err().code(), 7);
+    }
+
+    #[test]
+    fn an_installer_pins_a_name_first_and_never_renames_a_pinned_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("state/node-name");
+        assert!(pin(&file, "node-8").unwrap());
+        assert_eq!(pinned(&file).unwrap(), "node-8");
+        assert!(!pin(&file, "node-8").unwrap(), "the same name again");
+        let e = pin(&file, "node-9").unwrap_err();
+        assert_eq!(e.code(), 7);
+        assert!(
+            e.to_string().starts_with(&format!(
+                "{} pins node name \"node-8\", not \"node-9\"",
+                file.display()
+            )),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("install with --node-name node-8"),
+            "{e}"
+        );
+        assert_eq!(pinned(&file).unwrap(), "node-8", "left as it was");
+        // No temporary file of the pin is the first use's.
+        let names: Vec<String> = std::fs::read_dir(tmp.path().join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["node-name"]);
     }
 
     #[test]
@@ -179,7 +236,7 @@ mod tests {
         let file = tmp.path().join("state/node-name");
         assert_eq!(current(&file).unwrap(), hostname().unwrap());
         assert!(!tmp.path().join("state").exists(), "nothing made");
-        pin(&file, "node-9").unwrap();
+        assert!(pin(&file, "node-9").unwrap());
         assert_eq!(current(&file).unwrap(), "node-9");
         std::fs::write(&file, "../x\n").unwrap();
         assert_eq!(current(&file).unwrap_err().code(), 7);

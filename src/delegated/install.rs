@@ -51,9 +51,10 @@ Secret's volume: etcd's certificates, a password file) into
 plugins the runtime runs on the host. Then, with --conflist,
 write FILE into --conf-dir (such as /etc/cni/net.d) the same
 way, but only once every plugin it names is in DIR. With
---node-name, pin the allocator's node name (in
+--node-name, first pin the allocator's node name (in
 /var/lib/cni/ipam-da-pool/node-name, or FILE): on Kubernetes,
-the node's spec.nodeName.
+the node's spec.nodeName. A name pinned already is never
+changed: another one is refused, and nothing is installed.
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
@@ -111,6 +112,13 @@ fn run(options: &Install) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let from = exe.parent().ok_or("this binary has no directory")?;
     let mut out = io::stdout().lock();
+    // First: no ADD may run under the host's name before it is pinned,
+    // and a name pinned already is never changed.
+    if let Some((name, file)) = &options.node_name {
+        let pinned = node_name::pin(file, name).map_err(|e| e.to_string())?;
+        let said = if pinned { "pinned" } else { "already pinned:" };
+        let _ = writeln!(out, "{said} node name {name} in {}", file.display());
+    }
     for name in FAMILY {
         let source = from.join(name);
         if !source.exists() {
@@ -152,10 +160,6 @@ fn run(options: &Install) -> Result<(), String> {
             .ok_or_else(|| format!("{}: no file name", file.display()))?;
         let said = place(dir, name, &text, 0o644)?;
         let _ = writeln!(out, "{said} {}", dir.join(name).display());
-    }
-    if let Some((name, file)) = &options.node_name {
-        node_name::pin(file, name).map_err(|e| e.to_string())?;
-        let _ = writeln!(out, "pinned node name {name} in {}", file.display());
     }
     Ok(())
 }

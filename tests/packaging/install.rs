@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::common::{temp_dir, ALLOCATOR, PLUGIN, SELECTOR};
+use crate::common::{temp_dir, TempDir, ALLOCATOR, PLUGIN, SELECTOR};
 
 const DOCKER: &str = env!("CARGO_BIN_EXE_ipam-delegated-docker");
 
@@ -92,20 +92,48 @@ fn inodes(dir: &Path) -> Vec<(String, u64)> {
     found
 }
 
+/// A host to install onto, in a directory of the test's own: the
+/// family in an image directory beside it, the host's CNI_PATH, net.d and
+/// pinned node name's paths, and a conflist whose plugin is `main`.
+struct Host {
+    work: TempDir,
+    installer: PathBuf,
+    bin: PathBuf,
+    netd: PathBuf,
+    pinned: PathBuf,
+    conflist: PathBuf,
+}
+
+impl Host {
+    fn new(tag: &str, main: &str) -> Host {
+        let work = temp_dir(tag);
+        let conflist = work.path().join("pods.conflist");
+        let text = format!(
+            r#"{{"cniVersion": "1.0.0", "name": "pods", "plugins": [{{"type": "{main}",
+                "ipam": {{"type": "ipam-delegated", "delegates": ["ipam-ds-static", "ipam-da-pool"]}}}}]}}"#
+        );
+        fs::write(&conflist, text).unwrap();
+        Host {
+            installer: family_in(&work.path().join("image"), b""),
+            bin: work.path().join("host/opt/cni/bin"),
+            netd: work.path().join("host/etc/cni/net.d"),
+            pinned: work.path().join("host/var/lib/cni/ipam-da-pool/node-name"),
+            conflist,
+            work,
+        }
+    }
+}
+
 #[test]
 fn the_installer_places_the_family_whole_and_the_configuration_last() {
-    let work = temp_dir("install");
-    let installer = family_in(&work.path().join("image"), b"");
-    let bin = work.path().join("host/opt/cni/bin");
-    let netd = work.path().join("host/etc/cni/net.d");
-    let pinned = work.path().join("host/var/lib/cni/ipam-da-pool/node-name");
-    let conflist = work.path().join("pods.conflist");
-    fs::write(
-        &conflist,
-        r#"{"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "bridge",
-            "ipam": {"type": "ipam-delegated", "delegates": ["ipam-ds-static", "ipam-da-pool"]}}]}"#,
-    )
-    .unwrap();
+    let Host {
+        work,
+        installer,
+        bin,
+        netd,
+        pinned,
+        conflist,
+    } = Host::new("install", "bridge");
     // A Secret's volume: files that are links into a directory of its own.
     let secret = work.path().join("secret");
     fs::create_dir_all(secret.join("..2026_11_25")).unwrap();
@@ -187,6 +215,76 @@ fn the_installer_places_the_family_whole_and_the_configuration_last() {
         fs::read_dir(&bin).unwrap().count(),
         5,
         "no temporary file left"
+    );
+}
+
+#[test]
+fn the_installer_never_renames_a_node_and_pins_before_any_configuration() {
+    // Kept whole: its directory goes with it.
+    let host = Host::new("install-renamed", "missing-plugin");
+    let Host {
+        installer,
+        bin,
+        netd,
+        pinned,
+        conflist,
+        ..
+    } = &host;
+    let args = |name: &'static str| {
+        let owned: Vec<String> = [
+            "--into",
+            bin.to_str().unwrap(),
+            "--conflist",
+            conflist.to_str().unwrap(),
+            "--conf-dir",
+            netd.to_str().unwrap(),
+            "--node-name",
+            name,
+            "--node-name-file",
+            pinned.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        owned
+    };
+    let run = |name: &'static str| {
+        let args = args(name);
+        install(
+            installer,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    };
+    // The plugin the configuration names is missing: the name is pinned
+    // all the same, before any configuration could run an ADD.
+    let out = run("node-7");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(fs::read_to_string(pinned).unwrap(), "node-7\n");
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with(&format!("pinned node name node-7 in {}", pinned.display())),
+        "{out:?}"
+    );
+    // The node runs under node-7 now; a DaemonSet passing another name
+    // is refused whole: nothing installed, the name left.
+    fs::remove_dir_all(bin).unwrap();
+    let out = run("node-8");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        said.contains(&format!(
+            "{} pins node name \"node-7\", not \"node-8\"",
+            pinned.display()
+        )) && said.contains("install with --node-name node-7"),
+        "{said}"
+    );
+    assert_eq!(fs::read_to_string(pinned).unwrap(), "node-7\n");
+    assert!(!bin.exists(), "nothing installed");
+    // The same name again is no change.
+    let out = run("node-7");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("already pinned: node name node-7"),
+        "{out:?}"
     );
 }
 

@@ -18,7 +18,9 @@ use crate::cni::NetConf;
 use crate::da_pool::add::holds_all;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::{invalid, Settings};
-use crate::da_pool::store::{Allocation, PoolAddress, StickyClaim, Store, Stores, WorkloadHold};
+use crate::da_pool::store::{
+    Allocation, Owner, PoolAddress, StickyClaim, Store, Stores, WorkloadHold,
+};
 use crate::dir::DirError;
 use crate::netd;
 
@@ -98,7 +100,7 @@ fn run(options: &Import) -> Result<bool, PoolError> {
         }
         Records::read(&from)?
     };
-    let report = import(&records, &to, options.dry_run)?;
+    let report = import(&records, &to, &settings.node, options.dry_run)?;
     let mut out = std::io::stdout().lock();
     for line in &report.lines {
         let _ = writeln!(out, "{line}");
@@ -147,8 +149,20 @@ impl Records {
     }
 }
 
-/// Claims in `to` every attachment `from` holds, unless `dry_run`.
-pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, PoolError> {
+/// Claims in `to` every attachment `from` holds, unless `dry_run`, as
+/// node `node`'s: the configuration's name for the node, under which its
+/// GC and keeper work on etcd, whatever name (an earlier host name) the
+/// local records carry. A fenced node imports nothing: its claims would
+/// all fail until it is readmitted.
+pub fn import(
+    from: &Records,
+    to: &dyn Store,
+    node: &str,
+    dry_run: bool,
+) -> Result<Report, PoolError> {
+    if let Some(fenced) = to.fenced(node)? {
+        return Err(fenced);
+    }
     let mut report = Report::default();
     for hold in &from.holds {
         if hold.container.is_none() {
@@ -159,7 +173,10 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, P
         }
     }
     for (allocation, whole) in &from.allocations {
-        let owner = &allocation.owner;
+        let owner = &Owner {
+            node: node.to_owned(),
+            ..allocation.owner.clone()
+        };
         let who = match &owner.workload {
             Some(workload) => format!(
                 "{}/{} (node {}, workload {workload})",
@@ -180,11 +197,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, P
                 .lines
                 .push(format!("conflict {who} {addresses}: {why}"));
         };
-        if let Some(there) = to.allocation(
-            &allocation.owner.node,
-            &allocation.owner.id,
-            &allocation.owner.ifname,
-        )? {
+        if let Some(there) = to.allocation(&owner.node, &owner.id, &owner.ifname)? {
             if same(&there.held, &allocation.held) {
                 report
                     .lines
@@ -232,7 +245,7 @@ pub fn import(from: &Records, to: &dyn Store, dry_run: bool) -> Result<Report, P
         } else if to.claim(owner, &allocation.held, sticky.as_ref())?
             // A claim resent after a broken connection finds its own keys.
             || to
-                .allocation(&allocation.owner.node, &allocation.owner.id, &allocation.owner.ifname)?
+                .allocation(&owner.node, &owner.id, &owner.ifname)?
                 .is_some_and(|there| same(&there.held, &allocation.held))
         {
             report.lines.push(format!("imported {who} {addresses}"));
@@ -344,7 +357,7 @@ mod tests {
             .borrow_mut()
             .remove(&Addr::new("10.1.0.5".parse().unwrap()));
 
-        let dry = import(&Records::read(&local).unwrap(), &cluster, true).unwrap();
+        let dry = import(&Records::read(&local).unwrap(), &cluster, "node-a", true).unwrap();
         assert!(
             allocation_of(&cluster, "a").is_none(),
             "a dry run claims nothing"
@@ -354,7 +367,7 @@ mod tests {
             "would import a/eth0 (node node-a) blue/10.1.0.2"
         );
 
-        let report = import(&Records::read(&local).unwrap(), &cluster, false).unwrap();
+        let report = import(&Records::read(&local).unwrap(), &cluster, "node-a", false).unwrap();
         assert_eq!(
             report.lines,
             [
@@ -368,6 +381,31 @@ mod tests {
         let a = allocation_of(&cluster, "a").unwrap();
         assert_eq!((a.owner, a.held), (owner("a", "node-a"), held("10.1.0.2")));
         assert_eq!(local.held().len(), 3, "the source is only read");
+    }
+
+    #[test]
+    fn records_go_under_the_configurations_node_name_and_a_fenced_node_imports_none() {
+        let (local, cluster) = (FakeStore::default(), FakeStore::default());
+        // Made when the host had another name: one node's all the same.
+        assert!(local
+            .claim(&owner("a", "old-host"), &held("10.1.0.2"), None)
+            .unwrap());
+        let records = Records::read(&local).unwrap();
+        let report = import(&records, &cluster, "node-a", false).unwrap();
+        assert_eq!(
+            report.lines,
+            ["imported a/eth0 (node node-a) blue/10.1.0.2"]
+        );
+        let a = allocation_of(&cluster, "a").unwrap();
+        assert_eq!(a.owner, owner("a", "node-a"));
+        let fenced = FakeStore::default();
+        fenced
+            .fences
+            .borrow_mut()
+            .insert("node-a".into(), "node node-a is fenced".into());
+        let e = import(&records, &fenced, "node-a", false).unwrap_err();
+        assert!(e.to_string().contains("node node-a is fenced"), "{e}");
+        assert!(fenced.held().is_empty());
     }
 
     #[test]
@@ -385,7 +423,7 @@ mod tests {
         assert!(local
             .claim(&web("c1", "node-a"), &held("10.1.0.2"), Some(&sticky))
             .unwrap());
-        let report = import(&Records::read(&local).unwrap(), &cluster, false).unwrap();
+        let report = import(&Records::read(&local).unwrap(), &cluster, "node-a", false).unwrap();
         assert_eq!(
             report.lines,
             ["imported c1/eth0 (node node-a, workload db/pg-0) blue/10.1.0.2"]
@@ -404,7 +442,7 @@ mod tests {
         assert!(cluster
             .claim(&web("c2", "node-b"), &held("10.1.0.3"), Some(&sticky))
             .unwrap());
-        let report = import(&Records::read(&local).unwrap(), &cluster, false).unwrap();
+        let report = import(&Records::read(&local).unwrap(), &cluster, "node-a", false).unwrap();
         assert_eq!(report.conflicts, 1);
         assert!(
             report.lines[0].contains("workload db/pg-0's hold there is its container c2's"),
