@@ -714,3 +714,94 @@ fn two_keepers_of_one_node_keep_it_registered_whichever_stops_first() {
         "the last keeper withdrew it"
     );
 }
+
+#[test]
+#[ignore = "needs etcd-server and strace"]
+fn a_reclaimed_workloads_next_container_never_gets_the_address_the_fenced_node_may_use() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("reclaim-sticky");
+    let settings = sticky("1h");
+    // Each try at etcd outlasts the stall below: the release is sent once.
+    let mut store = on_etcd(&cluster);
+    store["etcd"]["timeout"] = json!(20);
+    let on = |node: &str| pods(&store, node, settings.clone());
+    let file = config_file(dir.path(), "node-c.conflist", &on("node-c"));
+    let file = file.to_str().unwrap();
+    let log = dir.path().join("reclaim.strace");
+    // `reclaim --node node-b` under strace, its writes to etcd logged, and
+    // stalled 3 s after write `stall` if one is given: a child to wait for.
+    let reclaim = |stall: Option<usize>| {
+        let mut args = vec![
+            "-qq".to_owned(),
+            "-s".into(),
+            "32".into(),
+            "-o".into(),
+            log.display().to_string(),
+            "-e".into(),
+            "trace=sendto".into(),
+        ];
+        if let Some(n) = stall {
+            args.extend([
+                "-e".into(),
+                format!("inject=sendto:delay_exit=3000000:when={n}"),
+            ]);
+        }
+        args.extend([
+            ALLOCATOR.into(),
+            "reclaim".into(),
+            "--config".into(),
+            file.into(),
+        ]);
+        args.extend(["--node".into(), "node-b".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        spawn_program(
+            "/usr/bin/strace",
+            Path::new("/"),
+            &args,
+            &Env(Vec::new()),
+            Stdio::piped(),
+        )
+    };
+    // node-b's container of db/pg-0, reclaimed once to learn which write
+    // is the body of its first transaction: the release, with the fence.
+    let first = add(&on("node-b"), "b1", &pod("db/pg-0", None));
+    assert!(reclaim(None).wait_with_output().unwrap().status.success());
+    let writes = std::fs::read_to_string(&log).unwrap();
+    let head = writes
+        .lines()
+        .position(|line| line.contains("POST /v3/kv/txn"))
+        .expect("a transaction");
+    let release = head + 2;
+    // The same again: node-b readmitted, its container of the workload
+    // back on the address, then reclaimed, stalled after the release.
+    assert!(operator(&["readmit", "--config", file, "--node", "node-b"])
+        .status
+        .success());
+    assert_eq!(
+        add(&on("node-b"), "b2", &pod("db/pg-0", Some(&first))),
+        first
+    );
+    // node-c's next search starts past an address of its own, not at the
+    // lowest free one: it gets `first` only through the workload's hold.
+    add(&on("node-c"), "c0", "");
+    let stalled = reclaim(Some(release));
+    std::thread::sleep(Duration::from_millis(1_500));
+    // Meanwhile the workload's next container starts on node-c: the
+    // address node-b's container may still use is not handed on.
+    let next = add(&on("node-c"), "c1", &pod("db/pg-0", None));
+    let out = stalled.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_ne!(
+        next, first,
+        "node-c got what the fenced node-b may still use"
+    );
+    let holders = holders(&cluster);
+    assert!(
+        holders.contains(&"attachments/c1:eth0".to_owned()),
+        "{holders:?}"
+    );
+    assert!(
+        !holders.contains(&"attachments/b2:eth0".to_owned()),
+        "{holders:?}"
+    );
+}

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::da_pool::clock;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::store::fence::{self, node_key, Fence};
-use crate::da_pool::store::{Allocation, EtcdStore, Guard, Store, WorkloadHold};
+use crate::da_pool::store::{Allocation, EtcdStore, Guard, Released, Store, WorkloadHold};
 use crate::etcd::{Compare, EtcdClient, Op};
 
 /// What `reclaim` gave back (or, dry, would give back) of one node.
@@ -51,14 +51,19 @@ pub fn reclaim(
             done.allocations.push(allocation.clone());
             continue;
         }
-        if store.release(allocation)? {
-            done.allocations.push(allocation.clone());
-        } else {
-            done.skipped += 1;
+        // Its workload's hold, if bound to it, ends with it: the fenced
+        // node's container may still use the addresses, which the
+        // workload's next container, elsewhere, must not take over.
+        match store.release_ending_hold(allocation)? {
+            Released::Done(ended) => {
+                done.allocations.push(allocation.clone());
+                done.holds.extend(ended);
+            }
+            Released::Changed => done.skipped += 1,
         }
     }
     // A hold no live container has bound: its node's, released there last
-    // (those of the attachments just released among them).
+    // (in a dry run, those of the attachments to release among them).
     let released = |id: &str, ifname: &str| {
         done.allocations
             .iter()
@@ -72,11 +77,15 @@ pub fn reclaim(
             }
             _ => false,
         };
-        let of_node = hold.node == node
-            || hold
-                .container
-                .as_ref()
-                .is_some_and(|id| released(id, &hold.ifname));
+        let bound_to_released = hold
+            .container
+            .as_ref()
+            .is_some_and(|id| released(id, &hold.ifname));
+        // Ended already with its attachment, unless this is a dry run.
+        if bound_to_released && !dry_run {
+            continue;
+        }
+        let of_node = hold.node == node || bound_to_released;
         if of_node && !bound_elsewhere {
             ending.push(hold.clone());
         }

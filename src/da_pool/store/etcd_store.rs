@@ -356,6 +356,86 @@ impl EtcdStore {
     }
 }
 
+/// What [`EtcdStore::release_ending_hold`] did.
+#[derive(Debug)]
+pub enum Released {
+    /// Nothing: the attachment, or its workload's hold, changed meanwhile.
+    Changed,
+    /// The attachment released, with its workload's hold ended if it was
+    /// the attachment's.
+    Done(Option<WorkloadHold>),
+}
+
+impl EtcdStore {
+    /// As [`Store::release`], but a workload's hold bound to the
+    /// attachment is ended with it, in the same transaction, its addresses
+    /// given back rather than kept for `stickyFor`: for a node reclaimed,
+    /// whose containers may still use them, so that the workload's next
+    /// container, elsewhere, gets new ones rather than these.
+    pub fn release_ending_hold(&self, allocation: &Allocation) -> Result<Released, PoolError> {
+        self.release_with(allocation, true)
+    }
+
+    /// Releases `allocation` as read; its workload's hold, if bound to it,
+    /// kept for `stickyFor` or, if `ending`, ended.
+    fn release_with(&self, allocation: &Allocation, ending: bool) -> Result<Released, PoolError> {
+        let owner = &allocation.owner;
+        let attachment = self.key_of(allocation);
+        let mut compares = vec![Compare::Unchanged(attachment.clone(), allocation.revision)];
+        let mut ops = vec![Op::Delete(attachment)];
+        let mut given_back = allocation.held.clone();
+        let mut ended = None;
+        let mut hold_put = None;
+        if let Some(workload) = &owner.workload {
+            let key = self.hold_key(workload, &owner.ifname);
+            match self.workload_hold(workload, &owner.ifname)? {
+                Some(hold) => {
+                    compares.push(Compare::Unchanged(key.clone(), hold.revision));
+                    let bound_here = hold.container.as_deref() == Some(owner.id.as_str());
+                    if bound_here && ending {
+                        ops.push(Op::Delete(key));
+                        given_back.extend(
+                            hold.held
+                                .iter()
+                                .filter(|h| !given_back.iter().any(|g| g.address == h.address))
+                                .cloned()
+                                .collect::<Vec<_>>(),
+                        );
+                        ended = Some(hold);
+                    } else {
+                        if bound_here {
+                            let released = hold.released(clock::now());
+                            hold_put = Some(Op::Put(key, records::hold_record(&released)));
+                        }
+                        // Kept by the hold.
+                        given_back.clear();
+                    }
+                }
+                // Ended by an operator: nothing keeps the addresses.
+                None => compares.push(Compare::Absent(key)),
+            }
+        }
+        self.give_back(owner, &given_back, &mut compares, &mut ops)?;
+        let done = |made: bool| match made {
+            true => Released::Done(ended.clone()),
+            false => Released::Changed,
+        };
+        let Some(put) = hold_put else {
+            return self.txn(compares, &ops).map(done);
+        };
+        let deletes = ops.clone();
+        ops.push(put);
+        match self.txn(compares.clone(), &ops) {
+            // A full etcd takes deletes only: the hold stays bound to the
+            // container whose attachment goes, and so ends `stickyFor`
+            // after it was bound rather than after now.
+            Err(PoolError::Etcd(EtcdError::NoSpace { .. })) => self.txn(compares, &deletes),
+            made => made,
+        }
+        .map(done)
+    }
+}
+
 impl Store for EtcdStore {
     fn allocation(
         &self,
@@ -495,42 +575,10 @@ impl Store for EtcdStore {
     }
 
     fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {
-        let owner = &allocation.owner;
-        let attachment = self.key_of(allocation);
-        let mut compares = vec![Compare::Unchanged(attachment.clone(), allocation.revision)];
-        let mut ops = vec![Op::Delete(attachment)];
-        let mut kept = false;
-        let mut hold_put = None;
-        if let Some(workload) = &owner.workload {
-            let key = self.hold_key(workload, &owner.ifname);
-            match self.workload_hold(workload, &owner.ifname)? {
-                Some(hold) => {
-                    compares.push(Compare::Unchanged(key.clone(), hold.revision));
-                    if hold.container.as_deref() == Some(owner.id.as_str()) {
-                        let released = hold.released(clock::now());
-                        hold_put = Some(Op::Put(key, records::hold_record(&released)));
-                    }
-                    kept = true;
-                }
-                // Ended by an operator: nothing keeps the addresses.
-                None => compares.push(Compare::Absent(key)),
-            }
-        }
-        if !kept {
-            self.give_back(owner, &allocation.held, &mut compares, &mut ops)?;
-        }
-        let Some(put) = hold_put else {
-            return self.txn(compares, &ops);
-        };
-        let deletes = ops.clone();
-        ops.push(put);
-        match self.txn(compares.clone(), &ops) {
-            // A full etcd takes deletes only: the hold stays bound to the
-            // container whose attachment goes, and so ends `stickyFor`
-            // after it was bound rather than after now.
-            Err(PoolError::Etcd(EtcdError::NoSpace { .. })) => self.txn(compares, &deletes),
-            done => done,
-        }
+        Ok(!matches!(
+            self.release_with(allocation, false)?,
+            Released::Changed
+        ))
     }
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {

@@ -22,7 +22,7 @@ use crate::addr::Addr;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::StoreSettings;
 use crate::etcd::{EtcdClient, EtcdSettings};
-pub use etcd_store::{EtcdStore, Guard, LAYOUT};
+pub use etcd_store::{EtcdStore, Guard, Released, LAYOUT};
 pub use local_store::LocalStore;
 pub use records::{Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
 
