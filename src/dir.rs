@@ -7,7 +7,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -132,13 +132,12 @@ impl Dir {
         self
     }
 
-    /// Opens the directory at `path`, making it and any missing parent,
-    /// each synced into its own parent so that a crash cannot lose a
-    /// directory a record was written into.
+    /// Opens the directory at `path`, making it (private: 0700) and any
+    /// missing parent (0755) as [`make_all`] does, each synced into its
+    /// own parent so that a crash cannot lose a directory a record was
+    /// written into.
     pub fn open_made(path: &Path) -> io::Result<Dir> {
-        let missing: Vec<&Path> = path.ancestors().take_while(|d| !d.exists()).collect();
-        fs::create_dir_all(path)?;
-        for made in missing.iter().rev() {
+        for made in make_all(path, PRIVATE_DIR)? {
             if let Some(parent) = made.parent() {
                 Dir::open(parent)?.sync()?;
             }
@@ -184,13 +183,21 @@ impl Dir {
         if let Some(child) = self.child(name)? {
             return Ok(child);
         }
-        match sys::mkdirat(&self.file, name, PRIVATE_DIR) {
-            Ok(()) => self.sync()?,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        let made = match sys::mkdirat(&self.file, name, PRIVATE_DIR) {
+            Ok(()) => self.sync().map(|()| true)?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(e),
+        };
+        let child = self
+            .child(name)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{name} vanished")))?;
+        if made {
+            // Exactly private, whatever the umask narrowed it to.
+            child
+                .file
+                .set_permissions(fs::Permissions::from_mode(PRIVATE_DIR))?;
         }
-        self.child(name)?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{name} vanished")))
+        Ok(child)
     }
 
     /// The content of file `name`, or `None` if there is none. Anything
@@ -477,6 +484,33 @@ fn cannot_be_link(error: &io::Error) -> bool {
             error.raw_os_error(),
             Some(libc::ENAMETOOLONG | libc::EPERM | libc::EOPNOTSUPP)
         )
+}
+
+/// The mode of a directory made for others to read: a CNI_PATH or net.d
+/// directory, a log's or a socket's, and any directory made above
+/// another (it may be shared with other plugins, as /var/lib/cni is).
+pub const SHARED_DIR: u32 = 0o755;
+
+/// Makes `path` with `mode` and each missing directory above it with
+/// [`SHARED_DIR`], whatever the umask: each is made with its mode (which
+/// the umask can only narrow) and then set to it exactly, so that none is
+/// ever looser than its mode. One there already, or made meanwhile by
+/// another process, is left as it is. The directories it made, top first.
+pub fn make_all(path: &Path, mode: u32) -> io::Result<Vec<PathBuf>> {
+    let missing: Vec<&Path> = path.ancestors().take_while(|d| !d.exists()).collect();
+    let mut made = Vec::new();
+    for dir in missing.into_iter().rev() {
+        let mode = if dir == path { mode } else { SHARED_DIR };
+        match fs::DirBuilder::new().mode(mode).create(dir) {
+            Ok(()) => {
+                fs::set_permissions(dir, fs::Permissions::from_mode(mode))?;
+                made.push(dir.to_owned());
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(made)
 }
 
 /// The temporary file of record `name` for `writer` (none: the usual

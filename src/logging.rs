@@ -136,6 +136,7 @@ fn one_line(event: &[u8]) -> Vec<u8> {
 #[cfg(feature = "verbose")]
 mod verbose {
     use std::io::{self, Write};
+    use std::os::unix::fs::OpenOptionsExt;
 
     use tracing::Level;
     use tracing_subscriber::fmt::writer::MakeWriterExt;
@@ -184,11 +185,13 @@ mod verbose {
                 std::path::PathBuf::from,
             );
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            crate::dir::make_all(dir, crate::dir::SHARED_DIR)?;
         }
+        // As the runtime's other logs: root writes, others may read.
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o644)
             .open(path)
     }
 

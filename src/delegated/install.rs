@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use crate::args::{Opt, Options, Verb};
+use crate::dir::{make_all, SHARED_DIR};
 use crate::node_name;
 
 /// The family's binaries, as installed side by side.
@@ -127,12 +128,12 @@ fn run(options: &Install) -> Result<(), String> {
             continue;
         }
         let bytes = fs::read(&source).map_err(|e| format!("{}: {e}", source.display()))?;
-        let said = place(&options.into, name, &bytes, 0o755)?;
+        let said = place(&options.into, SHARED_DIR, name, &bytes, 0o755)?;
         let _ = writeln!(out, "{said} {}", options.into.join(name).display());
     }
     if let Some((from, to)) = &options.secrets {
         for (name, bytes) in secret_files(from)? {
-            let said = place(to, &name, &bytes, 0o600)?;
+            let said = place(to, 0o700, &name, &bytes, 0o600)?;
             let _ = writeln!(out, "{said} {}", to.join(&name).display());
         }
         fs::set_permissions(to, fs::Permissions::from_mode(0o700))
@@ -158,20 +159,28 @@ fn run(options: &Install) -> Result<(), String> {
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(|| format!("{}: no file name", file.display()))?;
-        let said = place(dir, name, &text, 0o644)?;
+        let said = place(dir, SHARED_DIR, name, &text, 0o644)?;
         let _ = writeln!(out, "{said} {}", dir.join(name).display());
     }
     Ok(())
 }
 
-/// Puts `bytes` in `dir/name` with `mode`, whole in one step: what it did.
-fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<&'static str, String> {
+/// Puts `bytes` in `dir/name` with `mode`, whole in one step, making
+/// `dir` with `dir_mode` (and the directories above it 0755) if it is
+/// missing, whatever the umask: what it did.
+fn place(
+    dir: &Path,
+    dir_mode: u32,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<&'static str, String> {
     let target = dir.join(name);
     let fail = |e: io::Error| format!("{}: {e}", target.display());
     if fs::read(&target).is_ok_and(|there| there == bytes) {
         return Ok("unchanged");
     }
-    fs::create_dir_all(dir).map_err(fail)?;
+    make_all(dir, dir_mode).map_err(fail)?;
     // In DIR, so that the rename is within one filesystem.
     let temporary = dir.join(format!(".{name}.install-{}", std::process::id()));
     let written = fs::OpenOptions::new()
@@ -271,12 +280,21 @@ mod tests {
     #[test]
     fn a_file_is_placed_whole_and_left_alone_when_the_same() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(place(dir.path(), "a", b"one", 0o755).unwrap(), "installed");
+        assert_eq!(
+            place(dir.path(), SHARED_DIR, "a", b"one", 0o755).unwrap(),
+            "installed"
+        );
         let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
         let first = inode(&dir.path().join("a"));
-        assert_eq!(place(dir.path(), "a", b"one", 0o755).unwrap(), "unchanged");
+        assert_eq!(
+            place(dir.path(), SHARED_DIR, "a", b"one", 0o755).unwrap(),
+            "unchanged"
+        );
         assert_eq!(inode(&dir.path().join("a")), first);
-        assert_eq!(place(dir.path(), "a", b"two", 0o755).unwrap(), "installed");
+        assert_eq!(
+            place(dir.path(), SHARED_DIR, "a", b"two", 0o755).unwrap(),
+            "installed"
+        );
         assert_ne!(inode(&dir.path().join("a")), first);
         let mode = fs::metadata(dir.path().join("a"))
             .unwrap()

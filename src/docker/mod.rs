@@ -423,7 +423,7 @@ fn bind(socket: &Path) -> Result<UnixListener, DockerError> {
     let (Some(dir), Some(name)) = (socket.parent(), socket.file_name()) else {
         return Err(fail(io::ErrorKind::InvalidInput.into()));
     };
-    std::fs::create_dir_all(dir).map_err(fail)?;
+    crate::dir::make_all(dir, crate::dir::SHARED_DIR).map_err(fail)?;
     let locked = Dir::open(dir).map_err(fail)?;
     locked.lock(Lock::Exclusive, None)?;
     match std::fs::symlink_metadata(socket) {

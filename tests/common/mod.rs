@@ -198,6 +198,27 @@ fn run_command(cwd: &Path, args: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
     run_program(PLUGIN, cwd, args, env, stdin)
 }
 
+/// Runs `program` as [`run_program`] does, under umask `umask` (an octal
+/// string): what a hostile or careless umask makes of what it creates.
+pub fn run_under_umask(
+    umask: &str,
+    program: &str,
+    args: &[&str],
+    env: &Env,
+    stdin: &[u8],
+) -> Outcome {
+    let script = format!("umask {umask}; exec \"$0\" \"$@\"");
+    let mut all = vec!["-c", script.as_str(), program];
+    all.extend_from_slice(args);
+    run_program("/bin/sh", Path::new("/"), &all, env, stdin)
+}
+
+/// The permission bits of `path`.
+pub fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
 /// Runs `program` in `cwd` with `args`, exactly `env`, and `stdin`.
 pub fn run_program(program: &str, cwd: &Path, args: &[&str], env: &Env, stdin: &[u8]) -> Outcome {
     let mut child = spawn_program(program, cwd, args, env, Stdio::piped());

@@ -680,3 +680,19 @@ fn ensure_with_a_delegate_missing_makes_no_state() {
     agent.run("ensure", "agent-health").assert_error(100);
     assert!(!agent.state.exists(), "{} was made", agent.state.display());
 }
+
+#[test]
+fn a_hostile_umask_leaves_agent_state_private() {
+    let agent = fixture_agent();
+    let config = agent.conflist.display().to_string();
+    let out = common::run_under_umask(
+        "000",
+        common::PLUGIN,
+        &["ensure", "--config", &config, "--id", "agent-health"],
+        &agent.env(),
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(common::mode_of(&agent.state), 0o700);
+    assert_eq!(common::mode_of(&agent.state.join("agents")), 0o700);
+}

@@ -187,3 +187,20 @@ fn the_verbose_log_records_stopped_delegates_and_refused_invocations() {
     );
     assert!(text.contains("CNI_PATH is not set"), "{text}");
 }
+
+#[cfg(feature = "verbose")]
+#[test]
+fn a_hostile_umask_leaves_the_log_for_root_to_write() {
+    let stack = failing_stack();
+    let dir = temp_dir("log-umask");
+    let log = dir.path().join("var/log/cni/ipam-delegated.log");
+    let env = stack
+        .env("ADD")
+        .set("IPAM_DELEGATED_LOG_FILE", &log.display().to_string());
+    let input = config("1.0.0", &["ipam-ds-one", "ipam-da-two"]);
+    common::run_under_umask("000", common::PLUGIN, &[], &env, input.as_bytes()).assert_error(11);
+    for made in ["var", "var/log", "var/log/cni"] {
+        assert_eq!(common::mode_of(&dir.path().join(made)), 0o755, "{made}");
+    }
+    assert_eq!(common::mode_of(&log), 0o644);
+}

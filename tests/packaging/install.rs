@@ -289,6 +289,54 @@ fn the_installer_never_renames_a_node_and_pins_before_any_configuration() {
 }
 
 #[test]
+fn a_hostile_umask_never_makes_a_directory_others_may_write() {
+    let host = Host::new("install-umask", "ipam-delegated");
+    let secret = host.work.path().join("secret");
+    fs::create_dir_all(&secret).unwrap();
+    fs::write(secret.join("ca.crt"), "CA").unwrap();
+    let credentials = host.work.path().join("host/etc/cni/ipam-delegated/etcd");
+    let out = crate::common::run_under_umask(
+        "000",
+        host.installer.to_str().unwrap(),
+        &[
+            "install",
+            "--into",
+            host.bin.to_str().unwrap(),
+            "--secrets",
+            secret.to_str().unwrap(),
+            "--secrets-into",
+            credentials.to_str().unwrap(),
+            "--conflist",
+            host.conflist.to_str().unwrap(),
+            "--conf-dir",
+            host.netd.to_str().unwrap(),
+            "--node-name",
+            "node-7",
+            "--node-name-file",
+            host.pinned.to_str().unwrap(),
+        ],
+        &crate::common::Env(Vec::new()),
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let mode = crate::common::mode_of;
+    let root = host.work.path().join("host");
+    for (path, expected) in [
+        (root.clone(), 0o755),
+        (host.bin.clone(), 0o755),
+        (host.netd.clone(), 0o755),
+        (root.join("etc/cni/ipam-delegated"), 0o755),
+        (credentials.clone(), 0o700),
+        (root.join("var/lib/cni"), 0o755),
+        (root.join("var/lib/cni/ipam-da-pool"), 0o700),
+    ] {
+        assert_eq!(mode(&path), expected, "{}", path.display());
+    }
+    assert_eq!(mode(&credentials.join("ca.crt")), 0o600);
+    assert_eq!(mode(&host.netd.join("pods.conflist")), 0o644);
+}
+
+#[test]
 fn an_upgrade_never_makes_a_runtime_executing_the_plugin_fail() {
     let work = temp_dir("upgrade");
     let old = family_in(&work.path().join("old"), b"");

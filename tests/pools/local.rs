@@ -1046,3 +1046,41 @@ fn import_holds_the_local_stores_lock_for_one_short_step_only() {
     );
     drop(silent);
 }
+
+#[test]
+fn a_hostile_umask_never_opens_the_allocators_directories() {
+    let dir = temp_dir("umask");
+    let data = dir.path().join("a/b/data");
+    let named = dir.path().join("n/x/node-name");
+    let config =
+        json!({"cniVersion": "1.0.0", "name": "pods", "ipam": {"type": "ipam-da-pool", "pool": {
+            "dataDir": data, "nodeNameFile": named, "default": "blue",
+            "pools": {"blue": [{"subnet": "10.5.0.0/24"}]},
+        }}})
+        .to_string();
+    for (umask, id) in [("000", "c1"), ("077", "c2")] {
+        let out =
+            common::run_under_umask(umask, ALLOCATOR, &[], &alone("ADD", id), config.as_bytes());
+        out.json();
+        // Its own directories private, those above them readable, none
+        // writable by others, whatever the umask.
+        for (path, mode) in [
+            (dir.path().join("a"), 0o755),
+            (dir.path().join("a/b"), 0o755),
+            (data.clone(), 0o700),
+            (data.join("pods"), 0o700),
+            (data.join("pods/addresses"), 0o700),
+            (dir.path().join("n"), 0o755),
+            (dir.path().join("n/x"), 0o700),
+        ] {
+            assert_eq!(
+                common::mode_of(&path),
+                mode,
+                "umask {umask}: {}",
+                path.display()
+            );
+        }
+        fs::remove_dir_all(dir.path().join("a")).unwrap();
+        fs::remove_dir_all(dir.path().join("n")).unwrap();
+    }
+}
