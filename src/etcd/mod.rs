@@ -142,6 +142,8 @@ pub enum Compare {
     Unchanged(Vec<u8>, i64),
     /// The key is bound to this lease.
     LeasedTo(Vec<u8>, i64),
+    /// The key is there.
+    Present(Vec<u8>),
 }
 
 /// A write of a transaction.
@@ -282,6 +284,9 @@ impl EtcdClient {
                 }),
                 Compare::Unchanged(key, revision) => json!({
                     "key": encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision.to_string(),
+                }),
+                Compare::Present(key) => json!({
+                    "key": encode(key), "target": "CREATE", "result": "GREATER", "create_revision": "0",
                 }),
                 Compare::LeasedTo(key, lease) => json!({
                     "key": encode(key), "target": "LEASE", "result": "EQUAL", "lease": lease.to_string(),

@@ -251,6 +251,25 @@ fn a_slow_clock_never_makes_a_node_dead_early_and_a_reclaimed_node_is_fenced_unt
         args.extend_from_slice(extra);
         operator(&args)
     };
+    // Not while its keeper is down: the next reclaim would take it again.
+    wait_for("node-b's lease to end", Duration::from_secs(15), || {
+        !registered(&cluster, "node-b")
+    });
+    for extra in [&["--dry-run"][..], &[]] {
+        let out = readmit(extra);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("node node-b is not registered: start its keeper first"),
+            "{out:?}"
+        );
+    }
+    refused(&cni("STATUS", &on("node-b"), "", ""));
+    let log = dir.path().join("keeper-b-last.log");
+    let mut keeper = start_keeper(&b_file, &Env(Vec::new()), &log);
+    wait_for("node-b registered", Duration::from_secs(10), || {
+        registered(&cluster, "node-b")
+    });
     let out = readmit(&["--dry-run"]);
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("would lift the fence on node node-b"));
@@ -259,6 +278,8 @@ fn a_slow_clock_never_makes_a_node_dead_early_and_a_reclaimed_node_is_fenced_unt
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("lifted the fence on node node-b"));
     cni("STATUS", &on("node-b"), "", "").assert_silent_success();
+    keeper.kill().unwrap();
+    keeper.wait().unwrap();
     add(&on("node-b"), "b3", &pod("ns/web-0", None));
     let out = readmit(&[]);
     assert!(!out.status.success());

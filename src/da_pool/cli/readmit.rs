@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use super::{cluster_of, finish, read_network};
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::utc;
-use crate::da_pool::cluster::reclaim::readmit;
+use crate::da_pool::cluster::reclaim::{readmit, Readmitted};
+use crate::da_pool::cluster::states;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::store::{fence, Stores};
 
@@ -25,9 +26,11 @@ pub(super) const VERB: Verb = Verb {
     help: "\
 On etcd: lifts the fence `reclaim` put on node NAME when it gave
 back what the node held, so that its ADDs and STATUS succeed
-again. Run it once the node is drained: a container it still
-runs may use an address given to another since. Exit status 1
-when the node is not fenced.
+again, and forgets when it was first seen gone. Run it once the
+node is drained (a container it still runs may use an address
+given to another since) and its keeper runs again: a node not
+registered is refused, or the next reclaim would take it again.
+Exit status 1 when the node is not fenced or not registered.
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
@@ -66,11 +69,23 @@ fn run(options: &Readmit) -> Result<bool, PoolError> {
         );
         return Ok(false);
     };
+    let not_registered = || {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ipam-da-pool: node {node} is not registered: start its keeper first (readmitted without one, the node would be reclaimed again at the next reclaim); the fence stays"
+        );
+        false
+    };
     let verb = if options.dry_run {
+        if !states(&client)?.get(node).is_some_and(|s| s.alive) {
+            return Ok(not_registered());
+        }
         "would lift"
     } else {
-        readmit(&client, &fence)?;
-        "lifted"
+        match readmit(&client, &fence)? {
+            Readmitted::Lifted => "lifted",
+            Readmitted::NotRegistered => return Ok(not_registered()),
+        }
     };
     let _ = writeln!(
         std::io::stdout(),

@@ -114,20 +114,43 @@ pub fn reclaim(
     Ok(done)
 }
 
+/// Whether [`readmit`] lifted the fence.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Readmitted {
+    /// Lifted, and the node's first sight as gone forgotten.
+    Lifted,
+    /// Not: the node is not registered, so the next reclaim would take
+    /// it again at once. Its keeper must run first.
+    NotRegistered,
+}
+
 /// Lifts `fence`, as it was read, so that its node's ADDs and STATUS
-/// succeed again: `Busy` if it changed meanwhile (reclaimed again).
-pub fn readmit(client: &EtcdClient, fence: &Fence) -> Result<(), PoolError> {
-    let key = fence::key(&client.settings().prefix, &fence.node);
+/// succeed again, only while the node is registered (its keeper runs),
+/// and forgets when it was first seen gone, in the same transaction: a
+/// node readmitted while its keeper is down would be reclaimed again at
+/// the next run. `Busy` if the fence changed meanwhile (reclaimed again).
+pub fn readmit(client: &EtcdClient, fence: &Fence) -> Result<Readmitted, PoolError> {
+    let prefix = &client.settings().prefix;
+    let key = fence::key(prefix, &fence.node);
+    let alive = node_key(prefix, &fence.node, "alive");
     let lifted = client.txn(
-        &[Compare::Unchanged(key.clone(), fence.revision)],
-        &[Op::Delete(key)],
+        &[
+            Compare::Unchanged(key.clone(), fence.revision),
+            Compare::Present(alive.clone()),
+        ],
+        &[
+            Op::Delete(key),
+            Op::Delete(node_key(prefix, &fence.node, "gone")),
+        ],
     )?;
     if lifted {
-        Ok(())
-    } else {
-        Err(PoolError::Busy(format!(
-            "node {}'s fence changed while it was lifted (reclaimed again?)",
-            fence.node
-        )))
+        return Ok(Readmitted::Lifted);
     }
+    if client.get(&alive)?.is_none() {
+        return Ok(Readmitted::NotRegistered);
+    }
+    Err(PoolError::Busy(format!(
+        "node {}'s fence changed while it was lifted (reclaimed again?)",
+        fence.node
+    )))
 }
