@@ -436,6 +436,55 @@ fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refus
         error["msg"].as_str().unwrap().contains("permission denied"),
         "{error}"
     );
+    // A monitoring user who may only read: check reports all it finds,
+    // and says what it could not record of node-a, gone since its keeper
+    // was killed.
+    for args in [
+        &["user", "add", "monitor:monitor-secret"][..],
+        &["role", "add", "monitor"],
+        &[
+            "role",
+            "grant-permission",
+            "monitor",
+            "--prefix=true",
+            "read",
+            PREFIX,
+        ],
+        &["user", "grant-role", "monitor", "monitor"],
+    ] {
+        let mut all = vec!["--user", "root:root-secret"];
+        all.extend_from_slice(args);
+        cluster.etcdctl(&all);
+    }
+    wait_for("node-a's lease to end", Duration::from_secs(15), || {
+        !cluster
+            .etcdctl(&[
+                "--user",
+                "root:root-secret",
+                "get",
+                "--prefix",
+                "--keys-only",
+                PREFIX,
+            ])
+            .contains("nodes/node-a/alive")
+    });
+    let monitor = secret("monitor.password", "monitor-secret", 0o600);
+    let conf = config_file(
+        dir.path(),
+        "monitor.conf",
+        &as_user("monitor", &monitor, "node-m"),
+    );
+    let out = operator(&["check", "--config", conf.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let report = out.json();
+    assert_eq!(report["findings"], json!([]), "{report}");
+    let unrecorded = report["unrecorded"].as_str().unwrap();
+    assert!(
+        unrecorded.starts_with("could not record that node(s) node-a were seen gone")
+            && unrecorded.contains("permission denied"),
+        "{unrecorded}"
+    );
+    assert!(out.stderr.contains(unrecorded), "{out:?}");
 }
 
 #[test]

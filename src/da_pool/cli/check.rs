@@ -126,6 +126,9 @@ fn run(options: &Check) -> Result<bool, PoolError> {
     if let Some(cluster) = &cluster {
         findings.extend(cluster.findings());
     }
+    if let Some(unrecorded) = cluster.as_ref().and_then(|c| c.unrecorded.as_deref()) {
+        let _ = writeln!(std::io::stderr(), "ipam-da-pool: {unrecorded}");
+    }
     let mut out = std::io::stdout().lock();
     if options.json {
         let _ = writeln!(
@@ -136,6 +139,7 @@ fn run(options: &Check) -> Result<bool, PoolError> {
                 "node": settings.node,
                 "findings": findings,
                 "etcd": cluster.as_ref().map(|c| c.health_json()),
+                "unrecorded": cluster.as_ref().and_then(|c| c.unrecorded.as_deref()),
             })
         );
     } else {
@@ -196,6 +200,8 @@ struct Cluster {
     dead: Vec<DeadNode>,
     fences: Vec<Fence>,
     health: Health,
+    /// What could not be recorded of the nodes first seen gone, and why.
+    unrecorded: Option<String>,
 }
 
 /// How full a database may be, in percent of its quota, before `check`
@@ -205,11 +211,26 @@ const FULL_ENOUGH: u64 = 80;
 impl Cluster {
     /// The cluster's nodes and health, as `client` reads them; a node
     /// seen gone for the first time is recorded so, as `reclaim` records
-    /// it (`check` writes nothing else).
+    /// it (`check` writes nothing else). One that cannot be (a monitoring
+    /// user who may only read, a full database) is said, and the rest of
+    /// the check goes on.
     fn read(client: &EtcdClient, dead_for: u64) -> Result<Cluster, PoolError> {
         let now = clock::now();
         let mut states = cluster::states(client)?;
-        first_sight::record_first_sights(client, &mut states, now)?;
+        let unrecorded = match first_sight::record_first_sights(client, &mut states, now) {
+            Ok(()) => None,
+            Err(e) => {
+                let nodes: Vec<&str> = states
+                    .iter()
+                    .filter(|(_, state)| !state.alive && state.gone.is_none())
+                    .map(|(node, _)| node.as_str())
+                    .collect();
+                Some(format!(
+                    "could not record that node(s) {} were seen gone ({e}): reclaim counts their absence from when it first records it",
+                    nodes.join(", ")
+                ))
+            }
+        };
         let dead = first_sight::gone_for(&states, dead_for, now)
             .into_iter()
             .map(|(node, since)| DeadNode {
@@ -229,6 +250,7 @@ impl Cluster {
             dead,
             fences,
             health: client.health()?,
+            unrecorded,
         })
     }
 
