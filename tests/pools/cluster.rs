@@ -366,14 +366,18 @@ fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refus
     let mut keeper = start_keeper(&conf, &Env(Vec::new()), &log);
     std::thread::sleep(Duration::from_secs(8));
     let alive = format!("{PREFIX}/nodes/node-a/alive");
-    let keys = cluster.etcdctl(&[
-        "--user",
-        "root:root-secret",
-        "get",
-        "--prefix",
-        "--keys-only",
-        PREFIX,
-    ]);
+    // Every key under the prefix, as root reads them.
+    let keys_as_root = || {
+        cluster.etcdctl(&[
+            "--user",
+            "root:root-secret",
+            "get",
+            "--prefix",
+            "--keys-only",
+            PREFIX,
+        ])
+    };
+    let keys = keys_as_root();
     keeper.kill().unwrap();
     keeper.wait().unwrap();
     let logged = std::fs::read_to_string(&log).unwrap();
@@ -457,16 +461,7 @@ fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refus
         cluster.etcdctl(&all);
     }
     wait_for("node-a's lease to end", Duration::from_secs(15), || {
-        !cluster
-            .etcdctl(&[
-                "--user",
-                "root:root-secret",
-                "get",
-                "--prefix",
-                "--keys-only",
-                PREFIX,
-            ])
-            .contains("nodes/node-a/alive")
+        !keys_as_root().contains("nodes/node-a/alive")
     });
     let monitor = secret("monitor.password", "monitor-secret", 0o600);
     let conf = config_file(
