@@ -9,7 +9,7 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::args::{Opt, Options, Verb};
 use crate::dir::{make_all, SHARED_DIR};
 use crate::node_name;
+use crate::sys;
 
 /// The family's binaries, as installed side by side.
 pub const FAMILY: [&str; 4] = [
@@ -165,9 +166,11 @@ fn run(options: &Install) -> Result<(), String> {
     Ok(())
 }
 
-/// Puts `bytes` in `dir/name` with `mode`, whole in one step, making
-/// `dir` with `dir_mode` (and the directories above it 0755) if it is
-/// missing, whatever the umask: what it did.
+/// Puts `bytes` in `dir/name` with `mode`, owned by this user, whole in
+/// one step, making `dir` with `dir_mode` (and the directories above it
+/// 0755) if it is missing, whatever the umask: what it did. A file left
+/// alone must be the same in content, mode and owner (a password file
+/// others may read, the plugin refuses).
 fn place(
     dir: &Path,
     dir_mode: u32,
@@ -177,12 +180,19 @@ fn place(
 ) -> Result<&'static str, String> {
     let target = dir.join(name);
     let fail = |e: io::Error| format!("{}: {e}", target.display());
-    if fs::read(&target).is_ok_and(|there| there == bytes) {
+    let as_wanted = fs::symlink_metadata(&target).is_ok_and(|meta| {
+        meta.is_file() && meta.permissions().mode() & 0o7777 == mode && meta.uid() == sys::euid()
+    });
+    if as_wanted && fs::read(&target).is_ok_and(|there| there == bytes) {
         return Ok("unchanged");
     }
     make_all(dir, dir_mode).map_err(fail)?;
-    // In DIR, so that the rename is within one filesystem.
-    let temporary = dir.join(format!(".{name}.install-{}", std::process::id()));
+    // In DIR, so that the rename is within one filesystem; random, as
+    // installers in containers are all pid 1.
+    let temporary = dir.join(format!(
+        ".{name}.install-{}",
+        sys::random_hex().map_err(fail)?
+    ));
     let written = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -275,6 +285,31 @@ mod tests {
             ]
         );
         assert_eq!(named_plugins(&json!({"type": "macvlan"})), ["macvlan"]);
+    }
+
+    #[test]
+    fn a_file_the_same_but_for_its_mode_is_placed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        // A password file left readable by others by an earlier install.
+        fs::write(dir.path().join("password"), b"secret").unwrap();
+        fs::set_permissions(
+            dir.path().join("password"),
+            fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        assert_eq!(
+            place(dir.path(), 0o700, "password", b"secret", 0o600).unwrap(),
+            "installed"
+        );
+        let mode = fs::metadata(dir.path().join("password"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(
+            place(dir.path(), 0o700, "password", b"secret", 0o600).unwrap(),
+            "unchanged"
+        );
     }
 
     #[test]

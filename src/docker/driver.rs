@@ -7,7 +7,6 @@
 //! failed) is undone at the network's next request.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -720,11 +719,8 @@ fn address_for(result: &[u8], pool: &PoolId, asked: Option<Addr>) -> Result<Addr
 
 /// 16 random hex digits, for container IDs no one else makes.
 fn random_hex() -> Result<String, DockerError> {
-    let mut bytes = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|error| DirError::io(std::path::Path::new("/dev/urandom"), error))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    crate::sys::random_hex()
+        .map_err(|error| DirError::io(std::path::Path::new("getrandom(2)"), error).into())
 }
 
 #[cfg(test)]

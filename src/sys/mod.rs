@@ -22,6 +22,26 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+/// 16 random hex digits (getrandom(2)), for names no other process
+/// makes: a container ID of the Docker driver's, an installer's
+/// temporary file.
+pub fn random_hex() -> io::Result<String> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the buffer is valid for its length; getrandom writes at
+    // most that many bytes.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got != bytes.len() as isize {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The effective user ID of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
 /// A poll(2) slot watching `fd` for `events`, or, for `None`, a slot poll
 /// ignores (so that slots keep their places whatever is open).
 pub fn pollfd(fd: Option<RawFd>, events: libc::c_short) -> libc::pollfd {

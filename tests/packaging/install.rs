@@ -337,6 +337,41 @@ fn a_hostile_umask_never_makes_a_directory_others_may_write() {
 }
 
 #[test]
+#[ignore = "needs root (PID namespaces)"]
+fn two_installers_that_are_both_pid_1_never_collide() {
+    let host = Host::new("install-pid1", "ipam-delegated");
+    // Each in a PID namespace of its own, as in a container: both pid 1.
+    for round in 0..10 {
+        // A new build each round, so that each installer writes every file.
+        let installer = family_in(
+            &host.work.path().join("image"),
+            round.to_string().as_bytes(),
+        );
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                Command::new("unshare")
+                    .args(["--pid", "--fork"])
+                    .arg(&installer)
+                    .args(["install", "--into", host.bin.to_str().unwrap()])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for run in runs {
+            let out = run.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: {out:?}");
+        }
+    }
+    assert_eq!(
+        fs::read_dir(&host.bin).unwrap().count(),
+        4,
+        "no temporary file left"
+    );
+}
+
+#[test]
 fn an_upgrade_never_makes_a_runtime_executing_the_plugin_fail() {
     let work = temp_dir("upgrade");
     let old = family_in(&work.path().join("old"), b"");
