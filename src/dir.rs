@@ -432,6 +432,12 @@ impl Dir {
         self.file.sync_all()
     }
 
+    /// Syncs this directory's names (made, renamed, removed) to the disk,
+    /// whatever its durability.
+    pub fn sync_names(&self) -> io::Result<()> {
+        self.sync()
+    }
+
     /// Syncs a change of names, if the directory is durable.
     fn sync_change(&self) -> io::Result<()> {
         if self.durable {

@@ -60,12 +60,7 @@ impl Plugin for Allocator {
     ) -> Result<(), PoolError> {
         let settings = Settings::from_net(&net)?;
         let asked = pools::requested_by_runtime(env, &net)?;
-        // An address the runtime keeps across reboots (the Docker driver's).
-        let durable = env
-            .arg_pairs()
-            .iter()
-            .any(|(key, value)| *key == "DURABLE" && value.eq_ignore_ascii_case("true"));
-        let store = Stores::new(&settings.store).create(&net.name, durable)?;
+        let store = Stores::new(&settings.store).create(&net.name, durable(env))?;
         let owner = Owner {
             workload: settings::workload(env, &settings),
             ..owner(env, &settings)
@@ -78,7 +73,11 @@ impl Plugin for Allocator {
     /// stop a teardown.
     fn del(&self, env: &Environment, net: NetConf) -> Result<(), PoolError> {
         let settings = Settings::store_only(&net)?;
-        match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
+        let access = match durable(env) {
+            true => Access::Durable,
+            false => Access::Locked,
+        };
+        match Stores::new(&settings.store).existing(&net.name, access)? {
             Some(store) => del(&*store, &owner(env, &settings)),
             None => Ok(()),
         }
@@ -112,6 +111,15 @@ impl Plugin for Allocator {
             None => Ok(()),
         }
     }
+}
+
+/// Whether the runtime keeps this attachment's address across reboots
+/// (CNI_ARGS `DURABLE=true`, as the Docker driver asks): then its claim,
+/// and its DEL, reach the disk before they count.
+fn durable(env: &Environment) -> bool {
+    env.arg_pairs()
+        .iter()
+        .any(|(key, value)| *key == "DURABLE" && value.eq_ignore_ascii_case("true"))
 }
 
 /// The attachment a command is for. ADD, DEL and CHECK always have both

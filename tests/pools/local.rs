@@ -1084,3 +1084,45 @@ fn a_hostile_umask_never_opens_the_allocators_directories() {
         fs::remove_dir_all(dir.path().join("n")).unwrap();
     }
 }
+
+#[test]
+#[ignore = "needs strace"]
+fn a_durable_del_reaches_the_disk_before_it_answers() {
+    let data = temp_dir("durable-del");
+    let config =
+        json!({"cniVersion": "1.0.0", "name": "pods", "ipam": {"type": "ipam-da-pool", "pool": {
+            "dataDir": data.path(), "node": "node-a", "default": "blue",
+            "pools": {"blue": [{"subnet": "10.5.0.0/24"}]},
+        }}})
+        .to_string();
+    let log = data.path().join("strace");
+    // The system calls of a DEL: each removal, then whether the directory
+    // was synced after the last one.
+    let del = |args: &str| {
+        let env = alone("DEL", "c1").set("CNI_ARGS", args);
+        let out = run_program(
+            "/usr/bin/strace",
+            Path::new("/"),
+            &[
+                "-qq",
+                "-o",
+                log.to_str().unwrap(),
+                "-e",
+                "trace=unlinkat,fsync",
+                ALLOCATOR,
+            ],
+            &env,
+            config.as_bytes(),
+        );
+        out.assert_silent_success();
+        let calls = fs::read_to_string(&log).unwrap();
+        let last_removal = calls.rfind("unlinkat(").expect("records removed");
+        calls[last_removal..].contains("fsync(")
+    };
+    for (args, synced) in [("IgnoreUnknown=1;DURABLE=true", true), ("", false)] {
+        let env = alone("ADD", "c1").set("CNI_ARGS", "IgnoreUnknown=1;DURABLE=true");
+        run_program(ALLOCATOR, Path::new("/"), &[], &env, config.as_bytes()).json();
+        assert_eq!(del(args), synced, "CNI_ARGS {args:?}");
+        assert_eq!(records(data.path(), "pods"), Default::default());
+    }
+}

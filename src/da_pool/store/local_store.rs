@@ -104,11 +104,23 @@ impl LocalStore {
         })
     }
 
-    /// The same store, its claims synced to the disk before they count
-    /// when `synced` (CNI_ARGS `DURABLE=true`): a power loss can then undo
-    /// none of them.
+    /// The same store, its claims and removals synced to the disk before
+    /// they count when `synced` (CNI_ARGS `DURABLE=true`): a power loss
+    /// can then undo none of them.
     pub fn synced(self, synced: bool) -> LocalStore {
         LocalStore { synced, ..self }
+    }
+
+    /// Removes record `name` of `dir`: `Ok(false)` if there was none. When
+    /// synced, the removal reaches the disk before it counts, so that a
+    /// power loss brings no released record back (the Docker driver's
+    /// DEL: Docker runs no GC that would free it).
+    fn remove(&self, dir: &Dir, name: &str) -> Result<bool, PoolError> {
+        let removed = dir.remove(name).map_err(|e| dir.error_at(name, e))?;
+        if removed && self.synced {
+            dir.sync_names().map_err(|e| dir.error(e))?;
+        }
+        Ok(removed)
     }
 
     /// Record `name` in `dir`, made whole once, synced if claims are.
@@ -152,10 +164,6 @@ fn read(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>, PoolError> {
     dir.read(name).map_err(|e| dir.error_at(name, e).into())
 }
 
-fn remove(dir: &Dir, name: &str) -> Result<bool, PoolError> {
-    dir.remove(name).map_err(|e| dir.error_at(name, e).into())
-}
-
 impl LocalStore {
     /// A claim for a workload's container: the hold first, listing what it
     /// kept and what it takes (bound to the container), then the
@@ -192,7 +200,7 @@ impl LocalStore {
                 Some(prior) => holds
                     .replace_record(&name, &records::hold_record(prior))
                     .map_err(|e| holds.error_at(&name, e).into()),
-                None => remove(holds, &name).map(drop),
+                None => self.remove(holds, &name).map(drop),
             }
         };
         let attachments = self.sub_made(ATTACHMENTS)?;
@@ -225,9 +233,9 @@ impl LocalStore {
             };
             if theirs {
                 for address in &made {
-                    remove(&addresses, address)?;
+                    self.remove(&addresses, address)?;
                 }
-                remove(&attachments, &attachment)?;
+                self.remove(&attachments, &attachment)?;
                 undo_hold(&holds)?;
                 return Ok(false);
             }
@@ -274,7 +282,7 @@ impl LocalStore {
                 .and_then(|record| records::read_owner(&record))
                 .is_some_and(|o| owner.owns(&o));
             if mine {
-                remove(&addresses, &address)?;
+                self.remove(&addresses, &address)?;
             }
         }
         Ok(())
@@ -396,9 +404,9 @@ impl Store for LocalStore {
             if !self.record(&addresses, &address, &address_record)? {
                 // Taken: what this claim made is undone, the record last.
                 for address in &made {
-                    remove(&addresses, address)?;
+                    self.remove(&addresses, address)?;
                 }
-                remove(&attachments, &name)?;
+                self.remove(&attachments, &name)?;
                 return Ok(false);
             }
             made.push(address);
@@ -416,7 +424,7 @@ impl Store for LocalStore {
             self.give_back(&allocation.owner, &allocation.held)?;
         }
         if let Some(attachments) = self.sub(ATTACHMENTS)? {
-            remove(
+            self.remove(
                 &attachments,
                 &records::attachment_name(&allocation.owner.id, &allocation.owner.ifname),
             )?;
@@ -432,7 +440,7 @@ impl Store for LocalStore {
             return Ok(false);
         }
         match self.sub(ADDRESSES)? {
-            Some(addresses) => remove(&addresses, &address.to_string()),
+            Some(addresses) => self.remove(&addresses, &address.to_string()),
             None => Ok(false),
         }
     }
@@ -478,7 +486,7 @@ impl Store for LocalStore {
         // The addresses first: the hold lists them until they are gone.
         self.give_back(&hold.owner(), &hold.held)?;
         let holds = self.sub_made(HOLDS)?;
-        remove(&holds, &records::hold_name(&hold.workload, &hold.ifname))?;
+        self.remove(&holds, &records::hold_name(&hold.workload, &hold.ifname))?;
         Ok(true)
     }
 

@@ -162,6 +162,10 @@ pub enum Access {
     /// Locked while in use (the local store's lock; etcd's transactions
     /// need none): DEL, CHECK, GC, STATUS, and each step of `release`.
     Locked,
+    /// Locked, and what it removes synced to the disk before it counts
+    /// (etcd's always is): the DEL of an address the runtime keeps across
+    /// reboots, which a power loss must not bring back.
+    Durable,
     /// Without a lock, so that no allocation waits for the reader, each
     /// record read whole as it was made: the operator's reports.
     Unlocked,
@@ -211,6 +215,9 @@ impl Stores {
             StoreSettings::Local { data_dir } => {
                 let store = match access {
                     Access::Locked => LocalStore::existing(data_dir, network)?,
+                    Access::Durable => {
+                        LocalStore::existing(data_dir, network)?.map(|s| s.synced(true))
+                    }
                     Access::Unlocked => LocalStore::unlocked(data_dir, network)?,
                 };
                 store.map(|store| Box::new(store) as Box<dyn Store>)
