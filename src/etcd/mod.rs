@@ -433,9 +433,7 @@ impl EtcdClient {
                 }
             };
             match self.exchange(path, &body, Some(&token)) {
-                Err(EtcdError::Auth { message })
-                    if message.contains("invalid auth token") && !signed_in_again =>
-                {
+                Err(e) if stale_token(&e) && !signed_in_again => {
                     signed_in_again = true;
                     self.token.borrow_mut().take();
                 }
@@ -619,6 +617,19 @@ impl EtcdClient {
     }
 }
 
+/// Whether `error` says the token a request carried is no longer good: an
+/// expired simple token, or one issued before the auth store changed (a
+/// user or role added or granted meanwhile), which a new sign-in mends.
+fn stale_token(error: &EtcdError) -> bool {
+    match error {
+        EtcdError::Auth { message } | EtcdError::Refused { message, .. } => {
+            message.contains("invalid auth token")
+                || message.contains("revision of auth store is old")
+        }
+        _ => false,
+    }
+}
+
 /// Settings that name files that cannot be used: code 7.
 fn invalid(reason: String) -> EtcdError {
     EtcdError::Settings(cni::Error::InvalidConfig(reason))
@@ -701,23 +712,41 @@ mod tests {
     /// A server that answers every request on every connection with
     /// `answer`: its port.
     fn answering(answer: &'static [u8]) -> u16 {
+        answering_in_turn(vec![answer], Default::default())
+    }
+
+    /// A server that answers the requests it gets, on any connection, with
+    /// `answers` in turn (the last one again once they are used up), and
+    /// keeps each request's first line and Authorization header: its port.
+    fn answering_in_turn(
+        answers: Vec<&'static [u8]>,
+        seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    ) -> u16 {
         use std::io::{BufRead, BufReader, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { return };
+                let (answers, seen, next) = (answers.clone(), seen.clone(), next.clone());
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
                 let mut writer = stream;
                 std::thread::spawn(move || loop {
-                    let mut length = 0;
+                    let (mut length, mut request) = (0, String::new());
                     loop {
                         let mut line = String::new();
                         if reader.read_line(&mut line).unwrap_or(0) == 0 {
                             return;
                         }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
                             length = v.trim().parse().unwrap();
+                        }
+                        if request.is_empty() {
+                            request = line.trim().to_owned();
+                        } else if lower.starts_with("authorization:") {
+                            request = format!("{request} {}", line.trim());
                         }
                         if line == "\r\n" {
                             break;
@@ -725,6 +754,9 @@ mod tests {
                     }
                     let mut body = vec![0; length];
                     std::io::Read::read_exact(&mut reader, &mut body).unwrap();
+                    seen.lock().unwrap().push(request);
+                    let turn = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let answer = answers[turn.min(answers.len() - 1)];
                     if writer.write_all(answer).is_err() {
                         return;
                     }
@@ -732,6 +764,54 @@ mod tests {
             }
         });
         port
+    }
+
+    #[test]
+    fn a_token_of_an_older_auth_store_is_replaced_by_a_new_sign_in() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let password = dir.path().join("password");
+        std::fs::write(&password, "secret\n").unwrap();
+        std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        // Each answer built whole, its length counted.
+        let answer = |status: &str, body: &str| -> &'static [u8] {
+            let text = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            Box::leak(text.into_bytes().into_boxed_slice())
+        };
+        let port = answering_in_turn(
+            vec![
+                answer("200 OK", r#"{"token":"old1"}"#),
+                answer(
+                    "400 Bad Request",
+                    r#"{"error":"etcdserver: revision of auth store is old","code":3}"#,
+                ),
+                answer("200 OK", r#"{"token":"new2"}"#),
+                answer("200 OK", "{}"),
+            ],
+            seen.clone(),
+        );
+        let settings = EtcdSettings::parse(&json!({
+            "endpoints": [format!("127.0.0.1:{port}")], "timeout": 2,
+            "username": "ipam", "passwordFile": password,
+        }))
+        .unwrap();
+        let client = EtcdClient::new(settings).unwrap();
+        let got = client.get(b"k");
+        let seen = seen.lock().unwrap();
+        assert_eq!(got.unwrap_or_else(|e| panic!("{e}: {seen:?}")), None);
+        assert_eq!(
+            *seen,
+            [
+                "POST /v3/auth/authenticate HTTP/1.1",
+                "POST /v3/kv/range HTTP/1.1 Authorization: old1",
+                "POST /v3/auth/authenticate HTTP/1.1",
+                "POST /v3/kv/range HTTP/1.1 Authorization: new2",
+            ]
+        );
     }
 
     #[test]
