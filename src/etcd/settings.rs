@@ -131,6 +131,15 @@ impl EtcdSettings {
                 ))
             }
         };
+        // A password sent in clear would be anyone's on the way; on this
+        // host's own loopback nothing is on the way.
+        if credentials.is_some() {
+            if let Some(clear) = endpoints.iter().find(|e| !e.tls && !e.is_loopback()) {
+                return Err(format!(
+                    "endpoint {clear} is plain HTTP: the password of \"username\" would cross the network in clear; give the endpoints as https:// with \"tls\""
+                ));
+            }
+        }
         Ok(EtcdSettings {
             endpoints,
             prefix,
@@ -155,6 +164,16 @@ impl std::fmt::Display for Endpoint {
 }
 
 impl Endpoint {
+    /// Whether it is this host's own loopback (127.0.0.0/8, ::1 or
+    /// localhost), which no other host sees.
+    fn is_loopback(&self) -> bool {
+        self.host == "localhost"
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
     /// `http://HOST:PORT`, `https://HOST:PORT`, or `HOST:PORT` (TLS when
     /// the settings have `tls`); an IPv6 host in brackets.
     fn parse(text: &str, tls_by_default: bool) -> Result<Endpoint, String> {
@@ -328,6 +347,34 @@ mod tests {
             let e = EtcdSettings::parse(&settings).unwrap_err();
             assert!(e.contains(said), "{settings}: {e}");
         }
+    }
+
+    #[test]
+    fn a_password_is_never_sent_in_clear_beyond_this_host() {
+        let with = |endpoints: Value| {
+            EtcdSettings::parse(&json!({
+                "endpoints": endpoints, "username": "ipam", "passwordFile": "/pw",
+                "tls": {"ca": "/ca.pem"},
+            }))
+        };
+        let e = with(json!(["https://10.0.0.5:2379", "http://10.0.0.6:2379"])).unwrap_err();
+        assert!(
+            e.starts_with("endpoint http://10.0.0.6:2379 is plain HTTP: the password"),
+            "{e}"
+        );
+        for fine in [
+            json!(["10.0.0.5:2379"]),
+            json!(["https://etcd.example:2379"]),
+            json!([
+                "http://127.0.0.1:2379",
+                "http://[::1]:2379",
+                "http://localhost:2379"
+            ]),
+        ] {
+            assert!(with(fine.clone()).is_ok(), "{fine}");
+        }
+        // Without a password, plain HTTP is the operator's choice.
+        assert!(EtcdSettings::parse(&json!({"endpoints": ["http://10.0.0.6:2379"]})).is_ok());
     }
 
     #[test]
