@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::args::{Opt, Options, Verb};
 use crate::dir::{make_all, SHARED_DIR};
 use crate::node_name;
-use crate::sys;
+use crate::{signals, sys};
 
 /// The family's binaries, as installed side by side.
 pub const FAMILY: [&str; 4] = [
@@ -31,7 +31,7 @@ pub const FAMILY: [&str; 4] = [
 /// `install`.
 pub const VERB: Verb = Verb {
     name: "install",
-    synopsis: "--into DIR [--secrets DIR --secrets-into DIR] [--conflist FILE --conf-dir DIR] [--node-name NAME [--node-name-file FILE]]",
+    synopsis: "--into DIR [--secrets DIR --secrets-into DIR] [--conflist FILE --conf-dir DIR] [--node-name NAME [--node-name-file FILE]] [--wait]",
     options: &[
         Opt::value("--into"),
         Opt::value("--secrets"),
@@ -40,6 +40,7 @@ pub const VERB: Verb = Verb {
         Opt::value("--conf-dir"),
         Opt::value("--node-name"),
         Opt::value("--node-name-file"),
+        Opt::flag("--wait"),
     ],
     operands: false,
     help: "\
@@ -57,9 +58,31 @@ way, but only once every plugin it names is in DIR. With
 /var/lib/cni/ipam-da-pool/node-name, or FILE): on Kubernetes,
 the node's spec.nodeName. A name pinned already is never
 changed: another one is refused, and nothing is installed.
+With --wait, once all is in place, wait for SIGTERM or SIGINT
+and exit 0: a DaemonSet's container, beside the node's keeper,
+which must not wait for the install to succeed.
 ",
-    run: |given| Ok(finish(run(&options(given)?))),
+    run: |given| {
+        let options = options(given)?;
+        let installed = finish(run(&options));
+        if options.wait && installed == ExitCode::SUCCESS {
+            wait_for_stop();
+        }
+        Ok(installed)
+    },
 };
+
+/// Waits for a termination request: what a container that has done its
+/// work does until its pod stops.
+fn wait_for_stop() {
+    if let Err(e) = signals::watch() {
+        // SIGTERM then ends the process at once, which is as good.
+        let _ = writeln!(io::stderr(), "ipam-delegated install: {e}");
+    }
+    while signals::received(1).is_none() {
+        signals::wait(std::time::Duration::from_secs(3_600));
+    }
+}
 
 /// `install`'s options.
 #[derive(Debug, PartialEq)]
@@ -68,6 +91,7 @@ struct Install {
     secrets: Option<(PathBuf, PathBuf)>,
     conflist: Option<(PathBuf, PathBuf)>,
     node_name: Option<(String, PathBuf)>,
+    wait: bool,
 }
 
 fn options(given: &Options) -> Result<Install, String> {
@@ -95,6 +119,7 @@ fn options(given: &Options) -> Result<Install, String> {
         secrets,
         conflist,
         node_name,
+        wait: given.flag("--wait"),
     })
 }
 

@@ -372,6 +372,41 @@ fn two_installers_that_are_both_pid_1_never_collide() {
 }
 
 #[test]
+fn with_wait_the_installer_stays_until_asked_to_stop_but_not_after_failing() {
+    let host = Host::new("install-wait", "ipam-delegated");
+    let start = |conflist: &Path| {
+        Command::new(&host.installer)
+            .args(["install", "--wait", "--into", host.bin.to_str().unwrap()])
+            .args(["--conflist", conflist.to_str().unwrap()])
+            .args(["--conf-dir", host.netd.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut installer = start(&host.conflist);
+    let written = host.netd.join("pods.conflist");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !written.exists() {
+        assert!(std::time::Instant::now() < deadline, "not installed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(installer.try_wait().unwrap().is_none(), "it waits, done");
+    let sent = Command::new("kill")
+        .args(["-TERM", &installer.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    assert!(installer.wait().unwrap().success());
+    // A failed install does not wait: its container is restarted.
+    let broken = host.work.path().join("broken.conflist");
+    fs::write(&broken, "{").unwrap();
+    let out = start(&broken).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+#[test]
 fn an_upgrade_never_makes_a_runtime_executing_the_plugin_fail() {
     let work = temp_dir("upgrade");
     let old = family_in(&work.path().join("old"), b"");

@@ -2,8 +2,9 @@
 //! renders parses as a Kubernetes object of its kind with the models of
 //! the Kubernetes Python client (python3-kubernetes), which refuse a
 //! field of the wrong type or a required one missing; the DaemonSet is as
-//! the README says (the installer first, the node's name from the
-//! downward API, the host's directories, every node, small requests); the
+//! the README says (the keeper and the installer side by side, neither
+//! waiting for the other, both pinning the node's name from the downward
+//! API, the host's directories, every node, small requests); the
 //! network is a second one, through Multus: a NetworkAttachmentDefinition
 //! that names the configuration the installer writes where Multus reads
 //! it, macvlan on each node's default-route interface.
@@ -41,19 +42,24 @@ assert ds.metadata.namespace == "ipam-delegated", ds.metadata.namespace
 pod = ds.spec.template.spec
 assert pod.host_network
 assert any(t.operator == "Exists" and t.key is None for t in pod.tolerations)
-install = pod.init_containers[0]
+# Neither waits for the other: a failed install must not keep the node
+# unregistered, and reclaimable, with its pods running.
+assert not pod.init_containers, pod.init_containers
+keeper, install = pod.containers
 assert "--node-name=$(NODE_NAME)" in install.args, install.args
+assert "--wait" in install.args, install.args
 assert "--into=/host/opt/cni/bin" in install.args
 # Where Multus reads a network whose NetworkAttachmentDefinition has no
 # spec.config; never the runtime's own net.d.
 assert "--conf-dir=/host/etc/cni/multus/net.d" in install.args, install.args
 assert "--conflist=/config/shared.conflist" in install.args, install.args
-env = {e.name: e.value_from.field_ref.field_path for e in install.env}
-assert env == {"NODE_NAME": "spec.nodeName"}, env
+for container in (keeper, install):
+    env = {e.name: e.value_from.field_ref.field_path for e in container.env}
+    assert env == {"NODE_NAME": "spec.nodeName"}, env
 paths = sorted(v.host_path.path for v in pod.volumes if v.host_path)
 assert paths == ["/etc/cni/ipam-delegated/etcd", "/etc/cni/multus/net.d", "/opt/cni/bin", "/var/lib/cni"], paths
-keeper = pod.containers[0]
 assert keeper.command[:2] == ["/ipam-da-pool", "node-keeper"], keeper.command
+assert "--node-name=$(NODE_NAME)" in keeper.command, keeper.command
 assert keeper.resources.requests == {"cpu": "5m", "memory": "16Mi"}, keeper.resources.requests
 assert keeper.image == install.image == "localhost/ipam-delegated:0.1.0", keeper.image
 config = seen["ConfigMap"]
@@ -129,11 +135,12 @@ conflist = json.loads(config["data"]["shared.conflist"])
 conflist["plugins"][0]["ipam"]["pool"]["etcd"] = {"endpoints": [endpoint], "prefix": "/ipamd-kube"}
 config["data"]["shared.conflist"] = json.dumps(conflist)
 spec = objects["DaemonSet"]["spec"]["template"]["spec"]
-for c in spec["initContainers"] + spec["containers"]:
+for c in spec["containers"]:
     c["image"] = tag
     c.pop("env", None)
-    if "args" in c:
-        c["args"] = [a.replace("$(NODE_NAME)", node) for a in c["args"]]
+    for key in ("args", "command"):
+        if key in c:
+            c[key] = [a.replace("$(NODE_NAME)", node) for a in c[key]]
 for v in spec["volumes"]:
     if "hostPath" in v:
         v["hostPath"]["path"] = root + v["hostPath"]["path"]
@@ -141,11 +148,8 @@ for v in spec["volumes"]:
         del v["secret"]
         v["emptyDir"] = {}
 spec.pop("priorityClassName", None)
-# podman removes an init container of type "once" as it ends, and 4.3
-# can find it still running then; "always" keeps it (stopped).
-annotations = {"io.podman.annotations.init.container.type": "always"}
 pod = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "ipam-delegated-test", "annotations": annotations}, "spec": spec}
+       "metadata": {"name": "ipam-delegated-test"}, "spec": spec}
 with open(root + "/pod.yaml", "w") as f:
     yaml.safe_dump(pod, f)
 with open(root + "/configmap.yaml", "w") as f:
@@ -217,7 +221,14 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    // What the init container installed on the "host".
+    // What the installer put on the "host" (the keeper need not wait for
+    // it, so it may still be at work).
+    let installed = root.join("etc/cni/multus/net.d/shared.conflist");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !installed.exists() {
+        assert!(Instant::now() < deadline, "the installer did not finish");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     for binary in [
         "ipam-delegated",
         "ipam-ds-static",

@@ -870,3 +870,46 @@ fn a_reclaimed_workloads_next_container_never_gets_the_address_the_fenced_node_m
         "{holders:?}"
     );
 }
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn a_keeper_given_the_nodes_name_pins_it_as_the_installer_does() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("keeper-name");
+    let file = dir.path().join("node-name");
+    let config = unnamed(&pods(&on_etcd(&cluster), "unused", json!({})), &file);
+    let conf = config_file(dir.path(), "pods.conf", &config);
+    let keeper = |name: &str| {
+        spawn_program(
+            ALLOCATOR,
+            Path::new("/"),
+            &[
+                "node-keeper",
+                "--config",
+                conf.to_str().unwrap(),
+                "--node-name",
+                name,
+                "--node-name-file",
+                file.to_str().unwrap(),
+            ],
+            &Env(Vec::new()),
+            Stdio::piped(),
+        )
+    };
+    // Started before any installer: it pins the name it is given.
+    let mut first = keeper("node-k");
+    wait_for("node-k registered", Duration::from_secs(10), || {
+        registered(&cluster, "node-k")
+    });
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "node-k\n");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // Another name is refused, as the installer refuses it.
+    let out = keeper("node-other").wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("pins node name \"node-k\", not \"node-other\""),
+        "{said}"
+    );
+}
