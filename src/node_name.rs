@@ -8,6 +8,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::args::Options;
 use crate::cni::{self, Reportable};
 use crate::dir::{Dir, DirError};
 
@@ -148,6 +149,22 @@ pub fn pin(file: &Path, name: &str) -> Result<bool, NodeNameError> {
             io::ErrorKind::NotFound,
             "written by another process, then removed",
         ))),
+    }
+}
+
+/// The name a command line's `--node-name NAME [--node-name-file FILE]`
+/// asks to pin, and where (the default file unless FILE), if it asks.
+pub fn given(options: &Options) -> Result<Option<(String, PathBuf)>, String> {
+    match (
+        options.value("--node-name"),
+        options.path("--node-name-file"),
+    ) {
+        (Some(name), file) => Ok(Some((
+            name.to_owned(),
+            file.unwrap_or_else(|| PathBuf::from(DEFAULT_NODE_NAME_FILE)),
+        ))),
+        (None, Some(_)) => Err("--node-name-file needs --node-name".into()),
+        (None, None) => Ok(None),
     }
 }
 

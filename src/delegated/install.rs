@@ -106,14 +106,7 @@ fn options(given: &Options) -> Result<Install, String> {
         (None, None) => None,
         _ => return Err("--conflist and --conf-dir go together".into()),
     };
-    let node_name = match (given.value("--node-name"), given.path("--node-name-file")) {
-        (Some(name), file) => Some((
-            name.to_owned(),
-            file.unwrap_or_else(|| PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE)),
-        )),
-        (None, Some(_)) => return Err("--node-name-file needs --node-name".into()),
-        (None, None) => None,
-    };
+    let node_name = node_name::given(given)?;
     Ok(Install {
         into,
         secrets,

@@ -48,14 +48,7 @@ struct Keeper {
 }
 
 fn options(given: &Options) -> Result<Keeper, String> {
-    let node_name = match (given.value("--node-name"), given.path("--node-name-file")) {
-        (Some(name), file) => Some((
-            name.to_owned(),
-            file.unwrap_or_else(|| PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE)),
-        )),
-        (None, Some(_)) => return Err("--node-name-file needs --node-name".into()),
-        (None, None) => None,
-    };
+    let node_name = node_name::given(given)?;
     Ok(Keeper {
         config: given.path("--config").ok_or("node-keeper needs --config")?,
         network: given.value("--network").map(String::from),
