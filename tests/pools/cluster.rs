@@ -837,11 +837,18 @@ fn a_reclaimed_workloads_next_container_never_gets_the_address_the_fenced_node_m
         .position(|line| line.contains("POST /v3/kv/txn"))
         .expect("a transaction");
     let release = head + 2;
-    // The same again: node-b readmitted, its container of the workload
-    // back on the address, then reclaimed, stalled after the release.
+    // The same again: node-b readmitted (its keeper running, as readmit
+    // needs, then stopped), its container of the workload back on the
+    // address, then reclaimed, stalled after the release.
+    let b_file = config_file(dir.path(), "node-b.conflist", &on("node-b"));
+    let mut keeper = Keeper::start(&b_file);
+    wait_for("node-b registered", Duration::from_secs(10), || {
+        registered(&cluster, "node-b")
+    });
     assert!(operator(&["readmit", "--config", file, "--node", "node-b"])
         .status
         .success());
+    assert!(keeper.stop().success());
     assert_eq!(
         add(&on("node-b"), "b2", &pod("db/pg-0", Some(&first))),
         first

@@ -2,7 +2,8 @@
 //! binaries: on the local store (each command, many processes at once,
 //! allocators killed at random instants), on etcd clusters the tests start
 //! (nodes sharing pools, members failing, TLS), and as operators run them
-//! (sticky addresses, node keepers and reclaim, show, check and release).
+//! (sticky addresses, node keepers and reclaim, show, check and release),
+//! and beside the previous release on one cluster.
 
 // The harness every test binary and the pools bench share: each uses
 // the part it needs.
@@ -14,3 +15,4 @@ mod cluster;
 mod etcd;
 mod local;
 mod operating;
+mod upgrade;
