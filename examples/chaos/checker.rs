@@ -1,0 +1,353 @@
+//! The verdict on a run. From the history: no address is held by two
+//! attachments at once, where an attachment holds its address from its
+//! ADD's successful answer until its DEL starts (an ADD that failed or was
+//! killed holds nothing); an overlap in which one of the two is on a node
+//! reclaim fenced meanwhile is the price of reclaim, counted apart. From
+//! the stores at the end: they hold exactly the live attachments.
+
+use std::collections::BTreeMap;
+
+use crate::history::History;
+
+/// An attachment's holding of an address, in milliseconds since the run
+/// began.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    pub address: String,
+    pub node: String,
+    pub container: String,
+    /// When its ADD answered.
+    pub from: u64,
+    /// When its DEL started; `None` while it still holds it.
+    pub until: Option<u64>,
+}
+
+impl Holding {
+    fn ends(&self) -> u64 {
+        self.until.unwrap_or(u64::MAX)
+    }
+}
+
+/// Two attachments holding one address at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overlap {
+    pub first: Holding,
+    pub second: Holding,
+    /// One of them is on a node reclaim fenced during the overlap.
+    pub reclaimed: bool,
+}
+
+/// Every holding the history shows.
+pub fn holdings(history: &History) -> Vec<Holding> {
+    let mut found = Vec::new();
+    for add in history
+        .operations
+        .iter()
+        .filter(|op| op.command == "ADD" && op.succeeded())
+    {
+        // Until the first DEL of the attachment that starts after.
+        let until = history
+            .operations
+            .iter()
+            .filter(|op| op.command == "DEL" && op.container == add.container)
+            .map(|op| op.start)
+            .filter(|start| *start >= add.end)
+            .min();
+        for address in &add.addresses {
+            found.push(Holding {
+                address: address.clone(),
+                node: add.node.clone(),
+                container: add.container.clone(),
+                from: add.end,
+                until,
+            });
+        }
+    }
+    found
+}
+
+/// When each node was fenced: from a "fenced" event to the next
+/// "readmitted" one (or the end of the run).
+fn fences(history: &History) -> Vec<(String, u64, u64)> {
+    let mut found = Vec::new();
+    for fenced in history.events.iter().filter(|e| e.kind == "fenced") {
+        let lifted = history
+            .events
+            .iter()
+            .filter(|e| e.kind == "readmitted" && e.target == fenced.target && e.at >= fenced.at)
+            .map(|e| e.at)
+            .min()
+            .unwrap_or(u64::MAX);
+        found.push((fenced.target.clone(), fenced.at, lifted));
+    }
+    found
+}
+
+/// Every pair of attachments that held one address at once.
+pub fn overlaps(history: &History) -> Vec<Overlap> {
+    let mut by_address: BTreeMap<&str, Vec<Holding>> = BTreeMap::new();
+    let all = holdings(history);
+    for holding in &all {
+        by_address
+            .entry(holding.address.as_str())
+            .or_default()
+            .push(holding.clone());
+    }
+    let fences = fences(history);
+    let fenced_during = |node: &str, from: u64, until: u64| {
+        fences
+            .iter()
+            .any(|(n, start, end)| n == node && *start < until && from < *end)
+    };
+    let mut found = Vec::new();
+    for list in by_address.values_mut() {
+        list.sort_by_key(|h| h.from);
+        for (i, first) in list.iter().enumerate() {
+            for second in &list[i + 1..] {
+                if first.container == second.container {
+                    continue;
+                }
+                let (from, until) = (second.from, first.ends().min(second.ends()));
+                if from < until {
+                    found.push(Overlap {
+                        reclaimed: fenced_during(&first.node, from, until)
+                            || fenced_during(&second.node, from, until),
+                        first: first.clone(),
+                        second: second.clone(),
+                    });
+                }
+            }
+        }
+    }
+    found
+}
+
+/// How the stores at the end differ from the live attachments (container
+/// to its addresses): records of no live attachment (leaked), live
+/// attachments with no record (lost), and records that say other
+/// addresses than the attachment's ADD gave: each as the container it is
+/// about, and what is wrong.
+pub fn differences(
+    live: &BTreeMap<String, Vec<String>>,
+    stored: &BTreeMap<String, Vec<String>>,
+) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (container, addresses) in stored {
+        match live.get(container) {
+            None => found.push((
+                container.clone(),
+                format!("leaked: {container} holds {}", addresses.join(", ")),
+            )),
+            Some(given) if sorted(given) != sorted(addresses) => found.push((
+                container.clone(),
+                format!(
+                    "{container} holds {} in the store, but its ADD gave {}",
+                    addresses.join(", "),
+                    given.join(", ")
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    for (container, addresses) in live {
+        if !stored.contains_key(container) {
+            found.push((
+                container.clone(),
+                format!(
+                    "lost: {container}'s {} is in no record",
+                    addresses.join(", ")
+                ),
+            ));
+        }
+    }
+    found
+}
+
+/// What happened around a violation: every operation on `containers`,
+/// and every fault from a second before the first of them began to the
+/// end of the last, in time order.
+pub fn around(history: &History, containers: &[&str]) -> Vec<String> {
+    let ops: Vec<_> = history
+        .operations
+        .iter()
+        .filter(|op| containers.contains(&op.container.as_str()))
+        .collect();
+    let (Some(first), Some(last)) = (
+        ops.iter().map(|op| op.start).min(),
+        ops.iter().map(|op| op.end).max(),
+    ) else {
+        return Vec::new();
+    };
+    let mut lines: Vec<(u64, String)> =
+        ops.iter().map(|op| (op.start, format!("{op:?}"))).collect();
+    lines.extend(
+        history
+            .events
+            .iter()
+            .filter(|e| e.at + 1_000 >= first && e.at <= last)
+            .map(|e| (e.at, format!("{e:?}"))),
+    );
+    lines.sort();
+    lines.into_iter().map(|(_, line)| line).collect()
+}
+
+fn sorted(list: &[String]) -> Vec<&String> {
+    let mut sorted: Vec<&String> = list.iter().collect();
+    sorted.sort();
+    sorted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Event, Operation};
+
+    fn op(
+        node: &str,
+        command: &str,
+        container: &str,
+        start: u64,
+        end: u64,
+        address: &str,
+    ) -> Operation {
+        Operation {
+            node: node.into(),
+            command: command.into(),
+            container: container.into(),
+            workload: None,
+            start,
+            end,
+            status: Some(0),
+            addresses: if address.is_empty() {
+                vec![]
+            } else {
+                vec![address.into()]
+            },
+            said: String::new(),
+        }
+    }
+
+    fn event(kind: &str, node: &str, at: u64) -> Event {
+        Event {
+            at,
+            kind: kind.into(),
+            target: node.into(),
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_address_given_again_only_after_the_first_del_started_is_no_overlap() {
+        let history = History {
+            operations: vec![
+                op("n1", "ADD", "a", 0, 10, "10.0.0.2"),
+                op("n1", "DEL", "a", 20, 30, ""),
+                op("n2", "ADD", "b", 25, 40, "10.0.0.2"),
+            ],
+            events: vec![],
+        };
+        assert_eq!(overlaps(&history), vec![]);
+    }
+
+    #[test]
+    fn a_doubled_address_is_flagged() {
+        let history = History {
+            operations: vec![
+                op("n1", "ADD", "a", 0, 10, "10.0.0.2"),
+                op("n2", "ADD", "b", 5, 15, "10.0.0.2"),
+                op("n1", "DEL", "a", 20, 30, ""),
+            ],
+            events: vec![],
+        };
+        let found = overlaps(&history);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(!found[0].reclaimed);
+        assert_eq!(
+            (
+                found[0].first.container.as_str(),
+                found[0].second.container.as_str()
+            ),
+            ("a", "b")
+        );
+    }
+
+    #[test]
+    fn a_failed_or_killed_add_holds_nothing() {
+        let mut failed = op("n1", "ADD", "a", 0, 10, "10.0.0.2");
+        failed.status = Some(1);
+        let mut killed = op("n1", "ADD", "k", 0, 10, "10.0.0.2");
+        killed.status = None;
+        let history = History {
+            operations: vec![failed, killed, op("n2", "ADD", "b", 5, 15, "10.0.0.2")],
+            events: vec![],
+        };
+        assert_eq!(overlaps(&history), vec![]);
+    }
+
+    #[test]
+    fn an_overlap_on_a_node_fenced_meanwhile_is_the_price_of_reclaim() {
+        let history = History {
+            operations: vec![
+                op("n1", "ADD", "a", 0, 10, "10.0.0.2"),
+                op("n2", "ADD", "b", 50, 60, "10.0.0.2"),
+                op("n1", "DEL", "a", 100, 110, ""),
+            ],
+            events: vec![event("fenced", "n1", 40), event("readmitted", "n1", 120)],
+        };
+        let found = overlaps(&history);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].reclaimed);
+        // Fenced only after the overlap ended: a violation.
+        let history = History {
+            events: vec![event("fenced", "n1", 105)],
+            ..history
+        };
+        assert!(!overlaps(&history)[0].reclaimed);
+    }
+
+    #[test]
+    fn around_a_violation_are_its_operations_and_the_faults_meanwhile() {
+        let history = History {
+            operations: vec![
+                op("n1", "ADD", "a", 0, 10, "10.0.0.2"),
+                op("n2", "ADD", "b", 5, 15, "10.0.0.3"),
+                op("n1", "DEL", "a", 3_000, 3_010, ""),
+            ],
+            events: vec![event("kill-add", "n1", 20), event("partition", "n2", 9_000)],
+        };
+        let lines = around(&history, &["a"]);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].contains("\"ADD\"") && lines[0].contains("\"a\""));
+        assert!(lines[1].contains("kill-add"));
+        assert!(lines[2].contains("\"DEL\""));
+    }
+
+    #[test]
+    fn a_leak_a_loss_and_a_mismatch_are_named() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, Vec<String>> {
+            pairs
+                .iter()
+                .map(|(c, a)| (c.to_string(), vec![a.to_string()]))
+                .collect()
+        };
+        let live = map(&[("a", "10.0.0.2"), ("b", "10.0.0.3"), ("c", "10.0.0.4")]);
+        let stored = map(&[("a", "10.0.0.2"), ("b", "10.0.0.9"), ("x", "10.0.0.5")]);
+        let found = differences(&live, &stored);
+        let found: Vec<(&str, &str)> = found
+            .iter()
+            .map(|(c, m)| (c.as_str(), m.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "b",
+                    "b holds 10.0.0.9 in the store, but its ADD gave 10.0.0.3"
+                ),
+                ("x", "leaked: x holds 10.0.0.5"),
+                ("c", "lost: c's 10.0.0.4 is in no record"),
+            ]
+        );
+        assert_eq!(differences(&live, &live), []);
+    }
+}

@@ -1,0 +1,278 @@
+//! The faults, from a seeded schedule, each logged with its time as it
+//! starts (and, if it lasts, as it ends): two threads, one for faults
+//! that last (a partition, a keeper frozen, an etcd member down, quorum
+//! lost, a full database, a second keeper, a skewed clock), one at a time,
+//! and one for the instant ones (a plugin killed mid-command, a
+//! compaction, a re-pin through the installer); and the operator's
+//! reclaim, run every few seconds with a short --dead-for, whose fencing
+//! the orchestrator answers by freeing the fenced node's workloads.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::history::lock;
+use crate::nodes::{run, Kill};
+use crate::workload::free_on;
+use crate::{Rng, World};
+
+/// How long a node's registration outlives its keeper's last renewal
+/// (ipam.pool.nodeTTL), in seconds.
+pub const NODE_TTL: u64 = 6;
+
+/// reclaim's --dead-for, in seconds.
+pub const DEAD_FOR: u64 = 4;
+
+/// Sleeps `millis`, or less if the world stops meanwhile.
+fn pause(world: &World, millis: u64) {
+    let mut left = millis;
+    while left > 0 && !world.stopping() {
+        let step = left.min(100);
+        std::thread::sleep(Duration::from_millis(step));
+        left -= step;
+    }
+}
+
+/// Faults that last, one at a time, until the world stops.
+pub fn lasting(world: &World, seed: u64) {
+    let mut rng = Rng::new(seed);
+    while !world.stopping() {
+        pause(world, 500 + rng.below(1_500));
+        if world.stopping() {
+            return;
+        }
+        let node = &world.nodes[rng.below(world.nodes.len() as u64) as usize];
+        match rng.below(7) {
+            0 => {
+                // Past the TTL, and sometimes past reclaim's --dead-for.
+                // Past the TTL; half of them long enough to be reclaimed.
+                let millis = (NODE_TTL + 1 + rng.below(2 * DEAD_FOR + 6)) * 1_000;
+                world
+                    .recorder
+                    .event("partition", &node.name, &format!("{millis} ms"));
+                node.set_cut(true);
+                pause(world, millis);
+                node.set_cut(false);
+                world.recorder.event("healed", &node.name, "");
+            }
+            1 => {
+                let millis = (NODE_TTL + 1 + rng.below(2 * DEAD_FOR + 6)) * 1_000;
+                world
+                    .recorder
+                    .event("keeper-stopped", &node.name, &format!("{millis} ms"));
+                node.signal_keeper("STOP");
+                pause(world, millis);
+                node.signal_keeper("CONT");
+                world.recorder.event("keeper-resumed", &node.name, "");
+            }
+            2 => {
+                let mut cluster = lock(&world.cluster);
+                let member = rng.below(cluster.size() as u64) as usize;
+                world
+                    .recorder
+                    .event("member-killed", &format!("m{member}"), "");
+                cluster.kill(member);
+                drop(cluster);
+                pause(world, 1_000 + rng.below(2_000));
+                let mut cluster = lock(&world.cluster);
+                cluster.restart(member);
+                world
+                    .recorder
+                    .event("member-restarted", &format!("m{member}"), "");
+            }
+            3 => {
+                let mut cluster = lock(&world.cluster);
+                let spared = rng.below(cluster.size() as u64) as usize;
+                let killed: Vec<usize> = (0..cluster.size()).filter(|m| *m != spared).collect();
+                world
+                    .recorder
+                    .event("quorum-lost", &format!("{killed:?}"), "");
+                for member in &killed {
+                    cluster.kill(*member);
+                }
+                drop(cluster);
+                pause(world, 2_000 + rng.below(2_000));
+                let mut cluster = lock(&world.cluster);
+                for member in &killed {
+                    cluster.restart(*member);
+                }
+                world.recorder.event("quorum-back", "", "");
+            }
+            4 => {
+                world.recorder.event("nospace", "", "");
+                fill(world);
+                pause(world, 1_000 + rng.below(2_000));
+                clear(world);
+                world.recorder.event("space-back", "", "");
+            }
+            5 => {
+                world.recorder.event("second-keeper", &node.name, "");
+                node.start_keeper(&world.bin);
+                pause(world, 2_000 + rng.below(3_000));
+                node.stop_other_keepers();
+                world
+                    .recorder
+                    .event("second-keeper-stopped", &node.name, "");
+            }
+            _ => {
+                let minutes = 1 + rng.below(9);
+                let sign = if rng.below(2) == 0 { "+" } else { "-" };
+                let offset = format!("{sign}{minutes}m");
+                world.recorder.event("clock-skewed", &node.name, &offset);
+                *lock(&node.skew) = Some(offset);
+                pause(world, 3_000 + rng.below(5_000));
+                *lock(&node.skew) = None;
+                world.recorder.event("clock-right", &node.name, "");
+            }
+        }
+    }
+}
+
+/// Instant faults, until the world stops.
+pub fn instant(world: &World, seed: u64) {
+    let mut rng = Rng::new(seed);
+    while !world.stopping() {
+        pause(world, 100 + rng.below(400));
+        let node = &world.nodes[rng.below(world.nodes.len() as u64) as usize];
+        match rng.below(20) {
+            0..=16 => {
+                let kill = Kill {
+                    after: Duration::from_millis(rng.below(40)),
+                    tree: rng.below(2) == 0,
+                };
+                // Recorded by the runtime, with the command it lands on.
+                *lock(&node.kill_next) = Some(kill);
+            }
+            17 | 18 => {
+                let cluster = lock(&world.cluster);
+                let status = cluster.etcdctl(&["endpoint", "status", "-w", "json"]);
+                drop(cluster);
+                let text = String::from_utf8_lossy(&status.stdout);
+                let revision = text
+                    .split("\"revision\":")
+                    .nth(1)
+                    .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|r| r.parse::<u64>().ok());
+                if let Some(revision) = revision {
+                    world
+                        .recorder
+                        .event("compaction", "", &revision.to_string());
+                    let _ = lock(&world.cluster).etcdctl(&["compact", &revision.to_string()]);
+                }
+            }
+            _ => {
+                // An installer told another name: it must refuse.
+                let scratch = node.dir.join("repin");
+                let out = run(
+                    world.bin.join("ipam-delegated").to_str().unwrap(),
+                    &[
+                        "install",
+                        "--into",
+                        scratch.to_str().unwrap(),
+                        "--node-name",
+                        &format!("{}-renamed", node.name),
+                        "--node-name-file",
+                        node.node_name_file.to_str().unwrap(),
+                    ],
+                );
+                let pinned = std::fs::read_to_string(&node.node_name_file).unwrap_or_default();
+                let kept = !out.status.success() && pinned.trim() == node.name;
+                world.recorder.event(
+                    "re-pin",
+                    &node.name,
+                    if kept { "refused" } else { "RENAMED" },
+                );
+            }
+        }
+    }
+}
+
+/// The operator's reclaim, every few seconds, until the world stops: a
+/// node it fences loses its workloads, which may then start elsewhere.
+/// The fences are read from etcd after each run, not from reclaim's
+/// report: a reclaim cut short (quorum lost, a full database) may have
+/// fenced a node before it failed, and says nothing then.
+pub fn operator(world: &World) {
+    // The start of the first reclaim since the fences were last read: a
+    // fence found now may date from then.
+    let mut since: Option<u64> = None;
+    while !world.stopping() {
+        pause(world, 2_000);
+        let started = world.recorder.now();
+        since.get_or_insert(started);
+        let _ = run(
+            world.bin.join("ipam-da-pool").to_str().unwrap(),
+            &[
+                "reclaim",
+                "--config",
+                world.operator_config.to_str().unwrap(),
+                "--dead-for",
+                &format!("{DEAD_FOR}s"),
+                "--json",
+            ],
+        );
+        let Some(fences) = fences(world) else {
+            continue;
+        };
+        let from = since.take().unwrap_or(started);
+        for fenced in world.nodes.iter().filter(|n| fences.contains(&n.name)) {
+            if fenced.fenced.load(Ordering::SeqCst) {
+                continue;
+            }
+            // Recorded before the node hears of it: from here on, its
+            // containers' addresses may be another's.
+            let freed = free_on(world, &fenced.name);
+            world.recorder.event_at(
+                from,
+                "fenced",
+                &fenced.name,
+                &format!("workloads freed: {}", freed.join(", ")),
+            );
+            fenced.fenced.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The nodes with a fence on etcd, if etcd answers.
+fn fences(world: &World) -> Option<Vec<String>> {
+    let out = lock(&world.cluster).etcdctl(&["get", "--prefix", "--keys-only", "/chaos/nodes/"]);
+    if !out.status.success() {
+        return None;
+    }
+    let keys = String::from_utf8_lossy(&out.stdout);
+    Some(
+        keys.lines()
+            .filter_map(|key| key.strip_prefix("/chaos/nodes/")?.strip_suffix("/fenced"))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// Fills etcd's database to its quota (a NOSPACE alarm), with junk.
+fn fill(world: &World) {
+    let value = vec![b'x'; 1 << 20];
+    // Read apart: a guard in the loop's head would be held through it.
+    let quota = lock(&world.cluster).quota;
+    for n in 0..((2 * quota) >> 20) {
+        if !lock(&world.cluster).put_large(&format!("/chaos-junk/{n}"), &value) {
+            return;
+        }
+    }
+}
+
+/// Clears a full database: the junk deleted, compacted, defragmented, the
+/// alarm disarmed.
+pub fn clear(world: &World) {
+    let cluster = lock(&world.cluster);
+    let _ = cluster.etcdctl(&["del", "--prefix", "/chaos-junk/"]);
+    let status = cluster.etcdctl(&["endpoint", "status", "-w", "json"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    if let Some(revision) = text
+        .split("\"revision\":")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+    {
+        let _ = cluster.etcdctl(&["compact", revision]);
+    }
+    let _ = cluster.etcdctl(&["defrag"]);
+    let _ = cluster.etcdctl(&["alarm", "disarm"]);
+}
