@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::History;
+use crate::history::{Event, History, Operation};
 
 /// An attachment's holding of an address, in milliseconds since the run
 /// began.
@@ -16,6 +16,8 @@ pub struct Holding {
     pub address: String,
     pub node: String,
     pub container: String,
+    /// When its ADD began.
+    pub asked: u64,
     /// When its ADD answered.
     pub from: u64,
     /// When its DEL started; `None` while it still holds it.
@@ -39,6 +41,14 @@ pub struct Overlap {
 
 /// Every holding the history shows.
 pub fn holdings(history: &History) -> Vec<Holding> {
+    // Each container's DELs, by when they started: a long run has
+    // hundreds of thousands of operations.
+    let mut dels: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for del in history.operations.iter().filter(|op| op.command == "DEL") {
+        dels.entry(del.container.as_str())
+            .or_default()
+            .push(del.start);
+    }
     let mut found = Vec::new();
     for add in history
         .operations
@@ -46,11 +56,11 @@ pub fn holdings(history: &History) -> Vec<Holding> {
         .filter(|op| op.command == "ADD" && op.succeeded())
     {
         // Until the first DEL of the attachment that starts after.
-        let until = history
-            .operations
-            .iter()
-            .filter(|op| op.command == "DEL" && op.container == add.container)
-            .map(|op| op.start)
+        let until = dels
+            .get(add.container.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
             .filter(|start| *start >= add.end)
             .min();
         for address in &add.addresses {
@@ -58,6 +68,7 @@ pub fn holdings(history: &History) -> Vec<Holding> {
                 address: address.clone(),
                 node: add.node.clone(),
                 container: add.container.clone(),
+                asked: add.start,
                 from: add.end,
                 until,
             });
@@ -66,21 +77,57 @@ pub fn holdings(history: &History) -> Vec<Holding> {
     found
 }
 
-/// When each node was fenced: from a "fenced" event to the next
-/// "readmitted" one (or the end of the run).
-fn fences(history: &History) -> Vec<(String, u64, u64)> {
-    let mut found = Vec::new();
-    for fenced in history.events.iter().filter(|e| e.kind == "fenced") {
-        let lifted = history
+/// A node's fence, as the history shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fence {
+    pub node: String,
+    /// When the reclaim that fenced it began.
+    pub at: u64,
+    /// When the fence was seen in etcd: it held from then on.
+    pub seen: u64,
+    /// When its readmit began (or never).
+    pub lifted: u64,
+}
+
+/// Every fence: from a "fenced" event, through the next "fence-seen" of
+/// the node, to its next "readmitted" (or the end of the run).
+pub fn fences(history: &History) -> Vec<Fence> {
+    let next = |kind: &str, node: &str, after: u64| {
+        history
             .events
             .iter()
-            .filter(|e| e.kind == "readmitted" && e.target == fenced.target && e.at >= fenced.at)
+            .filter(|e| e.kind == kind && e.target == node && e.at >= after)
             .map(|e| e.at)
             .min()
-            .unwrap_or(u64::MAX);
-        found.push((fenced.target.clone(), fenced.at, lifted));
-    }
-    found
+            .unwrap_or(u64::MAX)
+    };
+    history
+        .events
+        .iter()
+        .filter(|e| e.kind == "fenced")
+        .map(|fenced| Fence {
+            node: fenced.target.clone(),
+            at: fenced.at,
+            seen: next("fence-seen", &fenced.target, fenced.at),
+            lifted: next("readmitted", &fenced.target, fenced.at),
+        })
+        .collect()
+}
+
+/// Every ADD that succeeded on a node whose fence was seen before it
+/// began and not yet lifted: a fence refuses a node's ADDs.
+pub fn adds_through_fences(history: &History) -> Vec<&Operation> {
+    let fences = fences(history);
+    history
+        .operations
+        .iter()
+        .filter(|op| op.command == "ADD" && op.succeeded())
+        .filter(|op| {
+            fences
+                .iter()
+                .any(|f| f.node == op.node && f.seen <= op.start && op.start < f.lifted)
+        })
+        .collect()
 }
 
 /// Every pair of attachments that held one address at once.
@@ -94,24 +141,29 @@ pub fn overlaps(history: &History) -> Vec<Overlap> {
             .push(holding.clone());
     }
     let fences = fences(history);
-    let fenced_during = |node: &str, from: u64, until: u64| {
-        fences
-            .iter()
-            .any(|(n, start, end)| n == node && *start < until && from < *end)
+    // The price of reclaim: an address the fenced node held from before
+    // its fence was seen, given to another meanwhile.
+    let reclaimed = |holding: &Holding, from: u64, until: u64| {
+        fences.iter().any(|f| {
+            f.node == holding.node && holding.asked <= f.seen && f.at < until && from < f.lifted
+        })
     };
     let mut found = Vec::new();
     for list in by_address.values_mut() {
         list.sort_by_key(|h| h.from);
         for (i, first) in list.iter().enumerate() {
             for second in &list[i + 1..] {
+                if second.from >= first.ends() {
+                    // Sorted by when they began: none later overlaps.
+                    break;
+                }
                 if first.container == second.container {
                     continue;
                 }
                 let (from, until) = (second.from, first.ends().min(second.ends()));
                 if from < until {
                     found.push(Overlap {
-                        reclaimed: fenced_during(&first.node, from, until)
-                            || fenced_during(&second.node, from, until),
+                        reclaimed: reclaimed(first, from, until) || reclaimed(second, from, until),
                         first: first.clone(),
                         second: second.clone(),
                     });
@@ -120,6 +172,46 @@ pub fn overlaps(history: &History) -> Vec<Overlap> {
         }
     }
     found
+}
+
+/// Each fence that nothing explains: a node is reclaimed only once its
+/// registration has been gone for `--dead-for`, which takes its link cut
+/// or its keeper frozen. A fence of a node with no such fault in the
+/// `slack` milliseconds around it was of a live node (a second keeper
+/// that unregistered it, say).
+pub fn unexplained_fences(history: &History, slack: u64) -> Vec<Event> {
+    let causes: Vec<(&str, u64, u64)> = history
+        .events
+        .iter()
+        .filter_map(|start| {
+            let end = match start.kind.as_str() {
+                "partition" => "healed",
+                "keeper-stopped" => "keeper-resumed",
+                _ => return None,
+            };
+            let ended = history
+                .events
+                .iter()
+                .filter(|e| e.kind == end && e.target == start.target && e.at >= start.at)
+                .map(|e| e.at)
+                .min()
+                .unwrap_or(u64::MAX);
+            Some((start.target.as_str(), start.at, ended))
+        })
+        .collect();
+    history
+        .events
+        .iter()
+        .filter(|fence| fence.kind == "fenced")
+        .filter(|fence| {
+            !causes.iter().any(|(node, from, to)| {
+                *node == fence.target
+                    && *from <= fence.at + slack
+                    && fence.at <= to.saturating_add(slack)
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// How the stores at the end differ from the live attachments (container
@@ -200,7 +292,6 @@ fn sorted(list: &[String]) -> Vec<&String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Event, Operation};
 
     fn op(
         node: &str,
@@ -292,17 +383,76 @@ mod tests {
                 op("n2", "ADD", "b", 50, 60, "10.0.0.2"),
                 op("n1", "DEL", "a", 100, 110, ""),
             ],
-            events: vec![event("fenced", "n1", 40), event("readmitted", "n1", 120)],
+            events: vec![
+                event("fenced", "n1", 40),
+                event("fence-seen", "n1", 45),
+                event("readmitted", "n1", 120),
+            ],
         };
         let found = overlaps(&history);
         assert_eq!(found.len(), 1);
         assert!(found[0].reclaimed);
         // Fenced only after the overlap ended: a violation.
-        let history = History {
-            events: vec![event("fenced", "n1", 105)],
-            ..history
+        let late = History {
+            events: vec![event("fenced", "n1", 105), event("fence-seen", "n1", 106)],
+            ..history.clone()
         };
-        assert!(!overlaps(&history)[0].reclaimed);
+        assert!(!overlaps(&late)[0].reclaimed);
+        // The fenced node's address taken by an ADD after the fence was
+        // seen: no price of reclaim, a violation.
+        let mut through = history.clone();
+        through.operations[0].start = 46;
+        through.operations[0].end = 47;
+        through.operations[1].end = 48;
+        assert!(!overlaps(&through)[0].reclaimed);
+    }
+
+    #[test]
+    fn an_add_through_a_seen_fence_is_flagged() {
+        let history = History {
+            operations: vec![
+                op("n1", "ADD", "before", 30, 50, "10.0.0.2"),
+                op("n1", "ADD", "through", 60, 70, "10.0.0.3"),
+                op("n2", "ADD", "elsewhere", 60, 70, "10.0.0.4"),
+                op("n1", "ADD", "after", 130, 140, "10.0.0.5"),
+            ],
+            events: vec![
+                event("fenced", "n1", 40),
+                event("fence-seen", "n1", 55),
+                event("readmitted", "n1", 120),
+            ],
+        };
+        let found: Vec<&str> = adds_through_fences(&history)
+            .iter()
+            .map(|op| op.container.as_str())
+            .collect();
+        assert_eq!(found, ["through"]);
+    }
+
+    #[test]
+    fn a_fence_of_a_node_nothing_cut_off_is_flagged() {
+        let history = History {
+            operations: vec![],
+            events: vec![
+                event("partition", "n1", 1_000),
+                event("healed", "n1", 12_000),
+                event("fenced", "n1", 11_000),
+                event("keeper-stopped", "n2", 1_000),
+                event("keeper-resumed", "n2", 9_000),
+                event("fenced", "n2", 9_500),
+                // n3 was never cut off; n1 was, but long before.
+                event("fenced", "n3", 11_000),
+                event("fenced", "n1", 60_000),
+            ],
+        };
+        let found: Vec<(String, u64)> = unexplained_fences(&history, 2_000)
+            .into_iter()
+            .map(|e| (e.target, e.at))
+            .collect();
+        assert_eq!(
+            found,
+            [("n3".to_owned(), 11_000), ("n1".to_owned(), 60_000)]
+        );
     }
 
     #[test]

@@ -227,6 +227,7 @@ pub fn operator(world: &World) {
                 &fenced.name,
                 &format!("workloads freed: {}", freed.join(", ")),
             );
+            world.recorder.event("fence-seen", &fenced.name, "");
             fenced.fenced.store(true, Ordering::SeqCst);
         }
     }

@@ -13,6 +13,7 @@
 mod checker;
 mod cluster;
 mod faults;
+mod figures;
 mod history;
 mod nodes;
 mod workload;
@@ -210,7 +211,9 @@ fn main() -> ExitCode {
         cluster: Mutex::new(cluster),
         stop: AtomicBool::new(false),
     };
-    wait_registered(&world);
+    if let Some(missing) = unregistered(&world) {
+        panic!("the keepers did not register {missing:?}");
+    }
 
     let runtimes: Vec<Runtime> = std::thread::scope(|scope| {
         let world = &world;
@@ -238,16 +241,19 @@ fn main() -> ExitCode {
             .collect()
     });
     let faulty_until = world.recorder.now();
-    undo_faults(&world);
+    let mut trouble = undo_faults(&world);
     let mut runtimes = runtimes;
     for runtime in &mut runtimes {
         runtime.settle();
+        trouble.append(&mut runtime.trouble);
     }
-    let verdict = judge(&world, &runtimes, seed, faulty_until);
+    let verdict = judge(&world, &runtimes, trouble, seed, faulty_until);
     match verdict {
         true => {
             drop(world);
-            let _ = std::fs::remove_dir_all(&dir);
+            if std::env::var_os("CHAOS_KEEP").is_none() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
             ExitCode::SUCCESS
         }
         false => {
@@ -257,27 +263,32 @@ fn main() -> ExitCode {
     }
 }
 
-/// Waits until every node's keeper has registered it.
-fn wait_registered(world: &World) {
+/// Waits up to 20 s until every node's keeper has registered it: the
+/// nodes still not registered then, if any.
+fn unregistered(world: &World) -> Option<Vec<String>> {
+    let mut missing = Vec::new();
     for _ in 0..200 {
         let out =
             lock(&world.cluster).etcdctl(&["get", "--prefix", "--keys-only", "/chaos/nodes/"]);
         let keys = String::from_utf8_lossy(&out.stdout);
-        if world
+        missing = world
             .nodes
             .iter()
-            .all(|n| keys.contains(&format!("/chaos/nodes/{}/alive", n.name)))
-        {
-            return;
+            .filter(|n| !keys.contains(&format!("/chaos/nodes/{}/alive", n.name)))
+            .map(|n| n.name.clone())
+            .collect();
+        if missing.is_empty() {
+            return None;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("the nodes' keepers did not register them");
+    Some(missing)
 }
 
 /// Every lasting fault undone: links up, keepers resumed, second keepers
-/// stopped, clocks right, members running, space back.
-fn undo_faults(world: &World) {
+/// stopped, clocks right, members running, space back. A node not
+/// registered then, its keeper running, is trouble.
+fn undo_faults(world: &World) -> Vec<String> {
     for node in &world.nodes {
         if node.cut.load(Ordering::SeqCst) {
             node.set_cut(false);
@@ -298,13 +309,25 @@ fn undo_faults(world: &World) {
         );
     }
     faults::clear(world);
-    wait_registered(world);
+    unregistered(world)
+        .into_iter()
+        .flatten()
+        .map(|node| {
+            format!("{node} is not registered once the faults were undone, its keeper running")
+        })
+        .collect()
 }
 
 /// Reads the history and the stores: whether all is well, said.
-fn judge(world: &World, runtimes: &[Runtime], seed: u64, faulty_until: u64) -> bool {
+fn judge(
+    world: &World,
+    runtimes: &[Runtime],
+    trouble: Vec<String>,
+    seed: u64,
+    faulty_until: u64,
+) -> bool {
     let history = world.recorder.history();
-    let mut violations: Vec<String> = Vec::new();
+    let mut violations = trouble;
     let overlaps = checker::overlaps(&history);
     let reclaimed = overlaps.iter().filter(|o| o.reclaimed).count();
     for overlap in overlaps.iter().filter(|o| !o.reclaimed) {
@@ -324,6 +347,19 @@ fn judge(world: &World, runtimes: &[Runtime], seed: u64, faulty_until: u64) -> b
         ) {
             violations.push(format!("    {line}"));
         }
+    }
+    for add in checker::adds_through_fences(&history) {
+        violations.push(format!("an ADD through a fence: {add:?}"));
+    }
+    // A fence needs the registration gone for --dead-for: a lease's TTL,
+    // reclaim's period and --dead-for after the fault began, at most.
+    let slack = (faults::NODE_TTL + faults::DEAD_FOR + 10) * 1_000;
+    let unexplained = checker::unexplained_fences(&history, slack);
+    for fence in &unexplained {
+        violations.push(format!(
+            "reclaimed a live node: {} fenced at {} ms, its link up and its keeper running",
+            fence.target, fence.at
+        ));
     }
     for event in history
         .events
@@ -398,38 +434,19 @@ fn judge(world: &World, runtimes: &[Runtime], seed: u64, faulty_until: u64) -> b
         violations.push(format!("check failed: {check:?}"));
     }
 
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    for event in &history.events {
-        let fault = match event.kind.as_str() {
-            "healed"
-            | "keeper-resumed"
-            | "member-restarted"
-            | "quorum-back"
-            | "space-back"
-            | "second-keeper-stopped"
-            | "clock-right"
-            | "readmitted" => continue,
-            "fenced" => "reclaim",
-            kind => kind,
-        };
-        *kinds.entry(fault).or_default() += 1;
-    }
+    let kinds = figures::faults(&history);
     let faults: usize = kinds.values().sum();
     let operations = history.operations.len();
-    let succeeded = history
-        .operations
-        .iter()
-        .filter(|op| op.succeeded())
-        .count();
-    let per_second = operations as f64 * 1_000.0 / faulty_until.max(1) as f64;
+    let (during, between) = figures::throughput(&history, faulty_until);
     let listed: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let doubled = overlaps.len() - reclaimed;
     for violation in &violations {
         eprintln!("{violation}");
     }
     println!(
-        "chaos seed={seed} {operations} operations ({succeeded} succeeded, {per_second:.1}/s), {faults} faults ({}), doubled {doubled}, leaked {leaked}, lost {lost}; {reclaimed} overlap(s) on nodes reclaim fenced (its price), {} live attachment(s), {sticky} address(es) kept by holds",
+        "chaos seed={seed} {operations} operations ({during:.1}/s succeeded during lasting faults, {between:.1}/s between them), {faults} faults ({}), doubled {doubled}, leaked {leaked}, lost {lost}, live nodes reclaimed {}; {reclaimed} overlap(s) on nodes reclaim fenced (its price), {} live attachment(s), {sticky} address(es) kept by holds",
         listed.join(", "),
+        unexplained.len(),
         live.len()
     );
     violations.is_empty()

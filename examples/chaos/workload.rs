@@ -4,17 +4,21 @@
 //! node to node as a StatefulSet's pods do (one container of a workload at
 //! a time, the next only once the last one's DEL succeeded), and ADDs
 //! that ask for an address. A failed or killed ADD is followed by a DEL,
-//! retried until it succeeds; a node reclaim fenced is drained (every
-//! container deleted) and then readmitted.
+//! retried until it succeeds; a node reclaim fenced tries one more ADD
+//! (which must be refused), is drained (every container deleted) and then
+//! readmitted.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::history::{lock, Operation};
 use crate::nodes::Node;
 use crate::{Rng, World};
+
+/// How long settling may take once every fault is undone.
+const SETTLING: Duration = Duration::from_secs(60);
 
 /// The most containers a node runs at once.
 const MOST: usize = 24;
@@ -38,6 +42,9 @@ pub struct Runtime<'w> {
     /// Containers to delete: a DEL that failed, or one after a failed ADD.
     doomed: Vec<Container>,
     made: usize,
+    /// What went wrong while settling: a DEL, a GC or a readmit that kept
+    /// failing once every fault was undone.
+    pub trouble: Vec<String>,
 }
 
 impl<'w> Runtime<'w> {
@@ -49,6 +56,7 @@ impl<'w> Runtime<'w> {
             live: Vec::new(),
             doomed: Vec::new(),
             made: 0,
+            trouble: Vec::new(),
         }
     }
 
@@ -56,7 +64,10 @@ impl<'w> Runtime<'w> {
     pub fn run(&mut self) {
         while !self.world.stopping() {
             if self.node.fenced.load(Ordering::SeqCst) {
-                self.drain_and_readmit(false);
+                // A kubelet that has not heard of the fence still starts
+                // pods: the fence must refuse its ADD.
+                self.add();
+                self.drain_and_readmit(None);
                 continue;
             }
             if let Some(container) = self.doomed.first().cloned() {
@@ -87,10 +98,19 @@ impl<'w> Runtime<'w> {
     }
 
     /// The end of the run: every container to delete deleted, the node
-    /// readmitted if it is fenced, and a GC with the runtime's true list.
+    /// readmitted if it is fenced, and a GC with the runtime's true list;
+    /// what keeps failing for a minute is trouble.
     pub fn settle(&mut self) {
-        self.drain_and_readmit(true);
+        let give_up = Instant::now() + SETTLING;
+        self.drain_and_readmit(Some(give_up));
         while !self.gc() {
+            if Instant::now() > give_up {
+                self.trouble.push(format!(
+                    "{}: GC kept failing once the faults were undone",
+                    self.node.name
+                ));
+                return;
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -110,17 +130,28 @@ impl<'w> Runtime<'w> {
 
     /// Deletes what must be deleted (every container, if the node is
     /// fenced), retrying each DEL until it succeeds; then readmits a
-    /// fenced node. With `only_doomed` and the node not fenced, the live
-    /// containers stay.
-    fn drain_and_readmit(&mut self, only_doomed: bool) {
+    /// fenced node. While the run goes on (`settling` none), every
+    /// container goes and a readmit is tried until the run stops; while
+    /// it settles, the live containers of a node not fenced stay, and
+    /// what still fails at `settling` is trouble.
+    fn drain_and_readmit(&mut self, settling: Option<Instant>) {
         let fenced = self.node.fenced.load(Ordering::SeqCst);
-        if fenced || !only_doomed {
+        if fenced || settling.is_none() {
             self.doomed.append(&mut self.live);
         }
         while let Some(container) = self.doomed.first().cloned() {
-            if !self.del(&container) {
-                std::thread::sleep(Duration::from_millis(200));
+            if self.del(&container) {
+                continue;
             }
+            if settling.is_some_and(|end| Instant::now() > end) {
+                self.trouble.push(format!(
+                    "{}: the DEL of {} kept failing once the faults were undone",
+                    self.node.name, container.id
+                ));
+                self.doomed.retain(|c| c.id != container.id);
+                continue;
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
         if !self.node.fenced.load(Ordering::SeqCst) {
             return;
@@ -146,8 +177,20 @@ impl<'w> Runtime<'w> {
                 self.node.fenced.store(false, Ordering::SeqCst);
                 return;
             }
-            // Not registered yet (its keeper cut off or stopped): later.
-            std::thread::sleep(Duration::from_millis(300));
+            match settling {
+                // Settling will try again.
+                None if self.world.stopping() => return,
+                Some(end) if Instant::now() > end => {
+                    self.trouble.push(format!(
+                        "{} stays fenced once the faults were undone: {}",
+                        self.node.name,
+                        said.trim()
+                    ));
+                    return;
+                }
+                // Not registered yet (its keeper cut off or stopped): later.
+                _ => std::thread::sleep(Duration::from_millis(300)),
+            }
         }
     }
 
