@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::{Event, History, Operation};
+use crate::history::{History, Operation};
 
 /// An attachment's holding of an address, in milliseconds since the run
 /// began.
@@ -142,10 +142,14 @@ pub fn overlaps(history: &History) -> Vec<Overlap> {
     }
     let fences = fences(history);
     // The price of reclaim: an address the fenced node held from before
-    // its fence was seen, given to another meanwhile.
-    let reclaimed = |holding: &Holding, from: u64, until: u64| {
+    // its fence was seen, given to another only once reclaim had begun,
+    // while the fence stood.
+    let reclaimed = |fenced: &Holding, other: &Holding| {
         fences.iter().any(|f| {
-            f.node == holding.node && holding.asked <= f.seen && f.at < until && from < f.lifted
+            f.node == fenced.node
+                && fenced.asked <= f.seen
+                && other.asked >= f.at
+                && other.asked < f.lifted
         })
     };
     let mut found = Vec::new();
@@ -163,7 +167,7 @@ pub fn overlaps(history: &History) -> Vec<Overlap> {
                 let (from, until) = (second.from, first.ends().min(second.ends()));
                 if from < until {
                     found.push(Overlap {
-                        reclaimed: reclaimed(first, from, until) || reclaimed(second, from, until),
+                        reclaimed: reclaimed(first, second) || reclaimed(second, first),
                         first: first.clone(),
                         second: second.clone(),
                     });
@@ -175,11 +179,13 @@ pub fn overlaps(history: &History) -> Vec<Overlap> {
 }
 
 /// Each fence that nothing explains: a node is reclaimed only once its
-/// registration has been gone for `--dead-for`, which takes its link cut
-/// or its keeper frozen. A fence of a node with no such fault in the
-/// `slack` milliseconds around it was of a live node (a second keeper
-/// that unregistered it, say).
-pub fn unexplained_fences(history: &History, slack: u64) -> Vec<Event> {
+/// registration has been gone for `dead_for` milliseconds, which takes
+/// its link cut or its keeper frozen from at least that long before the
+/// fence was seen, until at most `renewal` milliseconds before its
+/// reclaim began (the keeper registers it again within a renewal). A fence
+/// of a node with no such fault was of a live node (a second keeper that
+/// unregistered it, say).
+pub fn unexplained_fences(history: &History, dead_for: u64, renewal: u64) -> Vec<Fence> {
     let causes: Vec<(&str, u64, u64)> = history
         .events
         .iter()
@@ -199,18 +205,15 @@ pub fn unexplained_fences(history: &History, slack: u64) -> Vec<Event> {
             Some((start.target.as_str(), start.at, ended))
         })
         .collect();
-    history
-        .events
-        .iter()
-        .filter(|fence| fence.kind == "fenced")
+    fences(history)
+        .into_iter()
         .filter(|fence| {
             !causes.iter().any(|(node, from, to)| {
-                *node == fence.target
-                    && *from <= fence.at + slack
-                    && fence.at <= to.saturating_add(slack)
+                *node == fence.node
+                    && from.saturating_add(dead_for) <= fence.seen
+                    && to.saturating_add(renewal) >= fence.at
             })
         })
-        .cloned()
         .collect()
 }
 
@@ -292,6 +295,7 @@ fn sorted(list: &[String]) -> Vec<&String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::Event;
 
     fn op(
         node: &str,
@@ -435,23 +439,36 @@ mod tests {
             operations: vec![],
             events: vec![
                 event("partition", "n1", 1_000),
-                event("healed", "n1", 12_000),
                 event("fenced", "n1", 11_000),
+                event("fence-seen", "n1", 11_500),
+                event("healed", "n1", 12_000),
                 event("keeper-stopped", "n2", 1_000),
                 event("keeper-resumed", "n2", 9_000),
                 event("fenced", "n2", 9_500),
-                // n3 was never cut off; n1 was, but long before.
+                event("fence-seen", "n2", 10_000),
+                // n3 was never cut off; n1 was, but long before; n4 too
+                // short a time before the fence to be gone for dead_for.
                 event("fenced", "n3", 11_000),
+                event("fence-seen", "n3", 11_100),
                 event("fenced", "n1", 60_000),
+                event("fence-seen", "n1", 60_100),
+                event("keeper-stopped", "n4", 20_000),
+                event("fenced", "n4", 21_000),
+                event("fence-seen", "n4", 21_100),
+                event("keeper-resumed", "n4", 30_000),
             ],
         };
-        let found: Vec<(String, u64)> = unexplained_fences(&history, 2_000)
+        let found: Vec<(String, u64)> = unexplained_fences(&history, 4_000, 2_000)
             .into_iter()
-            .map(|e| (e.target, e.at))
+            .map(|f| (f.node, f.at))
             .collect();
         assert_eq!(
             found,
-            [("n3".to_owned(), 11_000), ("n1".to_owned(), 60_000)]
+            [
+                ("n3".to_owned(), 11_000),
+                ("n1".to_owned(), 60_000),
+                ("n4".to_owned(), 21_000)
+            ]
         );
     }
 

@@ -192,13 +192,10 @@ pub fn instant(world: &World, seed: u64) {
 /// report: a reclaim cut short (quorum lost, a full database) may have
 /// fenced a node before it failed, and says nothing then.
 pub fn operator(world: &World) {
-    // The start of the first reclaim since the fences were last read: a
-    // fence found now may date from then.
-    let mut since: Option<u64> = None;
     while !world.stopping() {
         pause(world, 2_000);
-        let started = world.recorder.now();
-        since.get_or_insert(started);
+        // A fence found from now on may date from here.
+        lock(&world.reclaim_since).get_or_insert(world.recorder.now());
         let _ = run(
             world.bin.join("ipam-da-pool").to_str().unwrap(),
             &[
@@ -210,27 +207,40 @@ pub fn operator(world: &World) {
                 "--json",
             ],
         );
-        let Some(fences) = fences(world) else {
-            continue;
-        };
-        let from = since.take().unwrap_or(started);
-        for fenced in world.nodes.iter().filter(|n| fences.contains(&n.name)) {
-            if fenced.fenced.load(Ordering::SeqCst) {
-                continue;
-            }
-            // Recorded before the node hears of it: from here on, its
-            // containers' addresses may be another's.
-            let freed = free_on(world, &fenced.name);
-            world.recorder.event_at(
-                from,
-                "fenced",
-                &fenced.name,
-                &format!("workloads freed: {}", freed.join(", ")),
-            );
-            world.recorder.event("fence-seen", &fenced.name, "");
-            fenced.fenced.store(true, Ordering::SeqCst);
-        }
+        see_fences(world);
     }
+}
+
+/// Reads the fences on etcd and marks each node newly fenced, its
+/// workloads freed, the fence dated from the first reclaim since the last
+/// reading: whether etcd answered. Never while a node's readmit runs, so
+/// that a fence read just before a readmit lifts it is not taken for a
+/// new one.
+pub fn see_fences(world: &World) -> bool {
+    let _readmits = lock(&world.fencing);
+    let Some(fences) = fences(world) else {
+        return false;
+    };
+    let from = lock(&world.reclaim_since)
+        .take()
+        .unwrap_or_else(|| world.recorder.now());
+    for fenced in world.nodes.iter().filter(|n| fences.contains(&n.name)) {
+        if fenced.fenced.load(Ordering::SeqCst) {
+            continue;
+        }
+        // Recorded before the node hears of it: from here on, its
+        // containers' addresses may be another's.
+        let freed = free_on(world, &fenced.name);
+        world.recorder.event_at(
+            from,
+            "fenced",
+            &fenced.name,
+            &format!("workloads freed: {}", freed.join(", ")),
+        );
+        world.recorder.event("fence-seen", &fenced.name, "");
+        fenced.fenced.store(true, Ordering::SeqCst);
+    }
+    true
 }
 
 /// The nodes with a fence on etcd, if etcd answers.

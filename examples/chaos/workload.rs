@@ -143,6 +143,10 @@ impl<'w> Runtime<'w> {
             if self.del(&container) {
                 continue;
             }
+            if settling.is_none() && self.world.stopping() {
+                // Settling goes on with it.
+                return;
+            }
             if settling.is_some_and(|end| Instant::now() > end) {
                 self.trouble.push(format!(
                     "{}: the DEL of {} kept failing once the faults were undone",
@@ -157,6 +161,8 @@ impl<'w> Runtime<'w> {
             return;
         }
         loop {
+            // Never while the fences are read (see faults::see_fences).
+            let fencing = lock(&self.world.fencing);
             // The fence is lifted during the command: counted from its start.
             let started = self.world.recorder.now();
             let out = crate::nodes::run(
@@ -177,6 +183,7 @@ impl<'w> Runtime<'w> {
                 self.node.fenced.store(false, Ordering::SeqCst);
                 return;
             }
+            drop(fencing);
             match settling {
                 // Settling will try again.
                 None if self.world.stopping() => return,
