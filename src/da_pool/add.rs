@@ -39,7 +39,8 @@ pub(super) fn add(
     let mut swept = false;
     // A claim whose answer was lost, if the last one's was.
     let mut unanswered = None;
-    for _ in 0..ATTEMPTS {
+    // One look more than claims: the last claim's answer may be lost too.
+    for attempt in 0..=ATTEMPTS {
         if let Some(allocation) = store.allocation(&owner.node, &owner.id, &owner.ifname)? {
             if holds_all(store, &allocation)? {
                 still_asked(&allocation, &pools, &requested)?;
@@ -55,6 +56,9 @@ pub(super) fn add(
             );
             store.release(&allocation)?;
             continue;
+        }
+        if attempt == ATTEMPTS {
+            break;
         }
         let sticky = settings.sticky.as_ref().zip(owner.workload.as_deref());
         let hold = match sticky {
@@ -815,6 +819,19 @@ mod tests {
         add_for(&store, &raw, "c2", &[]).unwrap();
         assert_eq!(store.held().len(), 4);
         assert_eq!(store.unanswered_claims.get(), ATTEMPTS - 1);
+    }
+
+    #[test]
+    fn the_last_claim_whose_answer_was_lost_is_looked_for_too() {
+        let store = FakeStore::default();
+        let raw = config("1.0.0", pools(), None);
+        // Every claim's answer lost; all but the last lost their race too:
+        // the last one landed, and is the answer.
+        store.losing_claims.set(ATTEMPTS - 1);
+        store.unanswered_claims.set(ATTEMPTS);
+        let given = add_for(&store, &raw, "c1", &[]).unwrap();
+        assert_eq!(store.held().len(), 2, "{given}");
+        assert_eq!(store.unanswered_claims.get(), 0);
     }
 
     #[test]
