@@ -282,10 +282,9 @@ impl Dir {
     }
 
     /// As [`Dir::create`], for writer `writer`: a durable directory's
-    /// temporary file is its own (`.NAME.WRITER.tmp`), so that two kinds
-    /// of writer that may race for one record without a lock (the first
-    /// use pinning a node's name, an installer pinning another) never
-    /// write into each other's.
+    /// temporary file is its own (`.NAME.WRITER.tmp`), so that writers
+    /// that may race for one record without a lock, each with a name of
+    /// its own (the node name's pins), never write into each other's.
     pub fn create_as(&self, name: &str, content: &[u8], writer: &str) -> io::Result<bool> {
         if !self.durable {
             match self.create_link(name, content) {

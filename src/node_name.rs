@@ -3,7 +3,8 @@
 //! so that a renamed host keeps the name its records and its keeper's
 //! registration are under (GC frees only its own node's records, and
 //! `reclaim` takes a silent name for a dead node). The allocator reads it
-//! when `ipam.pool.node` gives none; `ipam-delegated install` pins it.
+//! when `ipam.pool.node` gives none; `ipam-delegated install` and
+//! `ipam-da-pool node-keeper` pin it when given `--node-name`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -65,7 +66,11 @@ pub fn pinned(file: &Path) -> Result<String, NodeNameError> {
     let host = hostname()?;
     let dir = Dir::open_made(dir).map_err(failed)?;
     if dir
-        .create(name, format!("{host}\n").as_bytes())
+        .create_as(
+            name,
+            format!("{host}\n").as_bytes(),
+            &writer().map_err(failed)?,
+        )
         .map_err(failed)?
     {
         tracing::info!(
@@ -80,6 +85,13 @@ pub fn pinned(file: &Path) -> Result<String, NodeNameError> {
             "written by another process, then removed",
         ))
     })
+}
+
+/// A name of this writer's own for the temporary file of a pin: an
+/// installer, a keeper and first ADDs may pin at the same moment, and
+/// none may remove another's temporary file.
+fn writer() -> io::Result<String> {
+    crate::sys::random_hex()
 }
 
 /// The node's name as [`pinned`] gives it, but writing nothing: the name
@@ -120,8 +132,7 @@ fn read_pinned(dir: &Dir, name: &str, file: &Path) -> Result<Option<String>, Nod
 /// an installer that knows the node's name from its orchestrator:
 /// whether it did. The name pinned already is never changed behind the
 /// store's back: the same one is `Ok(false)`, another an error naming
-/// both and what to do. Its temporary file is not a first use's, which
-/// may be pinning the host's name at the same time.
+/// both and what to do.
 pub fn pin(file: &Path, name: &str) -> Result<bool, NodeNameError> {
     if !cni::is_identifier(name) {
         return Err(invalid(format!(
@@ -133,7 +144,11 @@ pub fn pin(file: &Path, name: &str) -> Result<bool, NodeNameError> {
     let failed = |error: io::Error| NodeNameError::from(DirError::io(file, error));
     let dir = Dir::open_made(dir).map_err(failed)?;
     if dir
-        .create_as(base, format!("{name}\n").as_bytes(), "pin")
+        .create_as(
+            base,
+            format!("{name}\n").as_bytes(),
+            &writer().map_err(failed)?,
+        )
         .map_err(failed)?
     {
         return Ok(true);
@@ -245,6 +260,51 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["node-name"]);
+    }
+
+    #[test]
+    fn pins_at_once_and_first_uses_at_once_all_succeed() {
+        // A DaemonSet starts its installer and its keeper together, and
+        // several first ADDs may run at once: none may fail for another's
+        // temporary file.
+        let left = |tmp: &tempfile::TempDir| -> Vec<String> {
+            std::fs::read_dir(tmp.path().join("state"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        };
+        for round in 0..20 {
+            let tmp = tempfile::tempdir().unwrap();
+            let file = tmp.path().join("state/node-name");
+            std::thread::scope(|scope| {
+                let pins: Vec<_> = (0..6)
+                    .map(|_| scope.spawn(|| pin(&file, "node-8")))
+                    .collect();
+                let made: Vec<bool> = pins
+                    .into_iter()
+                    .map(|t| {
+                        t.join()
+                            .unwrap()
+                            .unwrap_or_else(|e| panic!("round {round}: {e}"))
+                    })
+                    .collect();
+                assert_eq!(made.iter().filter(|m| **m).count(), 1, "round {round}");
+            });
+            assert_eq!(left(&tmp), ["node-name"], "round {round}");
+            let tmp = tempfile::tempdir().unwrap();
+            let file = tmp.path().join("state/node-name");
+            std::thread::scope(|scope| {
+                let uses: Vec<_> = (0..6).map(|_| scope.spawn(|| pinned(&file))).collect();
+                for used in uses {
+                    let name = used
+                        .join()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                    assert_eq!(name, hostname().unwrap());
+                }
+            });
+            assert_eq!(left(&tmp), ["node-name"], "round {round}");
+        }
     }
 
     #[test]
