@@ -3,9 +3,9 @@
 //! configuration into a net.d directory, each file whole in one step (a
 //! runtime that reads the directory meanwhile finds the old file or the
 //! new one, never a part of one), leaving a file that is already as it
-//! should be alone; and pins the node's name (`node_name`, which the
-//! allocator reads). What an image's installer (a DaemonSet's init
-//! container) runs on every node.
+//! should be alone; and, before all that, pins the node's name
+//! (`node_name`, which the allocator reads). What an image's installer
+//! (a container of the DaemonSet, beside the keeper) runs on every node.
 
 use std::fs;
 use std::io::{self, Write};
@@ -151,12 +151,16 @@ fn run(options: &Install) -> Result<(), String> {
         let _ = writeln!(out, "{said} {}", options.into.join(name).display());
     }
     if let Some((from, to)) = &options.secrets {
+        // One there already is closed before a secret goes in; one made
+        // here is made 0700.
+        if to.is_dir() {
+            fs::set_permissions(to, fs::Permissions::from_mode(0o700))
+                .map_err(|e| format!("{}: {e}", to.display()))?;
+        }
         for (name, bytes) in secret_files(from)? {
             let said = place(to, 0o700, &name, &bytes, 0o600)?;
             let _ = writeln!(out, "{said} {}", to.join(&name).display());
         }
-        fs::set_permissions(to, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("{}: {e}", to.display()))?;
     }
     if let Some((file, dir)) = &options.conflist {
         let text = fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;

@@ -427,3 +427,51 @@ fn an_upgrade_never_makes_a_runtime_executing_the_plugin_fail() {
         fs::read(old.with_file_name("ipam-da-pool")).unwrap()
     );
 }
+
+#[test]
+#[ignore = "needs strace"]
+fn a_loose_secrets_directory_is_closed_before_a_secret_goes_in() {
+    let Host {
+        work,
+        installer,
+        bin,
+        ..
+    } = Host::new("secrets-order", "bridge");
+    let secret = work.path().join("secret");
+    fs::create_dir_all(&secret).unwrap();
+    fs::write(secret.join("password"), "hunter2").unwrap();
+    let credentials = work.path().join("host/etc/cni/ipam-delegated/etcd");
+    fs::create_dir_all(&credentials).unwrap();
+    fs::set_permissions(&credentials, fs::Permissions::from_mode(0o755)).unwrap();
+    let log = work.path().join("strace.log");
+    let out = Command::new("/usr/bin/strace")
+        .args(["-qq", "-f", "-e", "trace=chmod,fchmodat,openat", "-o"])
+        .arg(&log)
+        .arg(&installer)
+        .arg("install")
+        .args(["--into", bin.to_str().unwrap(), "--secrets"])
+        .arg(&secret)
+        .arg("--secrets-into")
+        .arg(&credentials)
+        .output()
+        .expect("strace runs (./.ci/test installs it)");
+    assert!(out.status.success(), "{out:?}");
+    let calls = fs::read_to_string(&log).unwrap();
+    let dir = credentials.display().to_string();
+    let closed = calls
+        .lines()
+        .position(|l| l.contains(&format!("\"{dir}\", 0700")))
+        .unwrap_or_else(|| panic!("no chmod of {dir} to 0700:\n{calls}"));
+    let written = calls
+        .lines()
+        .position(|l| l.contains(&format!("\"{dir}/.password.install-")) && l.contains("O_CREAT"))
+        .unwrap_or_else(|| panic!("no secret written into {dir}:\n{calls}"));
+    assert!(
+        closed < written,
+        "closed after the secret went in:\n{calls}"
+    );
+    assert_eq!(
+        fs::metadata(&credentials).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+}
