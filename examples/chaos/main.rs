@@ -7,8 +7,8 @@
 //! address held twice (but where reclaim fenced a node: the price of
 //! reclaim, counted apart), nothing leaked, `ipam-da-pool check` clean.
 //! Prints a summary line; exits 1 on any violation, naming it, the
-//! history kept. Needs root, etcd-server, etcd-client, iproute2 and
-//! faketime.
+//! history kept. Needs root, etcd-server, etcd-client, iproute2,
+//! util-linux (nsenter), procps (pkill) and faketime.
 
 mod checker;
 mod cluster;

@@ -1,5 +1,5 @@
 //! The image (deploy/image/Containerfile), built offline with podman from
-//! the static binaries and run as a DaemonSet's init container runs it:
+//! the static binaries and run as the DaemonSet's installer runs it:
 //! the host's directories mounted, it installs the family and the
 //! network's configuration, and a second run changes nothing.
 

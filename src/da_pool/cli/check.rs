@@ -50,7 +50,10 @@ recorded as its own, an address record nothing can free (torn,
 or its attachment or hold gone), an address listed twice, on
 etcd what nodes hold whose keeper's registration has been gone
 for DURATION (15m by default; counted as reclaim counts it) and
-the nodes reclaim fenced, etcd's alarms and a database at 80%
+the nodes reclaim fenced (recording, as reclaim does, when it
+first sees a node gone; if it cannot, it says so, as
+\"unrecorded\" with --json, and reports the rest), etcd's alarms
+and a database at 80%
 of its quota (the database's size and quota are printed too),
 and, with
 FILE (a JSON array of {\"containerID\", \"ifname\"}, as the

@@ -37,7 +37,8 @@ pub(super) const VERB: Verb = Verb {
     help: "\
 Copy this node's reservations of FILE's network from the local
 store under DATADIR into the etcd cluster FILE names, each held
-by the same container, interface and node. One already there is
+by the same container and interface, under FILE's node name. On a
+node reclaim fenced, imports nothing (code 50). One already there is
 left alone; one whose address another holds in etcd is named as
 a conflict (exit status 1). From then on the local store refuses
 new addresses (code 11, try again later) until the node runs

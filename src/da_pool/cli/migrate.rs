@@ -22,11 +22,11 @@ pub(super) const VERB: Verb = Verb {
     ],
     operands: false,
     help: "\
-On etcd: moves the network's attachments that the previous
-version kept under one prefix to their nodes' own prefixes, each
-in one transaction (any node may run it, any number of times,
-with ADDs and DELs going on), then records the layout's version.
-Run it once every node runs this version. Prints what it moved
+On etcd: moves the network's attachments that builds before 0.1.0
+kept under one prefix to their nodes' own prefixes, each in one
+transaction (any node may run it, any number of times, with ADDs
+and DELs going on), then records the layout's version. Run it
+once no node runs such a build any more. Prints what it moved
 (with --dry-run, what it would move). Exit status 1 when a
 record changed meanwhile: run it again.
 ",

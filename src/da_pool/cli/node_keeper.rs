@@ -27,9 +27,12 @@ Keeps this node (ipam.pool.node, or the name pinned at first
 use) registered in the etcd cluster the configuration names: a
 key under a lease of ipam.pool.nodeTTL seconds (60 by default),
 renewed every third of it by a keep-alive that writes nothing.
-While `reclaim` has the node fenced, says so as an error at
-every renewal. Runs until SIGTERM or SIGINT, then withdraws the
-registration and exits 0. Logs to stderr. With --node-name, first
+Several keepers of one node share that key: each registers the
+node only if it is not registered, and checks at every renewal
+(a read, writing nothing) that it still is. While `reclaim` has
+the node fenced, says so as an error at every renewal. Runs
+until SIGTERM or SIGINT, then withdraws the registration if it
+is on its own lease, and exits 0. Logs to stderr. With --node-name, first
 pins NAME as `ipam-delegated install --node-name` does (in
 /var/lib/cni/ipam-da-pool/node-name, or FILE), so that a keeper
 started before the installer takes the node's name from the same

@@ -160,7 +160,8 @@ pub fn listed_by(store: &dyn Store, owner: &Owner) -> Result<Vec<Addr>, PoolErro
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// Locked while in use (the local store's lock; etcd's transactions
-    /// need none): DEL, CHECK, GC, STATUS, and each step of `release`.
+    /// need none): DEL (but a durable one), CHECK, GC, STATUS, and each
+    /// step of `release`.
     Locked,
     /// Locked, and what it removes synced to the disk before it counts
     /// (etcd's always is): the DEL of an address the runtime keeps across
