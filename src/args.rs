@@ -401,6 +401,20 @@ pub fn assert_synopses(program: &Program) {
     }
 }
 
+/// How an operator's verb ends: exit 0 when all went well, 1 when
+/// something is left to settle (or nothing matched) or an error stopped
+/// it, said on stderr as `PROGRAM: ERROR (code N)`.
+pub fn finish<E: cni::Reportable>(program: &str, outcome: Result<bool, E>) -> ExitCode {
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "{program}: {e} (code {})", e.code());
+            ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

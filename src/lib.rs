@@ -31,5 +31,6 @@ pub mod logging;
 mod netd;
 mod node_name;
 mod pools;
+mod secret;
 mod signals;
 mod sys;

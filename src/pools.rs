@@ -289,6 +289,28 @@ pub fn requested_by_runtime(env: &Environment, net: &NetConf) -> Result<Vec<Addr
     Ok(asked)
 }
 
+/// The attachments a GC must keep: `cni.dev/valid-attachments`, which a
+/// runtime always sends (an empty list included); without it, or with an
+/// entry that is not `{"containerID", "ifname"}`, nothing is freed (code 7)
+/// rather than everything.
+pub fn valid_attachments(net: &NetConf) -> Result<Vec<(String, String)>, Error> {
+    let raw = net.member("cni.dev/valid-attachments").ok_or_else(|| {
+        invalid("GC needs \"cni.dev/valid-attachments\", the attachments to keep".into())
+    })?;
+    let list: Vec<Value> = serde_json::from_str(raw.get())
+        .map_err(|_| invalid("\"cni.dev/valid-attachments\" must be an array".into()))?;
+    list.iter()
+        .map(|a| {
+            let field = |name: &str| a.get(name).and_then(Value::as_str).map(String::from);
+            field("containerID").zip(field("ifname")).ok_or_else(|| {
+                invalid(format!(
+                    "\"cni.dev/valid-attachments\" holds {a}, which is not {{\"containerID\", \"ifname\"}}"
+                ))
+            })
+        })
+        .collect()
+}
+
 /// An address, with or without a prefix length.
 fn parse_address(text: &str) -> Option<Addr> {
     let address = text.split_once('/').map_or(text, |(address, _)| address);

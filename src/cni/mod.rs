@@ -23,5 +23,5 @@ pub use env::{
 };
 pub use error::{code, error_object, Error, Reportable};
 pub use json::{check_object, is_object, string, Members};
-pub use result::{in_version, ConversionError};
+pub use result::{in_version, ips_after, ConversionError};
 pub use version::{check_command, supported, version_result, NEWEST, SUPPORTED};

@@ -1,8 +1,13 @@
 //! The ADD reply in the configuration's spec version: a result printed in
 //! another version is converted as libcni converts results, and every
-//! member the conversion does not touch is kept as written, in its place.
+//! member the conversion does not touch is kept as written, in its place;
+//! and the `ips` of an allocator's result, its own added to those of the
+//! previous result, each entry in the version's shape.
+
+use std::net::IpAddr;
 
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use super::error::{code, Reportable};
 use super::json::{self, push_member, Members};
@@ -153,6 +158,51 @@ fn ip_version(entry: &Members) -> Option<&'static str> {
         std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some(),
     };
     Some(if v4 { "\"4\"" } else { "\"6\"" })
+}
+
+/// The `ips` of a result that adds `ours` (entries without `version`)
+/// to those of `previous` (the previous result, or null): an earlier
+/// delegate's entries stay, one of ours it listed too is listed once, as
+/// ours; before 1.0.0 each entry says its IP `version`, first, and from
+/// 1.0.0 none does.
+pub fn ips_after(previous: &Value, ours: Vec<Map<String, Value>>, cni_version: &str) -> Value {
+    let legacy = matches!(cni_version, "0.3.0" | "0.3.1" | "0.4.0");
+    let mine: Vec<Option<IpAddr>> = ours.iter().map(address_of).collect();
+    let earlier = previous["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object)
+        .filter(|ip| !mine.contains(&address_of(ip)) || address_of(ip).is_none())
+        .cloned();
+    let ips = earlier
+        .chain(ours)
+        .map(|ip| Value::Object(in_shape(ip, legacy)))
+        .collect();
+    Value::Array(ips)
+}
+
+/// The address of an `ips` entry (`ADDRESS/PREFIX`).
+fn address_of(ip: &Map<String, Value>) -> Option<IpAddr> {
+    let text = ip.get("address")?.as_str()?;
+    let address = text.split_once('/').map_or(text, |(address, _)| address);
+    address.parse().ok()
+}
+
+/// An `ips` entry in the shape of its version.
+fn in_shape(mut ip: Map<String, Value>, legacy: bool) -> Map<String, Value> {
+    ip.remove("version");
+    if !legacy {
+        return ip;
+    }
+    let version = match address_of(&ip) {
+        Some(IpAddr::V6(_)) => "6",
+        _ => "4",
+    };
+    let mut shaped = Map::new();
+    shaped.insert("version".into(), Value::from(version));
+    shaped.extend(ip);
+    shaped
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use add::add;
 use settings::Settings;
 use status::status;
 use store::{Access, Owner, Stores};
-use teardown::{check, del, gc, nothing_held, valid_attachments};
+use teardown::{check, del, gc, nothing_held};
 
 pub use error::PoolError;
 
@@ -94,7 +94,7 @@ impl Plugin for Allocator {
 
     fn gc(&self, _env: &Environment, net: NetConf) -> Result<(), PoolError> {
         let settings = Settings::store_only(&net)?;
-        let valid = valid_attachments(&net)?;
+        let valid = pools::valid_attachments(&net)?;
         match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
             Some(store) => gc(&*store, &valid, &settings),
             None => Ok(()),

@@ -97,28 +97,6 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
     Ok(())
 }
 
-/// The attachments a GC must keep: `cni.dev/valid-attachments`, which a
-/// runtime always sends (an empty list included); without it, or with an
-/// entry that is not `{"containerID", "ifname"}`, nothing is freed (code 7)
-/// rather than everything.
-pub(super) fn valid_attachments(net: &NetConf) -> Result<Vec<(String, String)>, PoolError> {
-    let raw = net.member("cni.dev/valid-attachments").ok_or_else(|| {
-        invalid("GC needs \"cni.dev/valid-attachments\", the attachments to keep".into())
-    })?;
-    let list: Vec<Value> = serde_json::from_str(raw.get())
-        .map_err(|_| invalid("\"cni.dev/valid-attachments\" must be an array".into()))?;
-    list.iter()
-        .map(|a| {
-            let field = |name: &str| a.get(name).and_then(Value::as_str).map(String::from);
-            field("containerID").zip(field("ifname")).ok_or_else(|| {
-                invalid(format!(
-                    "\"cni.dev/valid-attachments\" holds {a}, which is not {{\"containerID\", \"ifname\"}}"
-                ))
-            })
-        })
-        .collect()
-}
-
 /// GC (CNI 1.1): frees what this node's attachments hold that the runtime
 /// no longer lists as valid; another node's are its own runtime's
 /// business. An attachment younger than the grace is kept: its ADD may
@@ -158,6 +136,7 @@ mod tests {
     use crate::cni::Reportable;
     use crate::da_pool::store::fake_store::FakeStore;
     use crate::da_pool::testing::*;
+    use crate::pools::valid_attachments;
     use serde_json::json;
 
     #[test]

@@ -7,7 +7,6 @@
 //! try again later; a refusal that waiting would not change is not.
 
 mod base64;
-mod connection;
 mod settings;
 
 use std::cell::RefCell;
@@ -18,8 +17,8 @@ use rustls::ClientConfig;
 use serde_json::{json, Value};
 
 use crate::cni::{self, code, Reportable};
+use crate::http::client::{self as connection, Connection};
 use base64::{decode, encode};
-use connection::Connection;
 pub use settings::EtcdSettings;
 
 /// How the etcd cluster fails a call, or a client cannot be made.
@@ -183,7 +182,7 @@ impl EtcdClient {
             None => None,
             Some((user, file)) => Some((
                 user.clone(),
-                settings::read_password(file).map_err(|reason| {
+                crate::secret::read(file).map_err(|reason| {
                     invalid(format!("\"ipam.pool.etcd.passwordFile\": {reason}"))
                 })?,
             )),

@@ -2,14 +2,12 @@
 //! the key prefix, TLS with a client certificate, the timeout of a call,
 //! the user to sign in as and its password's file.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore};
 use serde_json::Value;
+
+use crate::http::tls::TlsFiles;
 
 /// How long one call may take unless the settings say.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,16 +51,6 @@ pub struct Endpoint {
     pub port: u16,
     /// Whether it speaks HTTPS.
     pub tls: bool,
-}
-
-/// PEM files: the CA that signed the members' certificates, and this
-/// client's certificate and key, when the cluster asks for one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The CA's certificate(s).
-    pub ca: PathBuf,
-    /// This client's certificate and key, if the cluster asks for one.
-    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 impl EtcdSettings {
@@ -203,96 +191,6 @@ impl Endpoint {
     }
 }
 
-impl TlsFiles {
-    fn parse(value: &Value) -> Result<TlsFiles, String> {
-        let keys = ["ca", "cert", "key"];
-        if let Some(key) = value
-            .as_object()
-            .ok_or("\"tls\" must be an object")?
-            .keys()
-            .find(|k| !keys.contains(&k.as_str()))
-        {
-            return Err(format!(
-                "unknown key \"tls.{key}\": \"tls\" has \"ca\", \"cert\", \"key\""
-            ));
-        }
-        let path = |key: &str| -> Result<Option<PathBuf>, String> {
-            match value.get(key) {
-                None => Ok(None),
-                Some(Value::String(path)) => Ok(Some(path.into())),
-                Some(other) => Err(format!("\"tls.{key}\" must be a file's path, not {other}")),
-            }
-        };
-        let ca = path("ca")?.ok_or(
-            "\"tls\" needs \"ca\", the file of the CA that signed the members' certificates",
-        )?;
-        let client = match (path("cert")?, path("key")?) {
-            (Some(cert), Some(key)) => Some((cert, key)),
-            (None, None) => None,
-            _ => return Err("\"tls.cert\" and \"tls.key\" go together".into()),
-        };
-        Ok(TlsFiles { ca, client })
-    }
-
-    /// The TLS client configuration these files make: the CA the only
-    /// root trusted, the client certificate presented if there is one.
-    pub(super) fn load(&self) -> Result<Arc<ClientConfig>, String> {
-        let read_failed =
-            |path: &PathBuf, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-        let mut roots = RootCertStore::empty();
-        for cert in
-            CertificateDer::pem_file_iter(&self.ca).map_err(|e| read_failed(&self.ca, &e))?
-        {
-            let cert = cert.map_err(|e| read_failed(&self.ca, &e))?;
-            roots.add(cert).map_err(|e| read_failed(&self.ca, &e))?;
-        }
-        if roots.is_empty() {
-            return Err(format!("{}: no certificate in it", self.ca.display()));
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots);
-        let config = match &self.client {
-            None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
-                let chain = CertificateDer::pem_file_iter(cert)
-                    .map_err(|e| read_failed(cert, &e))?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| read_failed(cert, &e))?;
-                let key_der =
-                    PrivateKeyDer::from_pem_file(key).map_err(|e| read_failed(key, &e))?;
-                builder
-                    .with_client_auth_cert(chain, key_der)
-                    .map_err(|e| read_failed(cert, &e))?
-            }
-        };
-        Ok(Arc::new(config))
-    }
-}
-
-/// The password in `file`, which no other user may read: a world-readable
-/// password would be anyone's on the node.
-pub(super) fn read_password(file: &Path) -> Result<String, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let metadata = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let mode = metadata.permissions().mode() & 0o777;
-    if mode & 0o007 != 0 {
-        return Err(format!(
-            "{}: others may read or write it (mode {mode:o}): make it readable by its owner only (chmod 600)",
-            file.display()
-        ));
-    }
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    // A file written by `echo` ends with a newline the password does not have.
-    let password = text.strip_suffix('\n').unwrap_or(&text);
-    if password.is_empty() {
-        return Err(format!("{}: it is empty", file.display()));
-    }
-    Ok(password.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,18 +273,5 @@ mod tests {
         }
         // Without a password, plain HTTP is the operator's choice.
         assert!(EtcdSettings::parse(&json!({"endpoints": ["http://10.0.0.6:2379"]})).is_ok());
-    }
-
-    #[test]
-    fn a_password_file_others_can_read_is_refused() {
-        use std::os::unix::fs::PermissionsExt;
-        let tmp = tempfile::tempdir().unwrap();
-        let file = tmp.path().join("password");
-        std::fs::write(&file, "secret\n").unwrap();
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(read_password(&file).unwrap(), "secret");
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = read_password(&file).unwrap_err();
-        assert!(e.contains("others may read or write it (mode 644)"), "{e}");
     }
 }

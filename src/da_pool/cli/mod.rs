@@ -30,7 +30,7 @@ use super::settings::{invalid, parse_duration, Settings};
 use super::store::{Access, Allocation, Owner, PoolAddress, Store, Stores, WorkloadHold};
 use crate::addr::Addr;
 use crate::args::Program;
-use crate::cni::{NetConf, Reportable};
+use crate::cni::NetConf;
 use crate::etcd::EtcdClient;
 use crate::netd;
 
@@ -230,14 +230,7 @@ fn local_only(config: &Path, verb: &str) -> PoolError {
 /// Exit 0 when all went well, 1 when something is left to settle or an
 /// error (said on stderr, with its CNI code) stopped the command.
 fn finish(outcome: Result<bool, PoolError>) -> ExitCode {
-    match outcome {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "ipam-da-pool: {e} (code {})", e.code());
-            ExitCode::FAILURE
-        }
-    }
+    crate::args::finish("ipam-da-pool", outcome)
 }
 
 #[cfg(test)]

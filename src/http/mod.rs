@@ -1,10 +1,14 @@
-//! Just enough HTTP/1.1 for the two peers the plugins talk to: a server
+//! Just enough HTTP/1.1 for the peers the plugins talk to: a server
 //! answering Docker's plugin client (a request's method, path and body,
-//! and an answer) and a client of etcd's JSON gateway (a POST, and its
-//! answer's status and body). Both sides frame messages the same way: a
-//! start line, headers, a body sized by Content-Length or chunked, on a
-//! connection that may be kept alive; every line, header count and body
-//! bounded.
+//! and an answer) and a client of etcd's JSON gateway and of a network
+//! controller's REST API (a request, and its answer's status, headers and
+//! body: [`client`], over TLS with [`tls`]). Both sides frame messages the
+//! same way: a start line, headers, a body sized by Content-Length or
+//! chunked, on a connection that may be kept alive; every line, header
+//! count and body bounded.
+
+pub mod client;
+pub mod tls;
 
 use std::io::{self, BufRead, Read, Write};
 
@@ -41,12 +45,35 @@ pub enum Status {
     NotFound,
 }
 
-/// What a message's headers say of its body and its connection.
+/// What a message's headers say of its body and its connection, and all
+/// of them as they came.
 struct Head {
     length: Option<usize>,
     chunked: bool,
     /// `Connection: close` (`Some(true)`) or `keep-alive` (`Some(false)`).
     close: Option<bool>,
+    headers: Vec<(String, String)>,
+}
+
+/// An answer a client read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    /// Its headers, names as sent, values trimmed.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Whether the server closes the connection after it.
+    pub close: bool,
+}
+
+impl Answer {
+    /// The value of header `name` (any case), if the answer has it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
 }
 
 /// Reads the next request from `input`; `None` when the client closed
@@ -102,36 +129,36 @@ pub fn write_response(
     out.flush()
 }
 
-/// Writes a GET of `path` on `host`, the connection kept.
-pub fn write_get(out: &mut impl Write, host: &str, path: &str) -> io::Result<()> {
-    out.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())?;
-    out.flush()
-}
-
-/// Writes a POST of JSON `body` to `path` on `host`, the connection kept,
-/// with an `Authorization` header if one is given.
-pub fn write_post(
+/// Writes a request for `path` on `host`, the connection kept, with
+/// `headers` and, if there is one, a JSON `body`.
+pub fn write_request(
     out: &mut impl Write,
+    method: &str,
     host: &str,
     path: &str,
-    authorization: Option<&str>,
-    body: &[u8],
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
 ) -> io::Result<()> {
-    let authorization =
-        authorization.map_or(String::new(), |value| format!("Authorization: {value}\r\n"));
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if let Some(body) = body {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    head.push_str("\r\n");
     out.write_all(head.as_bytes())?;
-    out.write_all(body)?;
+    out.write_all(body.unwrap_or_default())?;
     out.flush()
 }
 
-/// Reads an answer: its status and its body. The connection closing
-/// before it is whole is an `UnexpectedEof` error; an answer that breaks
-/// the rules or the limits, `InvalidData`.
-pub fn read_response(input: &mut impl BufRead, limits: Limits) -> io::Result<(u16, Vec<u8>)> {
+/// Reads an answer whole: its status, headers and body. The connection
+/// closing before it is whole is an `UnexpectedEof` error; an answer that
+/// breaks the rules or the limits, `InvalidData`.
+pub fn read_answer(input: &mut impl BufRead, limits: Limits) -> io::Result<Answer> {
     let line = read_line(input, limits)?
         .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the connection closed"))?;
     let status: u16 = line
@@ -139,14 +166,21 @@ pub fn read_response(input: &mut impl BufRead, limits: Limits) -> io::Result<(u1
         .nth(1)
         .and_then(|code| code.parse().ok())
         .ok_or_else(|| invalid(format!("not an HTTP answer: {line:?}")))?;
-    let head = read_head(input, limits)?;
+    let mut head = read_head(input, limits)?;
     // An answer read up to the connection's end would not let it be kept.
-    let length = match (head.length, head.chunked) {
-        (Some(length), _) => length,
-        (None, true) => 0,
+    // 204 and 304 have no body, whatever their headers say.
+    let body = match (head.length, head.chunked) {
+        _ if status == 204 || status == 304 => Vec::new(),
+        (Some(length), _) => read_body(input, &head, length, limits)?,
+        (None, true) => read_body(input, &head, 0, limits)?,
         (None, false) => return Err(invalid("an answer with neither length nor chunks".into())),
     };
-    Ok((status, read_body(input, &head, length, limits)?))
+    Ok(Answer {
+        status,
+        headers: std::mem::take(&mut head.headers),
+        body,
+        close: head.close.unwrap_or(false),
+    })
 }
 
 /// The header lines, up to the empty line that ends them.
@@ -155,6 +189,7 @@ fn read_head(input: &mut impl BufRead, limits: Limits) -> io::Result<Head> {
         length: None,
         chunked: false,
         close: None,
+        headers: Vec::new(),
     };
     for _ in 0..=limits.headers {
         let line =
@@ -166,6 +201,7 @@ fn read_head(input: &mut impl BufRead, limits: Limits) -> io::Result<Head> {
             .split_once(':')
             .ok_or_else(|| invalid(format!("not a header: {line:?}")))?;
         let value = value.trim();
+        head.headers.push((name.to_owned(), value.to_owned()));
         if name.eq_ignore_ascii_case("content-length") {
             let n: usize = value
                 .parse()
@@ -357,15 +393,11 @@ mod tests {
     #[test]
     fn an_answer_is_read_by_its_length_or_its_chunks_and_a_broken_one_refused() {
         let mut two = io::Cursor::new(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n"[..]);
-        assert_eq!(
-            read_response(&mut two, LIMITS).unwrap(),
-            (200, b"{}".to_vec())
-        );
-        assert_eq!(
-            read_response(&mut two, LIMITS).unwrap(),
-            (503, b"{\"a\":1}".to_vec())
-        );
-        let closed = read_response(&mut two, LIMITS).unwrap_err();
+        let first = read_answer(&mut two, LIMITS).unwrap();
+        assert_eq!((first.status, first.body), (200, b"{}".to_vec()));
+        let second = read_answer(&mut two, LIMITS).unwrap();
+        assert_eq!((second.status, second.body), (503, b"{\"a\":1}".to_vec()));
+        let closed = read_answer(&mut two, LIMITS).unwrap_err();
         assert_eq!(closed.kind(), io::ErrorKind::UnexpectedEof);
         for bad in [
             &b"HTTP/1.1 200 OK\r\n\r\n"[..],
@@ -374,24 +406,49 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{}",
             b"HTTP/1.1 200 OK\r\nContent-",
         ] {
-            let e = read_response(&mut io::Cursor::new(bad), LIMITS);
+            let e = read_answer(&mut io::Cursor::new(bad), LIMITS);
             assert!(e.is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
     #[test]
-    fn a_post_says_its_length() {
+    fn a_request_says_its_headers_and_its_length() {
         let mut out = Vec::new();
-        write_post(&mut out, "127.0.0.1", "/v3/kv/range", None, b"{}").unwrap();
+        write_request(
+            &mut out,
+            "POST",
+            "127.0.0.1",
+            "/v3/kv/range",
+            &[],
+            Some(b"{}"),
+        )
+        .unwrap();
         assert_eq!(
             out,
             b"POST /v3/kv/range HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
         );
         let mut out = Vec::new();
-        write_get(&mut out, "h", "/metrics").unwrap();
+        write_request(&mut out, "GET", "h", "/metrics", &[], None).unwrap();
         assert_eq!(out, b"GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n");
         let mut out = Vec::new();
-        write_post(&mut out, "h", "/p", Some("tok.1"), b"{}").unwrap();
-        assert!(out.starts_with(b"POST /p HTTP/1.1\r\nHost: h\r\nAuthorization: tok.1\r\n"));
+        let token = [("X-Auth-Token", "tok.1")];
+        write_request(&mut out, "DELETE", "h", "/p", &token, None).unwrap();
+        assert_eq!(
+            out,
+            b"DELETE /p HTTP/1.1\r\nHost: h\r\nX-Auth-Token: tok.1\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn an_answer_keeps_its_headers_and_a_204_has_no_body() {
+        let answer = read_answer(
+            &mut io::Cursor::new(&b"HTTP/1.1 204 No Content\r\nDate: Thu, 26 Nov 2026 18:00:00 GMT\r\nConnection: close\r\n\r\n"[..]),
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!(answer.status, 204);
+        assert!(answer.body.is_empty() && answer.close);
+        assert_eq!(answer.header("date"), Some("Thu, 26 Nov 2026 18:00:00 GMT"));
+        assert_eq!(answer.header("X-Subject-Token"), None);
     }
 }

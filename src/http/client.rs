@@ -1,7 +1,7 @@
-//! A connection to one etcd member's JSON gateway, plain or TLS (with a
-//! client certificate), kept alive from one POST to the next, each bounded
-//! as a whole by a deadline: the name's lookup, the connection, every
-//! read and write.
+//! A client's connection to one server (an etcd member's JSON gateway, a
+//! network controller's API), plain or TLS (with a client certificate),
+//! kept alive from one request to the next, each bounded as a whole by a
+//! deadline: the name's lookup, the connection, every read and write.
 
 use std::io::{self, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
-use crate::http;
+use crate::http::{self, Answer};
 
-/// What an answer may be: a page of keys is far smaller than its body's
-/// limit, and a larger one is a broken peer.
+/// What an answer may be: a page of keys, or of ports, is far smaller
+/// than its body's limit, and a larger one is a broken peer.
 const LIMITS: http::Limits = http::Limits {
     line: 64 * 1024,
     headers: 128,
@@ -116,8 +116,32 @@ impl Connection {
         })
     }
 
-    /// POSTs `body` to `path`, with `token` if one is given, and reads the
-    /// answer before `deadline`: its status and its body.
+    /// Sends a `method` request for `path`, with `headers` and a JSON
+    /// `body` if one is given, and reads the answer before `deadline`.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+        deadline: Instant,
+    ) -> io::Result<Answer> {
+        remaining(deadline)?;
+        self.stream.get_mut().deadline = deadline;
+        http::write_request(
+            self.stream.get_mut(),
+            method,
+            &self.host,
+            path,
+            headers,
+            body,
+        )?;
+        http::read_answer(&mut self.stream, LIMITS)
+    }
+
+    /// POSTs `body` to `path`, with `token` as its `Authorization` if one
+    /// is given, and reads the answer before `deadline`: its status and
+    /// its body.
     pub fn post(
         &mut self,
         path: &str,
@@ -125,21 +149,17 @@ impl Connection {
         body: &[u8],
         deadline: Instant,
     ) -> io::Result<(u16, Vec<u8>)> {
-        remaining(deadline)?;
-        self.stream.get_mut().deadline = deadline;
-        http::write_post(self.stream.get_mut(), &self.host, path, token, body)?;
-        http::read_response(&mut self.stream, LIMITS)
+        let authorization: Vec<(&str, &str)> =
+            token.map(|t| ("Authorization", t)).into_iter().collect();
+        let answer = self.request("POST", path, &authorization, Some(body), deadline)?;
+        Ok((answer.status, answer.body))
     }
-}
 
-impl Connection {
     /// GETs `path` and reads the answer before `deadline`: its status and
     /// its body (the member's `/metrics`, say).
     pub fn get(&mut self, path: &str, deadline: Instant) -> io::Result<(u16, Vec<u8>)> {
-        remaining(deadline)?;
-        self.stream.get_mut().deadline = deadline;
-        http::write_get(self.stream.get_mut(), &self.host, path)?;
-        http::read_response(&mut self.stream, LIMITS)
+        let answer = self.request("GET", path, &[], None, deadline)?;
+        Ok((answer.status, answer.body))
     }
 }
 
@@ -192,7 +212,7 @@ fn lookup(host: &str, port: u16, deadline: Instant) -> io::Result<Vec<SocketAddr
     let (answer, answered) = std::sync::mpsc::channel();
     let name = host.to_owned();
     std::thread::Builder::new()
-        .name("etcd-lookup".into())
+        .name("http-lookup".into())
         .spawn(move || {
             let found = (name.as_str(), port)
                 .to_socket_addrs()
