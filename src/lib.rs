@@ -16,6 +16,7 @@ pub mod cni;
 pub mod skel;
 
 // The plugins, each in the module named as it is, and the Docker driver.
+pub mod da_neutron;
 pub mod da_pool;
 pub mod delegated;
 pub mod docker;

@@ -2,6 +2,7 @@
 //! built plugin run against it, and what each delegate recorded.
 
 pub mod etcd;
+pub mod neutron;
 
 use std::collections::HashMap;
 use std::fs;
@@ -17,6 +18,8 @@ pub const PLUGIN: &str = env!("CARGO_BIN_EXE_ipam-delegated");
 /// The selector and the allocator, built with it.
 pub const SELECTOR: &str = env!("CARGO_BIN_EXE_ipam-ds-static");
 pub const ALLOCATOR: &str = env!("CARGO_BIN_EXE_ipam-da-pool");
+/// The allocator whose addresses are a network controller's ports.
+pub const PORT_ALLOCATOR: &str = env!("CARGO_BIN_EXE_ipam-da-neutron");
 
 pub use tempfile::TempDir;
 
@@ -329,6 +332,13 @@ impl Stack {
     pub fn with_pool_plugins(self) -> Stack {
         self.link("ipam-ds-static", Path::new(SELECTOR));
         self.link("ipam-da-pool", Path::new(ALLOCATOR));
+        self
+    }
+
+    /// Adds the crate's selector and port allocator under their names.
+    pub fn with_neutron_plugins(self) -> Stack {
+        self.link("ipam-ds-static", Path::new(SELECTOR));
+        self.link("ipam-da-neutron", Path::new(PORT_ALLOCATOR));
         self
     }
 

@@ -1,0 +1,17 @@
+//! ipam-da-neutron: the allocation delegate whose addresses are ports of
+//! a network controller (OpenStack Networking's port API); run by hand,
+//! its command line is an operator's (show, release).
+
+use std::process::ExitCode;
+
+use ipam_delegated::da_neutron::{self, PortAllocator};
+use ipam_delegated::{logging, skel};
+
+fn main() -> ExitCode {
+    logging::init("ipam-da-neutron");
+    // Concurrent invocations share the log file; the pid tells them apart.
+    let _invocation = tracing::debug_span!("ipam-da-neutron", pid = std::process::id()).entered();
+    skel::serve(&PortAllocator, || {
+        da_neutron::command_line(std::env::args_os().skip(1))
+    })
+}

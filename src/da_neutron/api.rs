@@ -1,0 +1,595 @@
+//! The controller's port API, as OpenStack Networking (Neutron) has it:
+//! ports created, read, listed and deleted, subnets and a network's free
+//! addresses read; over one kept-alive connection, every call of an
+//! invocation bounded by one deadline (`ipam.neutron.timeout`), and each
+//! failure told in the controller's own words under the code it deserves.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::ClientConfig;
+use serde_json::{json, Value};
+
+use super::error::NeutronError;
+use super::settings::{invalid, Settings};
+use crate::addr::Addr;
+use crate::http::client::Connection;
+use crate::http::Answer;
+
+/// How long to wait between two reads of a port whose addresses are not
+/// filled yet (a controller that fills them later, as Mizar-MP's does).
+const POLL_EVERY: Duration = Duration::from_millis(200);
+
+/// One port, as far as the plugin reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    pub id: String,
+    pub name: String,
+    pub device_id: String,
+    pub device_owner: String,
+    /// Its addresses, each with its subnet.
+    pub fixed_ips: Vec<(String, Addr)>,
+    pub tags: Vec<String>,
+    /// When the controller made it, by the controller's clock (RFC 3339).
+    pub created_at: Option<String>,
+}
+
+/// One subnet, as a result needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subnet {
+    pub id: String,
+    pub network_id: String,
+    /// Its prefix, whose length each address's result entry carries.
+    pub cidr: crate::addr::Subnet,
+    pub gateway: Option<Addr>,
+    /// The ranges it gives addresses from, first and last.
+    pub allocation_pools: Vec<(Addr, Addr)>,
+    /// `(destination, nexthop)`.
+    pub host_routes: Vec<(String, String)>,
+    pub dns_nameservers: Vec<String>,
+}
+
+/// The controller, for one invocation.
+pub struct Controller {
+    url: super::settings::Url,
+    tls: Option<Arc<ClientConfig>>,
+    token: Option<String>,
+    deadline: Instant,
+    timeout: Duration,
+    connection: RefCell<Option<Connection>>,
+    /// The `Date` of the last answer: the controller's clock.
+    date: RefCell<Option<String>>,
+}
+
+impl Controller {
+    /// The controller `settings` name; its TLS files and token read now.
+    pub fn open(settings: &Settings) -> Result<Controller, NeutronError> {
+        let tls = match &settings.tls {
+            None => None,
+            Some(files) => Some(
+                files
+                    .load()
+                    .map_err(|e| invalid(format!("\"ipam.neutron.tls\": {e}")))?,
+            ),
+        };
+        Ok(Controller {
+            url: settings.url.clone(),
+            tls: tls.filter(|_| settings.url.tls),
+            token: settings.token()?,
+            deadline: Instant::now() + settings.timeout,
+            timeout: settings.timeout,
+            connection: RefCell::new(None),
+            date: RefCell::new(None),
+        })
+    }
+
+    /// The API's root, for messages.
+    pub fn url(&self) -> String {
+        self.url.to_string()
+    }
+
+    /// The controller's clock at its last answer (its `Date` header).
+    pub fn date(&self) -> Option<String> {
+        self.date.borrow().clone()
+    }
+
+    /// Creates a port from `body` (the members of `port`).
+    pub fn create_port(&self, body: &Value, what: &str) -> Result<Port, NeutronError> {
+        let call = "creating a port";
+        let answer = self.call("POST", "/ports", Some(&json!({ "port": body })), call)?;
+        match answer.status {
+            200 | 201 => {
+                Port::parse(&json_of(&answer)?["port"]).ok_or_else(|| self.garbled(call, &answer))
+            }
+            _ => Err(self.failure(call, &answer, what)),
+        }
+    }
+
+    /// The port `id`, `None` if it is gone.
+    pub fn port(&self, id: &str) -> Result<Option<Port>, NeutronError> {
+        let call = format!("reading port {id}");
+        let answer = self.call("GET", &format!("/ports/{id}"), None, &call)?;
+        match answer.status {
+            200 => Port::parse(&json_of(&answer)?["port"])
+                .map(Some)
+                .ok_or_else(|| self.garbled(&call, &answer)),
+            404 => Ok(None),
+            _ => Err(self.failure(&call, &answer, &format!("port {id}"))),
+        }
+    }
+
+    /// Reads port `created` again until its addresses are filled, or the
+    /// time is up.
+    pub fn filled(&self, mut created: Port) -> Result<Port, NeutronError> {
+        while created.fixed_ips.is_empty() {
+            if Instant::now() + POLL_EVERY >= self.deadline {
+                return Err(NeutronError::Unreachable {
+                    url: self.url(),
+                    call: format!("waiting for port {} to get its addresses", created.id),
+                    reason: format!("none within the timeout of {:?}", self.timeout),
+                });
+            }
+            std::thread::sleep(POLL_EVERY);
+            created = self
+                .port(&created.id)?
+                .ok_or_else(|| NeutronError::Missing {
+                    what: format!("port {}, made a moment ago,", created.id),
+                    url: self.url(),
+                    message: "it was deleted while its addresses were awaited".into(),
+                })?;
+        }
+        Ok(created)
+    }
+
+    /// The ports the `filters` select, as the controller lists them. A
+    /// controller that ignores filters (Mizar-MP's) lists more: callers
+    /// select again from what comes.
+    pub fn ports(&self, filters: &[(&str, &str)]) -> Result<Vec<Port>, NeutronError> {
+        let query: Vec<String> = filters
+            .iter()
+            .map(|(key, value)| format!("{}={}", encode(key), encode(value)))
+            .collect();
+        let path = match query.is_empty() {
+            true => "/ports".to_owned(),
+            false => format!("/ports?{}", query.join("&")),
+        };
+        let call = "listing ports";
+        let answer = self.call("GET", &path, None, call)?;
+        if answer.status != 200 {
+            return Err(self.failure(call, &answer, "the ports"));
+        }
+        let listed = json_of(&answer)?;
+        let list = listed["ports"]
+            .as_array()
+            .ok_or_else(|| self.garbled(call, &answer))?;
+        list.iter()
+            .map(|p| Port::parse(p).ok_or_else(|| self.garbled(call, &answer)))
+            .collect()
+    }
+
+    /// Sets the tags of port `id` to `tags`, for a controller that drops
+    /// them from a POST (Neutron does, without the ML2 extension driver
+    /// `tag_ports_during_bulk_creation`).
+    pub fn set_tags(&self, id: &str, tags: &[String]) -> Result<(), NeutronError> {
+        let call = format!("tagging port {id}");
+        let body = json!({ "tags": tags });
+        let answer = self.call("PUT", &format!("/ports/{id}/tags"), Some(&body), &call)?;
+        match answer.status {
+            200 | 201 | 204 => Ok(()),
+            _ => Err(self.failure(&call, &answer, &format!("port {id}"))),
+        }
+    }
+
+    /// Deletes port `id`: whether it was there (one already gone is no
+    /// failure).
+    pub fn delete_port(&self, id: &str) -> Result<bool, NeutronError> {
+        let call = format!("deleting port {id}");
+        let answer = self.call("DELETE", &format!("/ports/{id}"), None, &call)?;
+        match answer.status {
+            200 | 202 | 204 => Ok(true),
+            404 => Ok(false),
+            _ => Err(self.failure(&call, &answer, &format!("port {id}"))),
+        }
+    }
+
+    /// The subnet `id`.
+    pub fn subnet(&self, id: &str) -> Result<(Value, Subnet), NeutronError> {
+        let call = format!("reading subnet {id}");
+        let answer = self.call("GET", &format!("/subnets/{id}"), None, &call)?;
+        if answer.status != 200 {
+            return Err(self.failure(&call, &answer, &format!("subnet {id}")));
+        }
+        let raw = json_of(&answer)?["subnet"].take();
+        let subnet = Subnet::parse(&raw).ok_or_else(|| self.garbled(&call, &answer))?;
+        Ok((raw, subnet))
+    }
+
+    /// The subnets of network `network`.
+    pub fn subnets_of(&self, network: &str) -> Result<Vec<Subnet>, NeutronError> {
+        let call = format!("listing the subnets of network {network}");
+        let path = format!("/subnets?network_id={}", encode(network));
+        let answer = self.call("GET", &path, None, &call)?;
+        if answer.status != 200 {
+            return Err(self.failure(&call, &answer, &format!("network {network}")));
+        }
+        let listed = json_of(&answer)?;
+        let subnets = listed["subnets"]
+            .as_array()
+            .ok_or_else(|| self.garbled(&call, &answer))?;
+        Ok(subnets
+            .iter()
+            .filter_map(Subnet::parse)
+            // A controller that ignores the filter lists every network's.
+            .filter(|s| s.network_id == network)
+            .collect())
+    }
+
+    /// How many addresses network `network` has left, by Neutron's
+    /// `network-ip-availabilities`; `None` where the token may not read
+    /// it or the controller lacks it: then whether the network exists.
+    pub fn free_addresses(&self, network: &str) -> Result<Option<u128>, NeutronError> {
+        let call = format!("reading the free addresses of network {network}");
+        let path = format!("/network-ip-availabilities/{network}");
+        let answer = self.call("GET", &path, None, &call)?;
+        match answer.status {
+            200 => {
+                let body = json_of(&answer)?;
+                let subnets = body["network_ip_availability"]["subnet_ip_availability"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let free = subnets
+                    .iter()
+                    .map(|s| {
+                        // An IPv6 subnet's count passes u64's range: read
+                        // as a float then, exact enough for "none left".
+                        let count = |k: &str| {
+                            s[k].as_u64()
+                                .map(u128::from)
+                                .or_else(|| s[k].as_f64().map(|f| f as u128))
+                                .unwrap_or(0)
+                        };
+                        count("total_ips").saturating_sub(count("used_ips"))
+                    })
+                    .sum();
+                Ok(Some(free))
+            }
+            401 | 403 | 404 => {
+                let call = format!("reading network {network}");
+                let answer = self.call("GET", &format!("/networks/{network}"), None, &call)?;
+                match answer.status {
+                    200 => Ok(None),
+                    _ => Err(self.failure(&call, &answer, &format!("network {network}"))),
+                }
+            }
+            _ => Err(self.failure(&call, &answer, &format!("network {network}"))),
+        }
+    }
+
+    /// One request, on the kept connection (or a new one), within the
+    /// deadline. A kept connection the server closed meanwhile is opened
+    /// again, except under a POST: that one is never sent twice, since
+    /// the first may have been made.
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        call: &str,
+    ) -> Result<Answer, NeutronError> {
+        let body = body.map(|b| b.to_string().into_bytes());
+        let path = format!("{}{path}", self.url.base);
+        let mut headers = vec![("Accept", "application/json")];
+        if let Some(token) = &self.token {
+            headers.push(("X-Auth-Token", token));
+        }
+        let mut slot = self.connection.borrow_mut();
+        let reused = slot.is_some();
+        let mut tries = if reused && method != "POST" { 2 } else { 1 };
+        if reused && method == "POST" {
+            // Fresh, so that a failure is the request's and not an idle
+            // connection's: a POST is never repeated.
+            *slot = None;
+        }
+        loop {
+            tries -= 1;
+            let mut connection = match slot.take() {
+                Some(connection) => connection,
+                None => Connection::open(
+                    &self.url.host,
+                    self.url.port,
+                    self.tls.as_ref(),
+                    self.deadline,
+                )
+                .map_err(|e| self.unreachable(call, &e))?,
+            };
+            match connection.request(method, &path, &headers, body.as_deref(), self.deadline) {
+                Ok(answer) => {
+                    if let Some(date) = answer.header("date") {
+                        *self.date.borrow_mut() = Some(date.to_owned());
+                    }
+                    if !answer.close {
+                        *slot = Some(connection);
+                    }
+                    tracing::debug!(method, path, status = answer.status, "controller answered");
+                    return Ok(answer);
+                }
+                Err(e) if tries == 0 || Instant::now() >= self.deadline => {
+                    return Err(self.unreachable(call, &e))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn unreachable(&self, call: &str, e: &std::io::Error) -> NeutronError {
+        let reason = match e.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                format!("no answer within the timeout of {:?}", self.timeout)
+            }
+            _ => e.to_string(),
+        };
+        NeutronError::Unreachable {
+            url: self.url(),
+            call: call.to_owned(),
+            reason,
+        }
+    }
+
+    /// An answer the plugin cannot read.
+    fn garbled(&self, call: &str, answer: &Answer) -> NeutronError {
+        NeutronError::Unreachable {
+            url: self.url(),
+            call: call.to_owned(),
+            reason: format!(
+                "status {} with a body that is not the API's: {}",
+                answer.status,
+                excerpt(&answer.body)
+            ),
+        }
+    }
+
+    /// What a failed `call` on `what` (a network, a subnet, a port) is,
+    /// by its status and the controller's own type for it.
+    pub fn failure(&self, call: &str, answer: &Answer, what: &str) -> NeutronError {
+        let (kind, message) = message_of(answer);
+        let url = self.url();
+        let call = call.to_owned();
+        match (answer.status, kind.as_str()) {
+            (401 | 403, _) => NeutronError::Refused { url, call, message },
+            (404, _) => NeutronError::Missing {
+                what: what.to_owned(),
+                url,
+                message,
+            },
+            (_, "IpAddressGenerationFailure") => NeutronError::Exhausted {
+                what: what.to_owned(),
+                message,
+            },
+            (500.., _) => NeutronError::Unreachable {
+                url,
+                call,
+                reason: format!("status {}: {message}", answer.status),
+            },
+            _ => NeutronError::Rejected { url, call, message },
+        }
+    }
+}
+
+/// The controller's type and message for a failure: Neutron's
+/// `{"NeutronError": {"type", "message"}}`, keystonemiddleware's
+/// `{"error": {"message"}}`, or else the body itself.
+pub fn message_of(answer: &Answer) -> (String, String) {
+    let body: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+    let error = &body["NeutronError"];
+    let kind = error["type"].as_str().unwrap_or_default().to_owned();
+    let message = [
+        &error["message"],
+        &body["error"]["message"],
+        &body["message"],
+    ]
+    .into_iter()
+    .find_map(|m| m.as_str())
+    .map(String::from)
+    .unwrap_or_else(|| excerpt(&answer.body));
+    let message = match kind.is_empty() {
+        true => format!("{message} (status {})", answer.status),
+        false => format!("{kind}: {message}"),
+    };
+    (kind, message)
+}
+
+/// The beginning of a body, as text, for a message.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    match text.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None if text.is_empty() => "(no body)".into(),
+        None => text.to_owned(),
+    }
+}
+
+fn json_of(answer: &Answer) -> Result<Value, NeutronError> {
+    serde_json::from_slice(&answer.body).map_err(|_| NeutronError::Unreachable {
+        url: String::new(),
+        call: "reading an answer".into(),
+        reason: format!("not JSON: {}", excerpt(&answer.body)),
+    })
+}
+
+/// A query's key or value, percent-encoded but for the characters that
+/// never need it.
+fn encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                encoded.push(byte as char)
+            }
+            _ => encoded.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    encoded
+}
+
+impl Port {
+    /// A port object of the API; `None` if it lacks what every port has.
+    pub fn parse(value: &Value) -> Option<Port> {
+        let text = |key: &str| value[key].as_str().unwrap_or_default().to_owned();
+        let id = value["id"].as_str()?.to_owned();
+        let fixed_ips = value["fixed_ips"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|ip| {
+                let address = ip["ip_address"].as_str()?.parse().ok()?;
+                Some((text_of(&ip["subnet_id"]), Addr::new(address)))
+            })
+            .collect();
+        Some(Port {
+            id,
+            name: text("name"),
+            device_id: text("device_id"),
+            device_owner: text("device_owner"),
+            fixed_ips,
+            tags: value["tags"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.as_str().map(String::from))
+                .collect(),
+            created_at: value["created_at"].as_str().map(String::from),
+        })
+    }
+}
+
+fn text_of(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_owned()
+}
+
+impl Subnet {
+    /// A subnet object of the API; `None` if its `cidr` is not one.
+    pub fn parse(value: &Value) -> Option<Subnet> {
+        let cidr = crate::addr::Subnet::parse(value["cidr"].as_str()?).ok()?;
+        let address = |v: &Value| v.as_str()?.parse().ok().map(Addr::new);
+        Some(Subnet {
+            id: text_of(&value["id"]),
+            network_id: text_of(&value["network_id"]),
+            cidr,
+            gateway: address(&value["gateway_ip"]),
+            allocation_pools: value["allocation_pools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| Some((address(&p["start"])?, address(&p["end"])?)))
+                .collect(),
+            host_routes: value["host_routes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| {
+                    Some((
+                        r["destination"].as_str()?.to_owned(),
+                        r["nexthop"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect(),
+            dns_nameservers: value["dns_nameservers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d.as_str().map(String::from))
+                .collect(),
+        })
+    }
+
+    /// Why `address` may not be given from this subnet, if it may not:
+    /// its gateway, or outside its allocation pools (a controller hands
+    /// either to an admin who asks).
+    pub fn refusal(&self, address: Addr) -> Option<String> {
+        if Some(address) == self.gateway {
+            return Some(format!("it is subnet {}'s gateway", self.id));
+        }
+        if !self.cidr.contains(address) {
+            return Some(format!("it is outside subnet {} ({})", self.id, self.cidr));
+        }
+        let pooled = self.allocation_pools.is_empty()
+            || self
+                .allocation_pools
+                .iter()
+                .any(|(first, last)| (*first..=*last).contains(&address));
+        (!pooled).then(|| format!("it is outside subnet {}'s allocation pools", self.id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_value_is_encoded() {
+        assert_eq!(encode("cni-net=a b,c/d"), "cni-net%3Da%20b%2Cc%2Fd");
+        assert_eq!(encode("binding:host_id"), "binding%3Ahost_id");
+    }
+
+    #[test]
+    fn the_controllers_words_are_kept_with_its_type() {
+        let answer = |status, body: &str| Answer {
+            status,
+            headers: vec![],
+            body: body.as_bytes().to_vec(),
+            close: false,
+        };
+        let (kind, message) = message_of(&answer(
+            409,
+            r#"{"NeutronError": {"type": "IpAddressGenerationFailure", "message": "No more IP addresses available on network n.", "detail": ""}}"#,
+        ));
+        assert_eq!(kind, "IpAddressGenerationFailure");
+        assert_eq!(
+            message,
+            "IpAddressGenerationFailure: No more IP addresses available on network n."
+        );
+        let (_, message) = message_of(&answer(
+            401,
+            r#"{"error": {"code": 401, "message": "The request you have made requires authentication."}}"#,
+        ));
+        assert_eq!(
+            message,
+            "The request you have made requires authentication. (status 401)"
+        );
+        let (_, message) = message_of(&answer(502, "bad gateway"));
+        assert_eq!(message, "bad gateway (status 502)");
+    }
+
+    #[test]
+    fn a_subnet_refuses_its_gateway_and_what_is_outside_its_pools() {
+        let subnet = Subnet::parse(&serde_json::json!({
+            "id": "s", "network_id": "n", "cidr": "10.9.0.0/24", "gateway_ip": "10.9.0.1",
+            "allocation_pools": [{"start": "10.9.0.10", "end": "10.9.0.20"}],
+            "host_routes": [{"destination": "10.10.0.0/16", "nexthop": "10.9.0.254"}],
+            "dns_nameservers": ["10.9.0.53"]
+        }))
+        .unwrap();
+        assert_eq!(subnet.cidr.prefix, 24);
+        let addr = |s: &str| Addr::new(s.parse().unwrap());
+        assert_eq!(subnet.refusal(addr("10.9.0.15")), None);
+        assert!(subnet
+            .refusal(addr("10.9.0.1"))
+            .unwrap()
+            .contains("gateway"));
+        assert!(subnet
+            .refusal(addr("10.9.0.21"))
+            .unwrap()
+            .contains("allocation pools"));
+        assert!(subnet
+            .refusal(addr("10.8.0.15"))
+            .unwrap()
+            .contains("outside subnet s"));
+        assert_eq!(
+            subnet.host_routes,
+            [("10.10.0.0/16".into(), "10.9.0.254".into())]
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! How ipam-da-neutron fails: what the controller refused or could not
+//! do, told in its own words and under the code `ipam-da-pool` gives the
+//! same situation; a controller out of reach; an attachment that is not
+//! as ADD left it; and what it meets on its way (a configuration the
+//! protocol refuses, the node's name, a file given on its command line).
+
+use crate::cni::{self, code, Reportable};
+use crate::netd::ConfigFileError;
+use crate::node_name::NodeNameError;
+
+/// A failure of the allocator.
+#[derive(Debug, thiserror::Error)]
+pub enum NeutronError {
+    /// A network, subnet or port the settings name does not exist.
+    #[error("{what} does not exist at {url}: {message}")]
+    Missing {
+        what: String,
+        url: String,
+        message: String,
+    },
+
+    /// The network (or subnet) has no free address.
+    #[error("{what} has no free address: {message}")]
+    Exhausted { what: String, message: String },
+
+    /// The address asked for cannot be given.
+    #[error("{address} cannot be given from {what}: {why}")]
+    AddressUnavailable {
+        address: String,
+        what: String,
+        why: String,
+    },
+
+    /// The controller refused the token, or its policy the call (401, 403).
+    #[error("the controller at {url} refused {call}: {message}")]
+    Refused {
+        url: String,
+        call: String,
+        message: String,
+    },
+
+    /// The controller refused a request as malformed (400, 409 …): a
+    /// setting it does not take.
+    #[error("the controller at {url} rejected {call}: {message}")]
+    Rejected {
+        url: String,
+        call: String,
+        message: String,
+    },
+
+    /// The controller could not be reached, or failed (5xx), or took
+    /// longer than the timeout: the runtime should try again.
+    #[error("the controller at {url} is out of reach ({call}): {reason}: try again later")]
+    Unreachable {
+        url: String,
+        call: String,
+        reason: String,
+    },
+
+    /// CHECK: the attachment is not as ADD left it.
+    #[error("{0}")]
+    NotHeld(String),
+
+    /// STATUS: an ADD could not succeed now.
+    #[error("not available: {0}")]
+    NotAvailable(String),
+
+    /// The configuration breaks a rule (the protocol's, or `ipam.neutron`'s).
+    #[error(transparent)]
+    Config(#[from] cni::Error),
+
+    /// The node's name, pinned in a file.
+    #[error(transparent)]
+    NodeName(#[from] NodeNameError),
+
+    /// A file given on an operator's command line.
+    #[error(transparent)]
+    ConfigFile(#[from] ConfigFileError),
+}
+
+impl Reportable for NeutronError {
+    fn code(&self) -> u32 {
+        match self {
+            NeutronError::Missing { .. } | NeutronError::Rejected { .. } => code::INVALID_CONFIG,
+            NeutronError::Exhausted { .. } => code::POOL_EXHAUSTED,
+            NeutronError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
+            NeutronError::Refused { .. } => code::IO_FAILURE,
+            NeutronError::Unreachable { .. } => code::TRY_AGAIN_LATER,
+            NeutronError::NotHeld(_) => code::NOT_HELD,
+            NeutronError::NotAvailable(_) => code::NOT_AVAILABLE,
+            NeutronError::Config(e) => e.code(),
+            NeutronError::NodeName(e) => e.code(),
+            NeutronError::ConfigFile(e) => e.code(),
+        }
+    }
+}

@@ -1,0 +1,577 @@
+//! ipam-da-neutron's settings, read from `ipam.neutron` (delegate
+//! `ipam-dX-NAME` reads `ipam.NAME`): the controller's API and how to
+//! reach it, the networks its pools are, and whose its ports are; all of
+//! it read and checked whole before any call.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::error::NeutronError;
+use crate::cni::{self, NetConf};
+use crate::http::tls::TlsFiles;
+use crate::node_name;
+use crate::pools;
+
+/// The keys of `ipam.neutron`.
+const KEYS: [&str; 12] = [
+    "url",
+    "tokenFile",
+    "network",
+    "subnets",
+    "pools",
+    "default",
+    "host",
+    "tls",
+    "timeout",
+    "dataDir",
+    "nodeNameFile",
+    "gcGraceSeconds",
+];
+
+/// Where the subnet cache and the answered ports are kept unless
+/// `ipam.neutron.dataDir` says.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-neutron";
+
+/// How long a whole call may take unless `ipam.neutron.timeout` says.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How old a port must be, unless `ipam.neutron.gcGraceSeconds` says,
+/// before GC may delete it: a runtime lists the valid attachments before
+/// it calls GC, and an ADD that finishes in between is not on the list
+/// (as `ipam-da-pool`'s grace).
+pub const DEFAULT_GC_GRACE_SECONDS: u64 = 60;
+
+/// The pool name a configuration with `network` (no `pools`) has.
+pub const ONLY_POOL: &str = "default";
+
+/// A pool: a network of the controller, and the subnets of it to take an
+/// address from (none: one of each IP version the network has).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    pub network: String,
+    pub subnets: Vec<String>,
+}
+
+/// The controller's API root, split as a connection needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    pub tls: bool,
+    /// A name or an address (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+    /// The path the API's own paths are appended to, without a trailing
+    /// slash ("" for the root).
+    pub base: String,
+}
+
+/// `ipam.neutron`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub url: Url,
+    /// `tokenFile`: sent as `X-Auth-Token`, read at each call.
+    pub token_file: Option<PathBuf>,
+    /// The pools by name: `network` (and `subnets`) make one, named
+    /// [`ONLY_POOL`]; or `pools`.
+    pub pools: BTreeMap<String, Pool>,
+    /// The pool an ADD without `prevResult.pools` uses.
+    pub default: String,
+    /// The node the ports are bound to and tagged with.
+    pub host: String,
+    pub tls: Option<TlsFiles>,
+    /// `timeout`: how long a whole call may take.
+    pub timeout: Duration,
+    /// `dataDir`: the subnet cache and the answered ports.
+    pub data_dir: PathBuf,
+    /// `gcGraceSeconds`.
+    pub gc_grace: u64,
+}
+
+impl Settings {
+    /// Reads `ipam.neutron` from `net`; the error says which key is wrong
+    /// (code 7).
+    pub fn from_net(net: &NetConf) -> Result<Settings, NeutronError> {
+        let ipam = net
+            .member("ipam")
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        match ipam.get("neutron") {
+            Some(Value::Object(object)) => Settings::parse(object),
+            Some(_) => Err(invalid("\"ipam.neutron\" must be an object".into())),
+            None => Err(invalid(
+                "\"ipam.neutron\" is missing: it names the controller (\"url\") and the network (\"network\" or \"pools\")".into(),
+            )),
+        }
+    }
+
+    /// Reads the settings' object.
+    pub fn parse(object: &Map<String, Value>) -> Result<Settings, NeutronError> {
+        // A misspelt key would leave what it meant to set unset, unnoticed.
+        if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(invalid(format!(
+                "unknown key \"ipam.neutron.{key}\": \"ipam.neutron\" has {}",
+                KEYS.map(|k| format!("{k:?}")).join(", ")
+            )));
+        }
+        let text = |key: &str| -> Result<Option<String>, NeutronError> {
+            match object.get(key) {
+                None => Ok(None),
+                Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+                Some(other) => Err(invalid(format!(
+                    "\"ipam.neutron.{key}\" must be a non-empty string, not {other}"
+                ))),
+            }
+        };
+        let url = text("url")?.ok_or_else(|| {
+            invalid("\"ipam.neutron.url\" is missing: the API's root, such as http://127.0.0.1:9696/v2.0".into())
+        })?;
+        let url =
+            Url::parse(&url).map_err(|e| invalid(format!("\"ipam.neutron.url\" {url:?}: {e}")))?;
+        let token_file = text("tokenFile")?.map(PathBuf::from);
+        // A token in clear is anyone's on the way; on the host's own
+        // loopback nothing is on the way.
+        if token_file.is_some() && !url.tls && !url.is_loopback() {
+            return Err(invalid(format!(
+                "\"ipam.neutron.url\" {url} is plain HTTP: the token of \"tokenFile\" would cross the network in clear; give the API as https:// with \"tls\""
+            )));
+        }
+        let (pools, default) = match (object.get("network"), object.get("pools")) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "\"ipam.neutron\" has both \"network\" and \"pools\": give one network, or pools of networks with \"default\"".into(),
+                ))
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "\"ipam.neutron\" needs \"network\" (the network's ID) or \"pools\" (pool names and their networks)".into(),
+                ))
+            }
+            (Some(network), None) => {
+                if object.contains_key("default") {
+                    return Err(invalid(
+                        "\"ipam.neutron.default\" goes with \"pools\", not with \"network\"".into(),
+                    ));
+                }
+                let pool = Pool::parse(
+                    network,
+                    object.get("subnets"),
+                    "\"ipam.neutron.network\"",
+                    "\"ipam.neutron.subnets\"",
+                )?;
+                (BTreeMap::from([(ONLY_POOL.to_owned(), pool)]), ONLY_POOL.to_owned())
+            }
+            (None, Some(pools)) => {
+                if object.contains_key("subnets") {
+                    return Err(invalid(
+                        "\"ipam.neutron.subnets\" goes with \"network\"; a pool of \"pools\" lists its own".into(),
+                    ));
+                }
+                let pools = parse_pools(pools)?;
+                let default = text("default")?.ok_or_else(|| {
+                    invalid("\"ipam.neutron.pools\" needs \"default\", the pool an ADD gets when no selector names one".into())
+                })?;
+                if !pools.contains_key(&default) {
+                    return Err(invalid(format!(
+                        "\"ipam.neutron.default\" names pool {default:?}, which \"ipam.neutron.pools\" does not define"
+                    )));
+                }
+                (pools, default)
+            }
+        };
+        let tls = match object.get("tls") {
+            None => None,
+            Some(tls) => {
+                Some(TlsFiles::parse(tls).map_err(|e| invalid(format!("\"ipam.neutron\": {e}")))?)
+            }
+        };
+        if url.tls && tls.is_none() {
+            return Err(invalid(format!(
+                "\"ipam.neutron.url\" {url} is https: give \"tls\": {{\"ca\": FILE}}, the CA that signed the controller's certificate"
+            )));
+        }
+        let timeout = match object.get("timeout") {
+            None => DEFAULT_TIMEOUT,
+            Some(value) => match value.as_f64() {
+                Some(seconds) if seconds > 0.0 && seconds <= 3600.0 => {
+                    Duration::from_secs_f64(seconds)
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "\"ipam.neutron.timeout\" must be a number of seconds above 0 and at most 3600, not {value}"
+                    )))
+                }
+            },
+        };
+        let gc_grace = match object.get("gcGraceSeconds") {
+            None => DEFAULT_GC_GRACE_SECONDS,
+            Some(value) => value.as_u64().ok_or_else(|| {
+                invalid(format!(
+                    "\"ipam.neutron.gcGraceSeconds\" must be a whole number of seconds, not {value}"
+                ))
+            })?,
+        };
+        let host = match text("host")? {
+            Some(host) => host,
+            // The name the allocator pins, read and never pinned here.
+            None => {
+                let file = text("nodeNameFile")?.map_or_else(
+                    || PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE),
+                    PathBuf::from,
+                );
+                node_name::current(&file)?
+            }
+        };
+        check_tag_value("the node's name", &host)?;
+        Ok(Settings {
+            url,
+            token_file,
+            pools,
+            default,
+            host,
+            tls,
+            timeout,
+            data_dir: text("dataDir")?.map_or_else(|| DEFAULT_DATA_DIR.into(), PathBuf::from),
+            gc_grace,
+        })
+    }
+
+    /// The pool named `name`; code 7 if the settings define none.
+    pub fn pool(&self, name: &str) -> Result<&Pool, NeutronError> {
+        self.pools.get(name).ok_or_else(|| {
+            let defined: Vec<String> = self.pools.keys().map(|k| format!("{k:?}")).collect();
+            invalid(format!(
+                "pool {name:?} is asked for, but \"ipam.neutron\" defines {}",
+                defined.join(", ")
+            ))
+        })
+    }
+
+    /// The token to send, read now so that a rotated one is used.
+    pub fn token(&self) -> Result<Option<String>, NeutronError> {
+        self.token_file
+            .as_deref()
+            .map(|file| {
+                crate::secret::read(file)
+                    .map_err(|e| invalid(format!("\"ipam.neutron.tokenFile\": {e}")))
+            })
+            .transpose()
+    }
+}
+
+impl Pool {
+    fn parse(
+        network: &Value,
+        subnets: Option<&Value>,
+        network_key: &str,
+        subnets_key: &str,
+    ) -> Result<Pool, NeutronError> {
+        let network = match network {
+            Value::String(id) if is_id(id) => id.clone(),
+            other => {
+                return Err(invalid(format!(
+                    "{network_key} must be the network's ID, not {other}"
+                )))
+            }
+        };
+        let subnets = match subnets {
+            None => Vec::new(),
+            Some(Value::Array(list)) if !list.is_empty() => list
+                .iter()
+                .map(|s| s.as_str().filter(|s| is_id(s)).map(String::from))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| invalid(format!("{subnets_key} must be a list of subnet IDs")))?,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "{subnets_key} must be a non-empty list of subnet IDs, not {other}"
+                )))
+            }
+        };
+        Ok(Pool { network, subnets })
+    }
+}
+
+/// `pools`: pool names and their networks.
+fn parse_pools(value: &Value) -> Result<BTreeMap<String, Pool>, NeutronError> {
+    let fail = || {
+        invalid(
+            "\"ipam.neutron.pools\" must be an object of pool names and {\"network\", \"subnets\"?}"
+                .into(),
+        )
+    };
+    let object = value
+        .as_object()
+        .filter(|o| !o.is_empty())
+        .ok_or_else(fail)?;
+    let mut pools = BTreeMap::new();
+    for (name, pool) in object {
+        pools::check_name(name)?;
+        let fields = pool.as_object().ok_or_else(fail)?;
+        if let Some(key) = fields.keys().find(|k| *k != "network" && *k != "subnets") {
+            return Err(invalid(format!(
+                "unknown key \"ipam.neutron.pools.{name}.{key}\": a pool has \"network\" and \"subnets\""
+            )));
+        }
+        let network = fields.get("network").ok_or_else(|| {
+            invalid(format!(
+                "pool {name:?} of \"ipam.neutron.pools\" has no \"network\""
+            ))
+        })?;
+        let pool = Pool::parse(
+            network,
+            fields.get("subnets"),
+            &format!("\"ipam.neutron.pools.{name}.network\""),
+            &format!("\"ipam.neutron.pools.{name}.subnets\""),
+        )?;
+        pools.insert(name.clone(), pool);
+    }
+    Ok(pools)
+}
+
+/// Whether `text` may be a resource's ID in a path or a filter: Neutron's
+/// are UUIDs, other controllers' may be other names, but none of them has
+/// a character a path or a query would have to escape.
+fn is_id(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 255
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Tags are filtered as a comma-separated list, and are at most 255
+/// characters: a name that goes in one must fit.
+pub fn check_tag_value(what: &str, value: &str) -> Result<(), NeutronError> {
+    if value.is_empty() || value.len() > 200 || value.contains([',', '\n']) {
+        return Err(invalid(format!(
+            "{what} {value:?} cannot mark a port: it must be 1 to 200 characters, with no comma"
+        )));
+    }
+    Ok(())
+}
+
+impl Url {
+    /// `http[s]://HOST[:PORT][/PATH]`.
+    pub fn parse(text: &str) -> Result<Url, String> {
+        let (tls, rest) = if let Some(rest) = text.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = text.strip_prefix("http://") {
+            (false, rest)
+        } else {
+            return Err("it must start with http:// or https://".into());
+        };
+        let (authority, base) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if base.contains(['?', '#', ' ']) {
+            return Err("the root cannot have a query, a fragment or a space".into());
+        }
+        if authority.contains('@') {
+            return Err("credentials in the URL: give a \"tokenFile\"".into());
+        }
+        let default_port = if tls { 443 } else { 80 };
+        let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+            let (host, after) = bracketed.split_once(']').ok_or("an unclosed [")?;
+            match after.strip_prefix(':') {
+                Some(port) => (host, port.parse().map_err(|_| "a bad port")?),
+                None if after.is_empty() => (host, default_port),
+                None => return Err("a bad port".into()),
+            }
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host, port.parse().map_err(|_| "a bad port")?),
+                None => (authority, default_port),
+            }
+        };
+        if host.is_empty() || host.contains(':') && !authority.starts_with('[') {
+            return Err("no host".into());
+        }
+        Ok(Url {
+            tls,
+            host: host.to_owned(),
+            port,
+            base: base.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// Whether it is this host's own loopback (127.0.0.0/8, ::1 or
+    /// `localhost`).
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost"
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+impl std::fmt::Display for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        if self.host.contains(':') {
+            write!(f, "{scheme}://[{}]:{}{}", self.host, self.port, self.base)
+        } else {
+            write!(f, "{scheme}://{}:{}{}", self.host, self.port, self.base)
+        }
+    }
+}
+
+/// A configuration error (code 7).
+pub fn invalid(reason: String) -> NeutronError {
+    cni::Error::InvalidConfig(reason).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::Reportable;
+    use serde_json::json;
+
+    fn parse(value: Value) -> Result<Settings, NeutronError> {
+        Settings::parse(value.as_object().unwrap())
+    }
+
+    fn error(value: Value) -> String {
+        let e = parse(value).unwrap_err();
+        assert_eq!(e.code(), 7, "{e}");
+        e.to_string()
+    }
+
+    const NET: &str = "6f6e1a7c-2b5e-4c1e-9a51-0d3c0a0b7c11";
+
+    #[test]
+    fn a_network_alone_is_one_pool_and_the_defaults_fill_the_rest() {
+        let s =
+            parse(json!({"url": "http://127.0.0.1:9696/v2.0/", "network": NET, "host": "node-a"}))
+                .unwrap();
+        assert_eq!(s.url.to_string(), "http://127.0.0.1:9696/v2.0");
+        assert_eq!(s.default, "default");
+        assert_eq!(s.pool("default").unwrap().network, NET);
+        assert!(s.pool("default").unwrap().subnets.is_empty());
+        assert_eq!(s.timeout, Duration::from_secs(10));
+        assert_eq!(s.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        assert_eq!(s.gc_grace, 60);
+        let e = s.pool("tenant-a").unwrap_err().to_string();
+        assert!(e.contains("pool \"tenant-a\" is asked for"), "{e}");
+    }
+
+    #[test]
+    fn pools_need_a_default_they_define() {
+        let s = parse(json!({
+            "url": "http://[::1]:9696/v2.0", "host": "n",
+            "pools": {"a": {"network": NET, "subnets": ["s-1"]}, "b": {"network": NET}},
+            "default": "a"
+        }))
+        .unwrap();
+        assert_eq!(s.pool("a").unwrap().subnets, ["s-1"]);
+        assert_eq!(s.url.host, "::1");
+        let e = error(json!({"url": "http://h/", "host": "n", "pools": {"a": {"network": NET}}}));
+        assert!(e.contains("needs \"default\""), "{e}");
+        let e = error(
+            json!({"url": "http://h/", "host": "n", "pools": {"a": {"network": NET}}, "default": "b"}),
+        );
+        assert!(e.contains("does not define"), "{e}");
+    }
+
+    #[test]
+    fn every_mistake_is_refused_with_code_7_naming_the_key() {
+        for (value, says) in [
+            (
+                json!({"url": "http://h", "network": NET, "host": "n", "port": 1}),
+                "unknown key \"ipam.neutron.port\"",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "host": "n", "pools": {}}),
+                "both \"network\" and \"pools\"",
+            ),
+            (json!({"url": "http://h", "host": "n"}), "needs \"network\""),
+            (
+                json!({"network": NET, "host": "n"}),
+                "\"ipam.neutron.url\" is missing",
+            ),
+            (
+                json!({"url": "ftp://h", "network": NET, "host": "n"}),
+                "http:// or https://",
+            ),
+            (
+                json!({"url": "http://h:x", "network": NET, "host": "n"}),
+                "a bad port",
+            ),
+            (
+                json!({"url": "http://u:p@h", "network": NET, "host": "n"}),
+                "credentials",
+            ),
+            (
+                json!({"url": "http://h", "network": "a/b", "host": "n"}),
+                "the network's ID",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "subnets": [], "host": "n"}),
+                "non-empty list",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "default": "x", "host": "n"}),
+                "goes with \"pools\"",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "host": "n", "timeout": 0}),
+                "above 0",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "host": "a,b"}),
+                "no comma",
+            ),
+            (
+                json!({"url": "https://h", "network": NET, "host": "n"}),
+                "give \"tls\"",
+            ),
+            (
+                json!({"url": "http://h", "host": "n", "pools": {"a": {"network": NET, "mtu": 1}}, "default": "a"}),
+                "\"ipam.neutron.pools.a.mtu\"",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "host": "n", "tls": {"ca": "/c", "x": 1}}),
+                "unknown key \"tls.x\"",
+            ),
+        ] {
+            let e = error(value.clone());
+            assert!(e.contains(says), "{value}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_token_over_plain_http_beyond_loopback_is_refused() {
+        let e = error(
+            json!({"url": "http://10.0.0.5:9696/v2.0", "network": NET, "host": "n", "tokenFile": "/t"}),
+        );
+        assert!(e.contains("would cross the network in clear"), "{e}");
+        for url in [
+            "http://127.0.0.1:9696/v2.0",
+            "http://localhost/v2.0",
+            "http://[::1]/v2.0",
+        ] {
+            assert!(
+                parse(json!({"url": url, "network": NET, "host": "n", "tokenFile": "/t"})).is_ok(),
+                "{url}"
+            );
+        }
+        // Without a token, plain HTTP is the operator's choice.
+        assert!(
+            parse(json!({"url": "http://10.0.0.5:9696/v2.0", "network": NET, "host": "n"})).is_ok()
+        );
+    }
+
+    #[test]
+    fn without_host_the_pinned_name_is_read_and_nothing_is_pinned() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("node-name");
+        let s = parse(json!({"url": "http://h", "network": NET, "nodeNameFile": file})).unwrap();
+        assert!(!file.exists(), "a read pinned the name");
+        assert!(!s.host.is_empty());
+        std::fs::write(&file, "pinned-node\n").unwrap();
+        let s = parse(json!({"url": "http://h", "network": NET, "nodeNameFile": file})).unwrap();
+        assert_eq!(s.host, "pinned-node");
+    }
+}

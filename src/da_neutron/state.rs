@@ -1,0 +1,167 @@
+//! What the plugin keeps on the node, under its data directory, to spare
+//! the controller round trips and to know its own answers again: each
+//! subnet read (refreshed after a minute: prefixes, gateways, routes and
+//! name servers rarely change), whether the controller refused to bind a
+//! port to a host, and the ports each ADD answered with (so that GC can
+//! tell them from a late POST's extra port). None of it is a record the
+//! addresses depend on: lost, it is read again, or GC keeps what it
+//! cannot tell.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::api::{Controller, Subnet};
+use super::error::NeutronError;
+use crate::dir::{Dir, Durability};
+
+/// How long a subnet read stays fresh, and a refused host binding is
+/// not tried again.
+const FRESH_FOR: u64 = 60;
+
+/// The data directory, if it can be used (none: everything is read from
+/// the controller, and GC keeps a valid attachment's extra ports).
+pub struct State {
+    dir: Option<Dir>,
+}
+
+impl State {
+    /// The data directory at `path`, made if missing.
+    pub fn open(path: &Path) -> State {
+        let dir = Dir::open_made(path)
+            .map(|d| d.with_durability(Durability::Ordered))
+            .map_err(|e| tracing::warn!("{}: {e}: nothing is cached", path.display()))
+            .ok();
+        State { dir }
+    }
+
+    /// Subnet `id`, from the cache if it was read within a minute.
+    pub fn subnet(&self, controller: &Controller, id: &str) -> Result<Subnet, NeutronError> {
+        let cached = self.read("subnets", id).filter(fresh);
+        if let Some(subnet) = cached.as_ref().and_then(|c| Subnet::parse(&c["subnet"])) {
+            return Ok(subnet);
+        }
+        let (raw, subnet) = controller.subnet(id)?;
+        self.write("subnets", id, &json!({ "read": now(), "subnet": raw }));
+        Ok(subnet)
+    }
+
+    /// Whether the controller refused, within a minute, to bind a port to
+    /// this host (its policy keeps `binding:host_id` to admins).
+    pub fn binding_refused(&self) -> bool {
+        self.read("controller", "binding-refused")
+            .is_some_and(|c| fresh(&c))
+    }
+
+    /// Notes that the controller refused to bind a port to this host.
+    pub fn note_binding_refused(&self) {
+        self.write("controller", "binding-refused", &json!({ "read": now() }));
+    }
+
+    /// The ports the last ADD of `network`'s attachment answered with.
+    pub fn answered(&self, network: &str, container: &str, ifname: &str) -> Option<Vec<String>> {
+        let record = self.read(&answered_dir(network), &attachment_file(container, ifname))?;
+        record["ports"]
+            .as_array()?
+            .iter()
+            .map(|p| p.as_str().map(String::from))
+            .collect()
+    }
+
+    /// Keeps the ports an ADD answered with.
+    pub fn note_answered(&self, network: &str, container: &str, ifname: &str, ports: &[String]) {
+        let record = json!({ "ports": ports });
+        self.write(
+            &answered_dir(network),
+            &attachment_file(container, ifname),
+            &record,
+        );
+    }
+
+    /// Forgets what an attachment's ADD answered with (its DEL).
+    pub fn forget(&self, network: &str, container: &str, ifname: &str) {
+        let Some(dir) = &self.dir else { return };
+        if let Ok(Some(sub)) = dir.child(&answered_dir(network)) {
+            let _ = sub.remove(&attachment_file(container, ifname));
+        }
+    }
+
+    fn read(&self, sub: &str, name: &str) -> Option<Value> {
+        let sub = self.dir.as_ref()?.child(sub).ok()??;
+        let content = sub.read(&file_name(name)).ok()??;
+        serde_json::from_slice(&content).ok()
+    }
+
+    /// Writes, or says in the log why not: a cache that cannot be written
+    /// costs round trips, not addresses.
+    fn write(&self, sub: &str, name: &str, value: &Value) {
+        let Some(dir) = &self.dir else { return };
+        let written = dir
+            .child_made(sub)
+            .and_then(|sub| sub.replace(&file_name(name), value.to_string().as_bytes()));
+        if let Err(e) = written {
+            tracing::warn!("{}/{sub}/{name}: {e}", dir.path().display());
+        }
+    }
+}
+
+/// Where a network's answered ports are kept.
+fn answered_dir(network: &str) -> String {
+    format!("answered-{network}")
+}
+
+/// A container ID has no `:`, so the file names one attachment only.
+fn attachment_file(container: &str, ifname: &str) -> String {
+    format!("{container}:{ifname}")
+}
+
+/// Names come from the controller and the runtime: none may reach
+/// outside its directory, or hide as a dot-file.
+fn file_name(name: &str) -> String {
+    name.replace('/', "%2F").trim_start_matches('.').to_owned()
+}
+
+fn fresh(cached: &Value) -> bool {
+    cached["read"]
+        .as_u64()
+        .is_some_and(|read| read <= now() && now() - read < FRESH_FOR)
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_kept_per_attachment_and_forgotten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = State::open(&tmp.path().join("state"));
+        assert_eq!(state.answered("net", "c1", "eth0"), None);
+        state.note_answered("net", "c1", "eth0", &["p1".into(), "p2".into()]);
+        assert_eq!(
+            state.answered("net", "c1", "eth0"),
+            Some(vec!["p1".into(), "p2".into()])
+        );
+        assert_eq!(state.answered("net", "c1", "eth1"), None);
+        state.forget("net", "c1", "eth0");
+        assert_eq!(state.answered("net", "c1", "eth0"), None);
+        assert!(!state.binding_refused());
+        state.note_binding_refused();
+        assert!(state.binding_refused());
+    }
+
+    #[test]
+    fn an_unusable_directory_costs_nothing_but_the_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let state = State::open(&file.join("state"));
+        state.note_answered("net", "c1", "eth0", &["p1".into()]);
+        assert_eq!(state.answered("net", "c1", "eth0"), None);
+    }
+}

@@ -1,0 +1,144 @@
+//! DEL, CHECK and GC: the attachment's ports found by its container and
+//! interface (and by the previous result's addresses), deleted, verified
+//! against the previous result, or, for GC, this node's ports of this
+//! network that the runtime no longer lists deleted once they are older
+//! than the grace, by the controller's clock.
+
+use serde_json::Value;
+
+use super::api::{Controller, Port};
+use super::error::NeutronError;
+use super::ports::{self, Attachment, OWNER};
+use super::settings::{invalid, Settings};
+use super::state::State;
+use crate::addr::Addr;
+use crate::cni::{Environment, NetConf};
+
+/// The attachment's ports of this network, oldest first.
+fn attachment_ports(
+    controller: &Controller,
+    net: &NetConf,
+    container: &str,
+    ifname: &str,
+) -> Result<Vec<(Port, Attachment)>, NeutronError> {
+    let listed = controller.ports(&[("device_id", container), ("device_owner", OWNER)])?;
+    Ok(ports::ours(listed, &net.name)
+        .into_iter()
+        .filter(|(_, a)| a.container == container && a.ifname == ifname)
+        .collect())
+}
+
+/// DEL: deletes the attachment's ports; one already gone, or none at
+/// all, is success. A controller out of reach is code 11, so that the
+/// runtime tries again.
+pub fn del(env: &Environment, net: &NetConf, settings: &Settings) -> Result<(), NeutronError> {
+    let container = env.container_id.clone().unwrap_or_default();
+    let ifname = env.ifname.clone().unwrap_or_default();
+    let controller = Controller::open(settings)?;
+    for (port, _) in attachment_ports(&controller, net, &container, &ifname)? {
+        controller.delete_port(&port.id)?;
+    }
+    State::open(&settings.data_dir).forget(&net.name, &container, &ifname);
+    Ok(())
+}
+
+/// CHECK: the attachment has its ports, and their addresses are the
+/// ones the previous result lists.
+pub fn check(env: &Environment, net: &NetConf, settings: &Settings) -> Result<(), NeutronError> {
+    let container = env.container_id.clone().unwrap_or_default();
+    let ifname = env.ifname.clone().unwrap_or_default();
+    let previous: Value = net
+        .member("prevResult")
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .ok_or_else(|| invalid("CHECK needs \"prevResult\", the result ADD gave".into()))?;
+    let listed: Vec<Addr> = previous["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| {
+            let text = ip["address"].as_str()?;
+            let address = text.split_once('/').map_or(text, |(a, _)| a);
+            address.parse().ok().map(Addr::new)
+        })
+        .collect();
+    let controller = Controller::open(settings)?;
+    let found = attachment_ports(&controller, net, &container, &ifname)?;
+    if found.is_empty() {
+        return Err(NeutronError::NotHeld(format!(
+            "{container}/{ifname} has no port in network {:?} at {}",
+            net.name,
+            controller.url()
+        )));
+    }
+    for (port, attachment) in &found {
+        if port.fixed_ips.is_empty() {
+            return Err(NeutronError::NotHeld(format!(
+                "port {} of {container}/{ifname} (pool {:?}) has no address",
+                port.id, attachment.pool
+            )));
+        }
+        for (_, address) in &port.fixed_ips {
+            if !listed.contains(address) {
+                return Err(NeutronError::NotHeld(format!(
+                    "port {} of {container}/{ifname} (pool {:?}) has {address}, which the previous result does not list",
+                    port.id, attachment.pool
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// GC (CNI 1.1): deletes this node's ports of this network whose
+/// attachment `valid` does not list, and a listed attachment's ports
+/// that its ADD did not answer with (a late POST's extra), each only
+/// once older than the grace. Another node's ports, another network's
+/// and another owner's are never touched.
+pub fn gc(
+    net: &NetConf,
+    settings: &Settings,
+    valid: &[(String, String)],
+) -> Result<(), NeutronError> {
+    let controller = Controller::open(settings)?;
+    let state = State::open(&settings.data_dir);
+    let node = ports::node_tag(&settings.host);
+    let network = ports::network_tag(&net.name);
+    let tags = format!("{node},{network}");
+    let listed = controller.ports(&[("device_owner", OWNER), ("tags", &tags)])?;
+    // The controller's clock, at the listing: a port's age is told by the
+    // clock that dated it.
+    let now = controller.date().as_deref().and_then(super::age::http_date);
+    for (port, attachment) in ports::ours(listed, &net.name) {
+        if ports::node_of(&port) != Some(settings.host.as_str()) {
+            continue;
+        }
+        let listed = valid
+            .iter()
+            .any(|(id, ifname)| *id == attachment.container && *ifname == attachment.ifname);
+        let stale = match listed {
+            false => true,
+            true => state
+                .answered(&net.name, &attachment.container, &attachment.ifname)
+                .is_some_and(|answered| !answered.contains(&port.id)),
+        };
+        let old = match (
+            now,
+            port.created_at.as_deref().and_then(super::age::rfc3339),
+        ) {
+            (Some(now), Some(created)) => created.saturating_add(settings.gc_grace) <= now,
+            // Undated: GC cannot tell a port made a moment ago.
+            _ => settings.gc_grace == 0,
+        };
+        if stale && old {
+            tracing::info!(
+                "GC deletes port {} of {}/{} (pool {:?})",
+                port.id,
+                attachment.container,
+                attachment.ifname,
+                attachment.pool
+            );
+            controller.delete_port(&port.id)?;
+        }
+    }
+    Ok(())
+}

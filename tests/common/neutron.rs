@@ -1,0 +1,273 @@
+//! A real OpenStack Networking server (Debian's python3-neutron) for the
+//! tests: started on a loopback port of its own with its data in a
+//! temporary directory (tests/neutron/server/run.py), and stopped, its
+//! whole process group, when dropped; with a small HTTP client to set up
+//! networks and subnets and to look at ports as the controller has them.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::{temp_dir, TempDir};
+
+/// Debian's interpreter: another python3 in PATH may not see its modules.
+const PYTHON: &str = "/usr/bin/python3";
+
+/// How a server is started.
+#[derive(Default, Clone)]
+pub struct Options {
+    /// Requests must carry this `X-Auth-Token`.
+    pub token: Option<String>,
+    /// Its policy forbids `binding:host_id` to everyone, admins too.
+    pub forbid_host_binding: bool,
+}
+
+/// A running server.
+pub struct Neutron {
+    child: Option<Child>,
+    /// The server stops when this pipe closes, with this process if need
+    /// be (a server shared by a test binary is never dropped).
+    _lifeline: Option<ChildStdin>,
+    pub port: u16,
+    pub dir: TempDir,
+    options: Options,
+}
+
+/// A free loopback port (bound, then let go: the server binds it next).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Neutron {
+    /// Starts a server and waits until it answers.
+    pub fn start(options: Options) -> Neutron {
+        let dir = temp_dir("neutron");
+        let mut neutron = Neutron {
+            child: None,
+            _lifeline: None,
+            port: free_port(),
+            dir,
+            options,
+        };
+        neutron.launch();
+        neutron
+    }
+
+    fn launch(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/neutron/server/run.py");
+        // The schema, made once per build and copied for each server.
+        let template = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("neutron-schema.sqlite");
+        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
+        let mut command = Command::new("setsid");
+        command
+            .arg(PYTHON)
+            .arg(script)
+            .arg("--dir")
+            .arg(self.dir.path().join("server"))
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--schema-template")
+            .arg(&template)
+            .arg("--stop-with-stdin")
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        if let Some(token) = &self.options.token {
+            command.arg("--token").arg(token);
+        }
+        if self.options.forbid_host_binding {
+            command.arg("--forbid-host-binding");
+        }
+        let mut child = command.spawn().expect("the neutron server starts");
+        self._lifeline = child.stdin.take();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Ok((200, _)) = self.try_request("GET", "/v2.0/networks", None) {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("the neutron server exited ({status}): {}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the neutron server never answered: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The server's log, for a failure's message.
+    pub fn log(&self) -> String {
+        let server = self.dir.path().join("server");
+        let text = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+            + &std::fs::read_to_string(server.join("neutron.log")).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// The API's root, as `ipam.neutron.url` takes it.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/v2.0", self.port)
+    }
+
+    /// Kills the whole server at once (SIGKILL to its process group).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let group = format!("-{}", child.id());
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &group])
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and data, after `kill`.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// A request as an admin (with the token, if the server wants one):
+    /// its status and its JSON body (null if none).
+    pub fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.try_request(method, path, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}: {}", self.log()))
+    }
+
+    fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> std::io::Result<(u16, Value)> {
+        let token = self.options.token.as_deref();
+        let (status, body) = http(self.port, method, path, body, token)?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    /// Makes a network; returns its ID.
+    pub fn network(&self, name: &str) -> String {
+        let (status, body) = self.request(
+            "POST",
+            "/v2.0/networks",
+            Some(json!({"network": {"name": name}})),
+        );
+        assert_eq!(status, 201, "{body}");
+        body["network"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Makes a subnet of `network` with these members (`cidr`,
+    /// `gateway_ip`, `allocation_pools`, …); returns its ID.
+    pub fn subnet(&self, network: &str, members: Value) -> String {
+        let mut subnet = json!({"network_id": network, "ip_version": 4});
+        for (key, value) in members.as_object().unwrap() {
+            subnet[key] = value.clone();
+        }
+        let (status, body) =
+            self.request("POST", "/v2.0/subnets", Some(json!({ "subnet": subnet })));
+        assert_eq!(status, 201, "{body}");
+        body["subnet"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Every port of `network`, as the controller has them.
+    pub fn ports_of(&self, network: &str) -> Vec<Value> {
+        let (status, body) =
+            self.request("GET", &format!("/v2.0/ports?network_id={network}"), None);
+        assert_eq!(status, 200, "{body}");
+        body["ports"].as_array().unwrap().clone()
+    }
+
+    /// Makes a port directly (another owner's, another host's).
+    pub fn port(&self, members: Value) -> Value {
+        let (status, body) = self.request("POST", "/v2.0/ports", Some(json!({ "port": members })));
+        assert_eq!(status, 201, "{body}");
+        body["port"].clone()
+    }
+}
+
+impl Drop for Neutron {
+    /// SIGTERM to the group, which stops its three processes in about a
+    /// second; SIGKILL if it lingers.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let group = format!("-{}", child.id());
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &group])
+                .stderr(Stdio::null())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &group])
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One HTTP/1.1 request on a connection of its own, closed after the
+/// answer: its status and body (chunks joined).
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let token = token.map_or(String::new(), |t| format!("X-Auth-Token: {t}\r\n"));
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{token}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let head = String::from_utf8_lossy(&answer[..split]).to_string();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an answer: {head}")))?;
+    let mut rest = answer[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut joined = Vec::new();
+        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16)
+                .unwrap_or(0);
+            if size == 0 {
+                break;
+            }
+            joined.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = rest[eol + 2 + size + 2..].to_vec();
+        }
+        rest = joined;
+    }
+    Ok((status, rest))
+}

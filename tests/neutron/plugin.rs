@@ -1,0 +1,542 @@
+//! ipam-da-neutron's CNI commands, through ipam-delegated, on a real
+//! Neutron.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::neutron::{Neutron, Options};
+use crate::common::{with_prev, Answer, PORT_ALLOCATOR};
+use crate::proxy::Proxy;
+use crate::{addresses, port_addresses, shared, Net};
+
+/// A GC configuration: `config` with the attachments the runtime keeps.
+fn gc_input(config: &str, valid: Value) -> Vec<u8> {
+    let mut gc: Value = serde_json::from_str(config).unwrap();
+    gc["cni.dev/valid-attachments"] = valid;
+    gc.to_string().into_bytes()
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn add_check_del_and_del_again_through_a_selector() {
+    let neutron = shared();
+    let net = Net::on(neutron, "flow");
+    // The selector picks pool "tenant-a", whose network is this one.
+    let mut config: Value =
+        serde_json::from_str(&net.config_of("1.0.0", &["ipam-ds-static", "ipam-da-neutron"]))
+            .unwrap();
+    let settings = &mut config["ipam"]["neutron"];
+    let network = settings["network"].take();
+    settings.as_object_mut().unwrap().remove("network");
+    settings["pools"] = json!({"tenant-a": {"network": network}});
+    settings["default"] = json!("tenant-a");
+    config["ipam"]["static"] = json!({"default": [{"name": "tenant-a"}]});
+    let config = config.to_string();
+
+    let add = net.run("ADD", "c-flow", config.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    let result = add.json();
+    let ports = net.ports(neutron);
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    let port = &ports[0];
+    assert_eq!(addresses(&result), port_addresses(port));
+    let address = &addresses(&result)[0];
+    assert_eq!(
+        result["ips"][0],
+        json!({"address": format!("{address}/24"), "gateway": "10.77.0.1"})
+    );
+    assert_eq!(
+        result["routes"],
+        json!([{"dst": "10.78.0.0/16", "gw": "10.77.0.254"}])
+    );
+    assert_eq!(result["dns"], json!({"nameservers": ["10.77.0.53"]}));
+    // The selector's pools are kept as they came.
+    assert_eq!(result["pools"], json!([{"name": "tenant-a"}]));
+    assert_eq!(port["device_id"], "c-flow");
+    assert_eq!(port["device_owner"], "cni:ipam-da-neutron");
+    assert_eq!(port["name"], "flow/tenant-a/eth0");
+    assert_eq!(port["binding:host_id"], "node-a");
+    let mut tags: Vec<&str> = port["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["cni-network=flow", "cni-node=node-a"]);
+
+    // The same ADD again answers the same port.
+    let again = net.run("ADD", "c-flow", config.as_bytes());
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(addresses(&again.json()), addresses(&result));
+    assert_eq!(net.ports(neutron).len(), 1);
+
+    let with_result = with_prev(&config, &String::from_utf8(add.stdout.clone()).unwrap());
+    net.run("CHECK", "c-flow", &with_result)
+        .assert_silent_success();
+    net.run("DEL", "c-flow", &with_result)
+        .assert_silent_success();
+    assert!(net.ports(neutron).is_empty());
+    // DEL again, and CHECK of what is gone.
+    net.run("DEL", "c-flow", &with_result)
+        .assert_silent_success();
+    let check = net.run("CHECK", "c-flow", &with_result);
+    let error = check.assert_error(112);
+    assert!(
+        error["msg"].as_str().unwrap().contains("has no port"),
+        "{error}"
+    );
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn every_spec_version_gets_its_result_shape_and_check_sees_a_changed_port() {
+    let neutron = shared();
+    let net = Net::on(neutron, "versions");
+    for (i, version) in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+        .iter()
+        .enumerate()
+    {
+        let config = net.config_of(version, &["ipam-da-neutron"]);
+        let id = format!("c-v{i}");
+        let add = net.run("ADD", &id, config.as_bytes());
+        assert!(add.status.success(), "{version}: {add:?}");
+        let result = add.json();
+        assert_eq!(result["cniVersion"], *version);
+        let legacy = version.starts_with("0.");
+        assert_eq!(
+            result["ips"][0].get("version").is_some(),
+            legacy,
+            "{version}: {result}"
+        );
+        if *version != "0.3.0" && *version != "0.3.1" {
+            let prev = with_prev(&config, &String::from_utf8(add.stdout.clone()).unwrap());
+            net.run("CHECK", &id, &prev).assert_silent_success();
+        }
+    }
+    // A port whose address the previous result does not list fails CHECK.
+    let config = net.config_of("1.0.0", &["ipam-da-neutron"]);
+    let wrong = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.77.0.250/24"}]}).to_string();
+    let check = net.run("CHECK", "c-v3", &with_prev(&config, &wrong));
+    let error = check.assert_error(112);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("which the previous result does not list"),
+        "{error}"
+    );
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn an_add_retried_after_a_kill_between_post_and_reply_answers_its_one_port() {
+    let neutron = shared();
+    let proxy = Proxy::to(neutron.port);
+    let mut net = Net::on(neutron, "retried");
+    let direct = net.url.clone();
+    net.url = proxy.url();
+    let config = net.config();
+    proxy.hold_posts();
+    let mut killed = common_start(&net, "ADD", "c-retry", config.as_bytes());
+    // The port is made; the allocator is killed before it hears so.
+    proxy.wait_for_held();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &killed.id().to_string()])
+        .status();
+    let _ = killed.wait();
+    proxy.drop_held();
+    assert_eq!(net.ports(neutron).len(), 1);
+
+    net.url = direct;
+    let retried = net.run("ADD", "c-retry", net.config().as_bytes());
+    assert!(retried.status.success(), "{retried:?}");
+    let ports = net.ports(neutron);
+    assert_eq!(ports.len(), 1, "a second port: {ports:?}");
+    assert_eq!(addresses(&retried.json()), port_addresses(&ports[0]));
+}
+
+/// Starts the allocator itself (no ipam-delegated between: a kill then
+/// kills the one process) for container `id`.
+fn common_start(net: &Net, command: &str, id: &str, stdin: &[u8]) -> std::process::Child {
+    crate::common::spawn_program(
+        PORT_ALLOCATOR,
+        std::path::Path::new("/"),
+        &[],
+        &net.env(command, id),
+        std::process::Stdio::null(),
+    )
+    .tap_stdin(stdin)
+}
+
+trait TapStdin {
+    fn tap_stdin(self, stdin: &[u8]) -> Self;
+}
+
+impl TapStdin for std::process::Child {
+    /// Writes `stdin` to the child and closes it.
+    fn tap_stdin(mut self, stdin: &[u8]) -> Self {
+        use std::io::Write;
+        self.stdin.take().unwrap().write_all(stdin).unwrap();
+        self
+    }
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn an_exhausted_subnet_answers_code_110_and_leaves_nothing() {
+    let neutron = shared();
+    let net = Net::with_pool(neutron, "small", "10.77.0.10", "10.77.0.11");
+    let config = net.config();
+    for id in ["c-s1", "c-s2"] {
+        let add = net.run("ADD", id, config.as_bytes());
+        assert!(add.status.success(), "{add:?}");
+    }
+    let full = net.run("ADD", "c-s3", config.as_bytes());
+    let error = full.assert_error(110);
+    let msg = error["msg"].as_str().unwrap();
+    assert!(
+        msg.contains(&net.network) && msg.contains("IpAddressGenerationFailure"),
+        "{error}"
+    );
+    assert_eq!(net.ports(neutron).len(), 2);
+    // STATUS says so.
+    let status = net.run("STATUS", "c-s3", config.as_bytes());
+    let error = status.assert_error(50);
+    assert!(
+        error["msg"].as_str().unwrap().contains("no free address"),
+        "{error}"
+    );
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_chain_whose_last_delegate_fails_deletes_the_port() {
+    let neutron = shared();
+    let net = Net::on(neutron, "undone");
+    net.stack.fake("failing");
+    net.stack.answer(
+        "failing",
+        "ADD",
+        Answer::fails(
+            1,
+            r#"{"cniVersion":"1.0.0","code":7,"msg":"refused on purpose"}"#,
+        ),
+    );
+    let config = net.config_of("1.0.0", &["ipam-da-neutron", "failing"]);
+    let add = net.run("ADD", "c-undo", config.as_bytes());
+    let error = add.assert_error(7);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("refused on purpose"),
+        "{error}"
+    );
+    assert!(net.ports(neutron).is_empty(), "{:?}", net.ports(neutron));
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn gc_deletes_only_this_nodes_stale_ports_of_this_network_once_old_enough() {
+    let neutron = shared();
+    let mut net = Net::on(neutron, "collected");
+    let config = net.config();
+    for id in ["c-keep", "c-gone"] {
+        let add = net.run("ADD", id, config.as_bytes());
+        assert!(add.status.success(), "{add:?}");
+    }
+    let owner = "cni:ipam-da-neutron";
+    let network = net.network.clone();
+    // Another host's port of the same CNI network, and another owner's.
+    let other_host = neutron.port(json!({
+        "network_id": network, "device_id": "c-elsewhere", "device_owner": owner,
+        "name": "collected/default/eth0", "tags": ["cni-node=node-b", "cni-network=collected"],
+    }));
+    let foreign = neutron.port(json!({
+        "network_id": network, "device_id": "c-gone", "device_owner": "compute:nova",
+        "name": "collected/default/eth0", "tags": ["cni-node=node-a", "cni-network=collected"],
+    }));
+    // A late POST's extra port of a kept attachment, which its ADD did
+    // not answer with.
+    let extra = neutron.port(json!({
+        "network_id": network, "device_id": "c-keep", "device_owner": owner,
+        "name": "collected/default/eth0", "tags": ["cni-node=node-a", "cni-network=collected"],
+    }));
+    let valid = json!([{"containerID": "c-keep", "ifname": "eth0"}]);
+    // Young ports are kept, by the controller's clock.
+    net.extra = json!({"gcGraceSeconds": 3600});
+    net.run("GC", "c-gc", &gc_input(&net.config(), valid.clone()))
+        .assert_silent_success();
+    assert_eq!(net.ports(neutron).len(), 5);
+
+    net.extra = json!({"gcGraceSeconds": 0});
+    net.run("GC", "c-gc", &gc_input(&net.config(), valid))
+        .assert_silent_success();
+    let mut left: Vec<String> = net
+        .ports(neutron)
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}",
+                p["device_id"].as_str().unwrap(),
+                p["id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    left.sort();
+    let kept = net
+        .ports(neutron)
+        .iter()
+        .find(|p| p["device_id"] == "c-keep" && p["id"] != extra["id"])
+        .cloned();
+    assert!(kept.is_some(), "the answered port of c-keep went: {left:?}");
+    let mut expected = vec![
+        format!("c-elsewhere {}", other_host["id"].as_str().unwrap()),
+        format!("c-gone {}", foreign["id"].as_str().unwrap()),
+        format!("c-keep {}", kept.unwrap()["id"].as_str().unwrap()),
+    ];
+    expected.sort();
+    assert_eq!(left, expected);
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_requested_address_is_given_and_the_gateway_or_a_taken_one_refused() {
+    let neutron = shared();
+    let net = Net::on(neutron, "requested");
+    let config = net.config();
+    let env = net
+        .env("ADD", "c-r1")
+        .set("CNI_ARGS", "IgnoreUnknown=1;IP=10.77.0.77");
+    let add = crate::common::run_plugin(&env, config.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    assert_eq!(addresses(&add.json()), ["10.77.0.77"]);
+
+    let env = net
+        .env("ADD", "c-r2")
+        .set("CNI_ARGS", "IgnoreUnknown=1;IP=10.77.0.77");
+    let taken = crate::common::run_plugin(&env, config.as_bytes());
+    let error = taken.assert_error(111);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("IpAddressAlreadyAllocated"),
+        "{error}"
+    );
+
+    for (id, address, says) in [
+        ("c-r3", "10.77.0.1", "gateway"),
+        ("c-r4", "10.77.0.250", "allocation pools"),
+    ] {
+        let env = net
+            .env("ADD", id)
+            .set("CNI_ARGS", &format!("IgnoreUnknown=1;IP={address}"));
+        let refused = crate::common::run_plugin(&env, config.as_bytes());
+        let error = refused.assert_error(111);
+        assert!(error["msg"].as_str().unwrap().contains(says), "{error}");
+    }
+    // Only the first attachment has a port.
+    let ports = net.ports(neutron);
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(ports[0]["device_id"], "c-r1");
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn thirty_two_adds_at_once_get_distinct_addresses_and_their_dels_leave_no_port() {
+    let neutron = shared();
+    let net = Net::on(neutron, "parallel");
+    let config = net.config();
+    let started = Instant::now();
+    let results: Vec<Vec<String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let (net, config) = (&net, &config);
+                scope.spawn(move || {
+                    let add = net.run("ADD", &format!("c-p{i}"), config.as_bytes());
+                    assert!(add.status.success(), "{add:?}");
+                    addresses(&add.json())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("32 ADDs at once: {:?}", started.elapsed());
+    let mut all: Vec<String> = results.into_iter().flatten().collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 32);
+    assert_eq!(net.ports(neutron).len(), 32);
+    std::thread::scope(|scope| {
+        for i in 0..32 {
+            let (net, config) = (&net, &config);
+            scope.spawn(move || {
+                net.run("DEL", &format!("c-p{i}"), config.as_bytes())
+                    .assert_silent_success();
+            });
+        }
+    });
+    assert!(net.ports(neutron).is_empty());
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_token_file_is_sent_and_a_wrong_or_loose_one_refused() {
+    let neutron = Neutron::start(Options {
+        token: Some("s3cret-token".into()),
+        ..Options::default()
+    });
+    let mut net = Net::on(&neutron, "tokened");
+    let token = net.data.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    net.extra = json!({"tokenFile": token});
+    let add = net.run("ADD", "c-t1", net.config().as_bytes());
+    assert!(add.status.success(), "{add:?}");
+
+    // Rotated to a wrong one: read again at the next call.
+    std::fs::write(&token, "wrong\n").unwrap();
+    let refused = net.run("ADD", "c-t2", net.config().as_bytes());
+    let error = refused.assert_error(5);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("requires authentication"),
+        "{error}"
+    );
+    // Without one at all.
+    net.extra = json!({});
+    net.run("ADD", "c-t3", net.config().as_bytes())
+        .assert_error(5);
+    // One others may read is refused before any call.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    net.extra = json!({"tokenFile": token});
+    let loose = net.run("ADD", "c-t4", net.config().as_bytes());
+    let error = loose.assert_error(7);
+    assert!(
+        error["msg"].as_str().unwrap().contains("others may read"),
+        "{error}"
+    );
+    assert_eq!(net.ports(&neutron).len(), 1);
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_policy_that_forbids_host_binding_costs_nothing_but_the_binding() {
+    let neutron = Neutron::start(Options {
+        forbid_host_binding: true,
+        ..Options::default()
+    });
+    let net = Net::on(&neutron, "unbound");
+    let config = net.config();
+    for id in ["c-b1", "c-b2"] {
+        let add = net.run("ADD", id, config.as_bytes());
+        assert!(add.status.success(), "{add:?}");
+        let prev = with_prev(&config, &String::from_utf8(add.stdout.clone()).unwrap());
+        net.run("CHECK", id, &prev).assert_silent_success();
+    }
+    let ports = net.ports(&neutron);
+    assert_eq!(ports.len(), 2);
+    assert!(
+        ports.iter().all(|p| p.get("binding:host_id").is_none()),
+        "{ports:?}"
+    );
+    for id in ["c-b1", "c-b2"] {
+        net.run("DEL", id, config.as_bytes())
+            .assert_silent_success();
+    }
+    assert!(net.ports(&neutron).is_empty());
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_controller_killed_mid_add_is_code_11_and_the_retry_finds_what_it_made() {
+    let mut neutron = Neutron::start(Options::default());
+    let proxy = Proxy::to(neutron.port);
+    let mut net = Net::on(&neutron, "killed");
+    net.url = proxy.url();
+    let config = net.config();
+    proxy.hold_posts();
+    let add = std::thread::scope(|scope| {
+        let running = scope.spawn(|| net.run("ADD", "c-k1", config.as_bytes()));
+        proxy.wait_for_held();
+        neutron.kill();
+        proxy.drop_held();
+        running.join().unwrap()
+    });
+    let error = add.assert_error(11);
+    assert!(
+        error["msg"].as_str().unwrap().contains("out of reach"),
+        "{error}"
+    );
+    // Down: DEL must be tried again, and STATUS says so.
+    net.run("DEL", "c-k1", config.as_bytes()).assert_error(11);
+    net.run("STATUS", "c-k1", config.as_bytes())
+        .assert_error(50);
+
+    neutron.restart();
+    let proxy = Proxy::to(neutron.port);
+    net.url = proxy.url();
+    let config = net.config();
+    let retried = net.run("ADD", "c-k1", config.as_bytes());
+    assert!(retried.status.success(), "{retried:?}");
+    let ports = net.ports(&neutron);
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    net.run("DEL", "c-k1", config.as_bytes())
+        .assert_silent_success();
+    assert!(net.ports(&neutron).is_empty());
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_controller_that_never_answers_is_bounded_by_the_timeout() {
+    let neutron = shared();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut net = Net::on(neutron, "silent");
+    net.url = format!(
+        "http://127.0.0.1:{}/v2.0",
+        silent.local_addr().unwrap().port()
+    );
+    net.extra = json!({"timeout": 2});
+    let started = Instant::now();
+    let add = net.run("ADD", "c-silent", net.config().as_bytes());
+    let took = started.elapsed();
+    let error = add.assert_error(11);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("within the timeout"),
+        "{error}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    drop(silent);
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_common_add_costs_two_round_trips_and_a_del_two() {
+    let neutron = shared();
+    let proxy = Proxy::to(neutron.port);
+    let mut net = Net::on(neutron, "counted");
+    net.url = proxy.url();
+    let config = net.config();
+    // The first ADD reads the subnet, and caches it.
+    let first = net.run("ADD", "c-n1", config.as_bytes());
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(proxy.requests(), 3, "list, create, subnet");
+    let second = net.run("ADD", "c-n2", config.as_bytes());
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(proxy.requests() - 3, 2, "list, create");
+    net.run("DEL", "c-n2", config.as_bytes())
+        .assert_silent_success();
+    assert_eq!(proxy.requests() - 5, 2, "list, delete");
+}

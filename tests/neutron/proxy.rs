@@ -1,0 +1,135 @@
+//! A loopback proxy between the plugin and the controller that passes
+//! requests on whole and can hold the answer to a port's creation: the
+//! port is made, and the plugin never hears of it, until the test lets
+//! the answer go or drops it. It also counts the requests it passed, for
+//! the round trips of a command.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The proxy's shared state.
+#[derive(Default)]
+struct Shared {
+    /// Hold the answers to POSTs.
+    hold_posts: AtomicBool,
+    /// POST answers held now.
+    held: Mutex<usize>,
+    changed: Condvar,
+    /// Let held answers go (true), or drop them with the connection.
+    release: Mutex<Option<bool>>,
+    requests: AtomicUsize,
+}
+
+/// A running proxy.
+pub struct Proxy {
+    pub port: u16,
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    /// A proxy to the server on loopback port `upstream`.
+    pub fn to(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(Shared::default());
+        let accepted = Arc::clone(&shared);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let shared = Arc::clone(&accepted);
+                std::thread::spawn(move || {
+                    let _ = serve(client, upstream, &shared);
+                });
+            }
+        });
+        Proxy { port, shared }
+    }
+
+    /// The API's root through the proxy.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/v2.0", self.port)
+    }
+
+    /// Holds every answer to a POST from now on.
+    pub fn hold_posts(&self) {
+        self.shared.hold_posts.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until the answer to a POST is held: the port is made.
+    pub fn wait_for_held(&self) {
+        let mut held = self.shared.held.lock().unwrap();
+        while *held == 0 {
+            held = self.shared.changed.wait(held).unwrap();
+        }
+    }
+
+    /// Drops the held answers with their connections.
+    pub fn drop_held(&self) {
+        *self.shared.release.lock().unwrap() = Some(false);
+        self.shared.changed.notify_all();
+    }
+
+    /// How many requests passed so far.
+    pub fn requests(&self) -> usize {
+        self.shared.requests.load(Ordering::SeqCst)
+    }
+}
+
+/// Passes the requests of one client connection, one at a time, each on
+/// a new connection upstream (whose answer says so: the client closes).
+fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<()> {
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut client = client;
+    loop {
+        let Some((head, body)) = read_message(&mut reader)? else {
+            return Ok(());
+        };
+        shared.requests.fetch_add(1, Ordering::SeqCst);
+        let post = head.starts_with("POST ");
+        // Closed after the answer: the answer is read to its end.
+        let head = head.replacen("\r\n", "\r\nConnection: close\r\n", 1);
+        let mut server = TcpStream::connect(("127.0.0.1", upstream))?;
+        server.write_all(head.as_bytes())?;
+        server.write_all(&body)?;
+        let mut answer = Vec::new();
+        server.read_to_end(&mut answer)?;
+        if post && shared.hold_posts.load(Ordering::SeqCst) {
+            *shared.held.lock().unwrap() += 1;
+            shared.changed.notify_all();
+            let mut release = shared.release.lock().unwrap();
+            while release.is_none() {
+                release = shared.changed.wait(release).unwrap();
+            }
+            if *release == Some(false) {
+                return Ok(());
+            }
+        }
+        client.write_all(&answer)?;
+    }
+}
+
+/// A request's head (with its blank line) and body, sized by its length.
+fn read_message(reader: &mut impl BufRead) -> std::io::Result<Option<(String, Vec<u8>)>> {
+    let mut head = String::new();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        if line.to_ascii_lowercase().starts_with("connection:") {
+            continue;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(Some((head, body)))
+}
