@@ -53,7 +53,8 @@ pub const DOCTOR: Verb = Verb {
     help: "\
 Check the network of PATH and its delegates without allocating
 anything: each delegate answers VERSION, and those of this family
-(ipam-ds-static, ipam-da-pool) check their own settings.
+(ipam-ds-static, ipam-da-pool, ipam-da-neutron) check their own
+settings.
 ",
     run: run_doctor,
 };

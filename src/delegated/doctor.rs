@@ -29,12 +29,13 @@ pub struct Report {
 
 /// The delegates of this family, which check their own settings when run
 /// with `validate` and the configuration on stdin.
-const FAMILY: [&str; 2] = ["ipam-ds-static", "ipam-da-pool"];
+const FAMILY: [&str; 3] = ["ipam-ds-static", "ipam-da-pool", "ipam-da-neutron"];
 
 /// What the settings of each delegate of the family live under, for the fix.
 fn settings_of(name: &str) -> &'static str {
     match name {
         "ipam-ds-static" => "ipam.static",
+        "ipam-da-neutron" => "ipam.neutron",
         _ => "ipam.pool",
     }
 }

@@ -21,10 +21,11 @@ use crate::node_name;
 use crate::{signals, sys};
 
 /// The family's binaries, as installed side by side.
-pub const FAMILY: [&str; 4] = [
+pub const FAMILY: [&str; 5] = [
     "ipam-delegated",
     "ipam-ds-static",
     "ipam-da-pool",
+    "ipam-da-neutron",
     "ipam-delegated-docker",
 ];
 

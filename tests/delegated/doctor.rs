@@ -341,3 +341,44 @@ fn a_directory_is_read_as_net_d_and_network_picks_one() {
         "{report}"
     );
 }
+
+#[test]
+fn the_port_allocator_checks_its_own_settings_calling_no_controller() {
+    // Nothing listens on this URL: a call would fail the check.
+    let neutron = |extra: serde_json::Value| {
+        let mut settings = json!({
+            "url": "http://127.0.0.1:9/v2.0",
+            "network": "6f6e1a7c-2b5e-4c1e-9a51-0d3c0a0b7c11",
+            "host": "node-a",
+        });
+        for (key, value) in extra.as_object().unwrap() {
+            settings[key] = value.clone();
+        }
+        settings
+    };
+    let stack = Stack::new().with_neutron_plugins();
+    let write = |settings: serde_json::Value| {
+        let list = json!({"cniVersion": "1.0.0", "name": "pods", "plugins": [{
+            "type": "bridge",
+            "ipam": {"type": "ipam-delegated", "delegates": ["ipam-da-neutron"], "neutron": settings},
+        }]});
+        let path = stack.dir.path().join("pods.conflist");
+        fs::write(&path, list.to_string()).unwrap();
+        path.display().to_string()
+    };
+    let (ok, report) = doctor(&stack, &write(neutron(json!({}))));
+    assert!(ok, "{report}");
+    let (ok, report) = doctor(&stack, &write(neutron(json!({"subnet": ["s"]}))));
+    assert!(!ok, "{report}");
+    let problems: Vec<&str> = report.lines().filter(|l| l.starts_with("- ")).collect();
+    let [problem] = problems[..] else {
+        panic!("one problem: {report}")
+    };
+    for part in [
+        "ipam-da-neutron refuses its settings (code 7)",
+        "\"ipam.neutron.subnet\"",
+        "correct ipam.neutron and run the doctor again",
+    ] {
+        assert!(problem.contains(part), "{part}: {report}");
+    }
+}

@@ -52,10 +52,12 @@ fn the_package_installs_runs_the_demo_and_purges_without_a_trace() {
         "/usr/lib/cni/ipam-delegated",
         "/usr/lib/cni/ipam-ds-static",
         "/usr/lib/cni/ipam-da-pool",
+        "/usr/lib/cni/ipam-da-neutron",
         "/usr/lib/cni/ipam-delegated-docker",
         "/lib/systemd/system/ipam-da-pool-keeper.service",
         "/lib/systemd/system/ipam-delegated-docker.service",
         "/usr/share/man/man1/ipam-da-pool.1.gz",
+        "/usr/share/man/man1/ipam-da-neutron.1.gz",
         "/usr/share/doc/ipam-delegated/copyright",
     ] {
         assert!(

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::common::{run_program, Env, ALLOCATOR, PLUGIN, SELECTOR};
+use crate::common::{run_program, Env, ALLOCATOR, PLUGIN, PORT_ALLOCATOR, SELECTOR};
 
 const DOCKER: &str = env!("CARGO_BIN_EXE_ipam-delegated-docker");
 
@@ -30,7 +30,7 @@ fn commands(binary: &str) -> Vec<String> {
 
 #[test]
 fn every_binary_and_command_answers_help_version_and_usage_errors_alike() {
-    for binary in [PLUGIN, SELECTOR, ALLOCATOR, DOCKER] {
+    for binary in [PLUGIN, SELECTOR, ALLOCATOR, PORT_ALLOCATOR, DOCKER] {
         let name = Path::new(binary).file_name().unwrap().to_str().unwrap();
         for flag in ["--help", "--version", "--generate-man"] {
             let out = run(binary, &[flag]);
@@ -80,9 +80,10 @@ fn every_binary_and_command_answers_help_version_and_usage_errors_alike() {
             );
         }
     }
-    // The commands are found: ipam-delegated's and ipam-da-pool's.
+    // The commands are found: ipam-delegated's and the allocators'.
     assert!(commands(PLUGIN).contains(&"docker-plugin".to_owned()));
     assert!(commands(ALLOCATOR).contains(&"readmit".to_owned()));
+    assert!(commands(PORT_ALLOCATOR).contains(&"release".to_owned()));
     // The Docker driver's one command: its options after its name.
     let out = run(DOCKER, &["--config", "/nonexistent", "--help"]);
     assert!(out.status.success());

@@ -79,6 +79,7 @@ pub(crate) fn build_image(work: &Path, name: &str, extra: &[u8]) -> (Podman, Str
         "ipam-delegated",
         "ipam-ds-static",
         "ipam-da-pool",
+        "ipam-da-neutron",
         "ipam-delegated-docker",
     ] {
         fs::copy(built.join(binary), context.join(binary)).unwrap();
@@ -176,6 +177,7 @@ fn the_image_installs_the_family_and_the_configuration_into_the_hosts_directorie
         "ipam-delegated",
         "ipam-ds-static",
         "ipam-da-pool",
+        "ipam-da-neutron",
         "ipam-delegated-docker",
     ] {
         assert_eq!(

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::common::{temp_dir, TempDir, ALLOCATOR, PLUGIN, SELECTOR};
+use crate::common::{temp_dir, TempDir, ALLOCATOR, PLUGIN, PORT_ALLOCATOR, SELECTOR};
 
 const DOCKER: &str = env!("CARGO_BIN_EXE_ipam-delegated-docker");
 
@@ -57,7 +57,7 @@ impl Runtime {
 /// bytes after its end (another build of it, as an upgrade brings).
 fn family_in(dir: &Path, extra: &[u8]) -> PathBuf {
     fs::create_dir_all(dir).unwrap();
-    for binary in [PLUGIN, SELECTOR, ALLOCATOR, DOCKER] {
+    for binary in [PLUGIN, SELECTOR, ALLOCATOR, PORT_ALLOCATOR, DOCKER] {
         let name = Path::new(binary).file_name().unwrap();
         let mut bytes = fs::read(binary).unwrap();
         if name == "ipam-da-pool" {
@@ -170,6 +170,7 @@ fn the_installer_places_the_family_whole_and_the_configuration_last() {
     assert_eq!(
         names,
         [
+            "ipam-da-neutron",
             "ipam-da-pool",
             "ipam-delegated",
             "ipam-delegated-docker",
@@ -213,7 +214,7 @@ fn the_installer_places_the_family_whole_and_the_configuration_last() {
     );
     assert_eq!(
         fs::read_dir(&bin).unwrap().count(),
-        5,
+        6,
         "no temporary file left"
     );
 }
@@ -366,7 +367,7 @@ fn two_installers_that_are_both_pid_1_never_collide() {
     }
     assert_eq!(
         fs::read_dir(&host.bin).unwrap().count(),
-        4,
+        5,
         "no temporary file left"
     );
 }

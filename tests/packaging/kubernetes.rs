@@ -233,6 +233,7 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
         "ipam-delegated",
         "ipam-ds-static",
         "ipam-da-pool",
+        "ipam-da-neutron",
         "ipam-delegated-docker",
     ] {
         assert!(bin.join(binary).exists(), "{binary}");

@@ -138,6 +138,7 @@ fn two_builds_of_one_commit_give_the_same_archive_of_what_a_release_ships() {
         "LICENSE-APACHE",
         "LICENSE-MIT",
         "README.md",
+        "ipam-da-neutron",
         "ipam-da-pool",
         "ipam-delegated",
         "ipam-delegated-docker",
@@ -163,6 +164,7 @@ fn two_builds_of_one_commit_give_the_same_archive_of_what_a_release_ships() {
         "ipam-delegated",
         "ipam-ds-static",
         "ipam-da-pool",
+        "ipam-da-neutron",
         "ipam-delegated-docker",
     ] {
         let path = unpacked.join(&top).join(binary);
