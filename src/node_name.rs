@@ -121,7 +121,7 @@ fn read_pinned(dir: &Dir, name: &str, file: &Path) -> Result<Option<String>, Nod
         Ok(Some(text))
     } else {
         Err(invalid(format!(
-            "{} holds {text:?}, which {}: correct it, or set \"ipam.pool.node\"",
+            "{} holds {text:?}, which {}: correct it, or name the node in the configuration (\"ipam.pool.node\", \"ipam.neutron.host\")",
             file.display(),
             cni::IDENTIFIER_RULE
         )))
@@ -203,7 +203,7 @@ fn hostname() -> Result<String, NodeNameError> {
         Ok(name)
     } else {
         Err(invalid(format!(
-            "the host name {name:?} cannot name a node: set \"ipam.pool.node\""
+            "the host name {name:?} cannot name a node: name it in the configuration (\"ipam.pool.node\", \"ipam.neutron.host\")"
         )))
     }
 }

@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 
 use super::api::{Controller, Port, Subnet};
 use super::error::NeutronError;
-use super::ports::{self, Attachment, OWNER};
-use super::settings::{invalid, Pool, Settings};
+use super::ports::{self, OWNER};
+use super::settings::{check_tag_value, invalid, Pool, Settings};
 use super::state::State;
 use crate::addr::Addr;
 use crate::cni::{self, Environment, NetConf};
@@ -26,43 +26,46 @@ struct Asked<'a> {
 /// A port answered, with the subnet of each of its addresses.
 type Answered = (Port, Vec<(Addr, Subnet)>);
 
+/// What one ADD works with.
+struct Adding<'a> {
+    net: &'a NetConf<'a>,
+    settings: &'a Settings,
+    controller: &'a Controller,
+    state: &'a State,
+    container: String,
+    ifname: String,
+}
+
 /// Runs ADD, and returns the result to print.
 pub fn add(env: &Environment, net: &NetConf, settings: &Settings) -> Result<Vec<u8>, NeutronError> {
-    let container = env.container_id.clone().unwrap_or_default();
-    let ifname = env.ifname.clone().unwrap_or_default();
+    // The name is a tag's value too.
+    check_tag_value("the CNI network's name", &net.name)?;
     let controller = Controller::open(settings)?;
-    let state = State::open(&settings.data_dir);
-    let asked = asked(env, net, settings, &controller, &state)?;
-
-    let listed = controller.ports(&[("device_id", &container), ("device_owner", OWNER)])?;
-    let existing = ports::ours(listed, &net.name);
-    let mut made: Vec<String> = Vec::new();
-    let answered = answer_each(
-        &asked,
+    let state = State::open_made(&settings.data_dir);
+    let adding = Adding {
         net,
         settings,
-        &controller,
-        &state,
-        &existing,
-        &Attachment {
-            container: container.clone(),
-            ifname: ifname.clone(),
-            pool: String::new(),
-        },
-        &mut made,
-    );
-    match answered {
+        controller: &controller,
+        state: &state,
+        container: env.container_id.clone().unwrap_or_default(),
+        ifname: env.ifname.clone().unwrap_or_default(),
+    };
+    let asked = asked(env, net, settings, &controller, &state)?;
+    let mut made: Vec<String> = Vec::new();
+    match adding.answer_each(&asked, &mut made) {
         Ok(entries) => {
             let ids: Vec<String> = entries.iter().map(|(port, _)| port.id.clone()).collect();
-            state.note_answered(&net.name, &container, &ifname, &ids);
+            state.note_answered(&net.name, &adding.container, &adding.ifname, &ids);
             Ok(result(net, &entries))
         }
         Err(e) => {
-            // What this ADD made is given back; a port an earlier ADD
+            // What this ADD made is given back, with time of its own (the
+            // failure may have been the timeout); a port an earlier ADD
             // made stays for the DEL the runtime sends after a failure.
+            let undo = controller.renewed();
             for id in made {
-                if let Err(undo) = controller.delete_port(&id) {
-                    tracing::warn!("port {id} was left after the failed ADD: {undo}");
+                if let Err(failed) = undo.delete_port(&id) {
+                    tracing::warn!("port {id} was left after the failed ADD: {failed}");
                 }
             }
             Err(e)
@@ -70,150 +73,151 @@ pub fn add(env: &Environment, net: &NetConf, settings: &Settings) -> Result<Vec<
     }
 }
 
-/// The port of each pool, with the subnet of each of its addresses.
-#[allow(clippy::too_many_arguments)]
-fn answer_each(
-    asked: &[Asked],
-    net: &NetConf,
-    settings: &Settings,
-    controller: &Controller,
-    state: &State,
-    existing: &[(Port, Attachment)],
-    attachment: &Attachment,
-    made: &mut Vec<String>,
-) -> Result<Vec<Answered>, NeutronError> {
-    let mut entries = Vec::new();
-    for one in asked {
-        // The oldest port an earlier ADD made: a later one is a late
-        // POST's extra, which DEL and GC remove.
-        let found = existing.iter().find(|(_, a)| {
-            a.container == attachment.container
-                && a.ifname == attachment.ifname
-                && a.pool == one.name
-        });
-        let port = match found {
-            Some((port, _)) => {
-                let missing: Vec<String> = one
-                    .addresses
-                    .iter()
-                    .filter(|a| !port.fixed_ips.iter().any(|(_, held)| held == *a))
-                    .map(Addr::to_string)
-                    .collect();
-                if !missing.is_empty() {
+impl Adding<'_> {
+    /// The port of each pool, with the subnet of each of its addresses;
+    /// each port made is in `made` from the moment it exists.
+    fn answer_each(
+        &self,
+        asked: &[Asked],
+        made: &mut Vec<String>,
+    ) -> Result<Vec<Answered>, NeutronError> {
+        let listed = self
+            .controller
+            .ports(&[("device_id", &self.container), ("device_owner", OWNER)])?;
+        let existing: Vec<Port> = ports::ours(listed, &self.net.name)
+            .into_iter()
+            .filter(|(_, a)| a.container == self.container && a.ifname == self.ifname)
+            .map(|(port, _)| port)
+            .collect();
+        let answered = self
+            .state
+            .answered(&self.net.name, &self.container, &self.ifname)
+            .unwrap_or_default();
+        let mut entries = Vec::new();
+        for one in asked {
+            let name = ports::name(&self.net.name, &one.name, &self.ifname);
+            let found: Vec<&Port> = existing.iter().filter(|p| p.name == name).collect();
+            // The port an earlier ADD answered with, else the oldest: a
+            // later one is a late POST's extra, which DEL and GC remove.
+            let found = found
+                .iter()
+                .find(|p| answered.contains(&p.id))
+                .or(found.first());
+            let port = match found {
+                Some(port) => self.found_again(one, port)?,
+                None => self.create(one, made)?,
+            };
+            let port = self.controller.filled(port)?;
+            let mut addresses = Vec::new();
+            for (subnet_id, address) in &port.fixed_ips {
+                let subnet = self.state.subnet(self.controller, subnet_id)?;
+                if let Some(why) = subnet.refusal(*address) {
+                    if !made.contains(&port.id) {
+                        // Found, not made: it goes too, or DEL would be the
+                        // only way out of an address that must not be used.
+                        self.controller.delete_port(&port.id)?;
+                    }
                     return Err(NeutronError::AddressUnavailable {
-                        address: missing.join(", "),
-                        what: format!("pool {:?}", one.name),
-                        why: format!(
-                            "the attachment holds port {} already, with other addresses: DEL it first",
-                            port.id
-                        ),
+                        address: address.to_string(),
+                        what: one.described(),
+                        why: format!("the controller gave it, but {why}"),
                     });
                 }
-                port.clone()
+                addresses.push((*address, subnet));
             }
-            None => {
-                let port = create(one, net, settings, controller, state, attachment)?;
-                made.push(port.id.clone());
-                port
-            }
+            entries.push((port, addresses));
+        }
+        Ok(entries)
+    }
+
+    /// A port an earlier ADD of the attachment made, if it has the
+    /// addresses asked for.
+    fn found_again(&self, one: &Asked, port: &Port) -> Result<Port, NeutronError> {
+        let missing: Vec<String> = one
+            .addresses
+            .iter()
+            .filter(|a| !port.fixed_ips.iter().any(|(_, held)| held == *a))
+            .map(Addr::to_string)
+            .collect();
+        if !missing.is_empty() {
+            return Err(NeutronError::AddressUnavailable {
+                address: missing.join(", "),
+                what: one.described(),
+                why: format!(
+                    "the attachment holds port {} already, with other addresses: DEL it first",
+                    port.id
+                ),
+            });
+        }
+        Ok(port.clone())
+    }
+
+    /// Creates the port of `one`, bound to this host if the controller
+    /// lets the token say so, and tagged (after the POST, where the
+    /// controller drops the POST's tags: a port GC cannot see must not
+    /// be).
+    fn create(&self, one: &Asked, made: &mut Vec<String>) -> Result<Port, NeutronError> {
+        let tags = ports::tags(&self.settings.host, &self.net.name);
+        let mut body = json!({
+            "network_id": one.pool.network,
+            "device_id": self.container,
+            "device_owner": OWNER,
+            "name": ports::name(&self.net.name, &one.name, &self.ifname),
+            "tags": tags,
+        });
+        let fixed_ips: Vec<Value> = if one.addresses.is_empty() {
+            one.pool
+                .subnets
+                .iter()
+                .map(|s| json!({ "subnet_id": s }))
+                .collect()
+        } else {
+            one.addresses
+                .iter()
+                .map(|a| json!({ "ip_address": a.to_string() }))
+                .collect()
         };
-        let port = controller.filled(port)?;
-        let mut addresses = Vec::new();
-        for (subnet_id, address) in &port.fixed_ips {
-            let subnet = state.subnet(controller, subnet_id)?;
-            if let Some(why) = subnet.refusal(*address) {
-                if !made.contains(&port.id) {
-                    // Found, not made: it goes too, or DEL would be the
-                    // only way out of an address that must not be used.
-                    controller.delete_port(&port.id)?;
+        if !fixed_ips.is_empty() {
+            body["fixed_ips"] = Value::Array(fixed_ips);
+        }
+        let port = self.post(body, one)?;
+        made.push(port.id.clone());
+        if tags.iter().any(|t| !port.tags.contains(t)) {
+            self.controller.set_tags(&port.id, &tags)?;
+        }
+        Ok(port)
+    }
+
+    /// POSTs the port `body` describes, with this host's binding unless
+    /// the controller refused it within a minute.
+    fn post(&self, body: Value, one: &Asked) -> Result<Port, NeutronError> {
+        let what = one.described();
+        if !self.state.binding_refused() {
+            let mut bound = body.clone();
+            bound["binding:host_id"] = json!(self.settings.host);
+            match self.controller.create_port(&bound, &what) {
+                // A policy that keeps host bindings to admins, or a
+                // controller without them: never depended on.
+                Err(
+                    NeutronError::Refused { message, .. } | NeutronError::Rejected { message, .. },
+                ) if message.contains("binding") => {
+                    tracing::info!("the controller does not let this token bind ports: {message}");
+                    self.state.note_binding_refused();
                 }
-                return Err(NeutronError::AddressUnavailable {
-                    address: address.to_string(),
-                    what: format!("pool {:?} (network {})", one.name, one.pool.network),
-                    why: format!("the controller gave it, but {why}"),
-                });
+                created => return created.map_err(|e| taken(e, one)),
             }
-            addresses.push((*address, subnet));
         }
-        entries.push((port, addresses));
+        self.controller
+            .create_port(&body, &what)
+            .map_err(|e| taken(e, one))
     }
-    Ok(entries)
 }
 
-/// Creates the port of `one` for `attachment`, bound to this host if the
-/// controller lets the token say so.
-fn create(
-    one: &Asked,
-    net: &NetConf,
-    settings: &Settings,
-    controller: &Controller,
-    state: &State,
-    attachment: &Attachment,
-) -> Result<Port, NeutronError> {
-    let mut body = json!({
-        "network_id": one.pool.network,
-        "device_id": attachment.container,
-        "device_owner": OWNER,
-        "name": ports::name(&net.name, &one.name, &attachment.ifname),
-        "tags": ports::tags(&settings.host, &net.name),
-    });
-    let fixed_ips: Vec<Value> = if one.addresses.is_empty() {
-        one.pool
-            .subnets
-            .iter()
-            .map(|s| json!({ "subnet_id": s }))
-            .collect()
-    } else {
-        one.addresses
-            .iter()
-            .map(|a| json!({ "ip_address": a.to_string() }))
-            .collect()
-    };
-    if !fixed_ips.is_empty() {
-        body["fixed_ips"] = Value::Array(fixed_ips);
+impl Asked<'_> {
+    /// The pool, for messages.
+    fn described(&self) -> String {
+        format!("pool {:?} (network {})", self.name, self.pool.network)
     }
-    let what = format!("network {} (pool {:?})", one.pool.network, one.name);
-    let port = post(body, &what, one, settings, controller, state)?;
-    let tags = ports::tags(&settings.host, &net.name);
-    if tags.iter().any(|t| !port.tags.contains(t)) {
-        // Dropped from the POST: set now, or GC would never see the port.
-        match controller.set_tags(&port.id, &tags) {
-            Err(e @ NeutronError::Unreachable { .. }) => {
-                let _ = controller.delete_port(&port.id);
-                return Err(e);
-            }
-            Err(e) => tracing::warn!("port {} stays untagged, out of GC's sight: {e}", port.id),
-            Ok(()) => {}
-        }
-    }
-    Ok(port)
-}
-
-/// POSTs the port `body` describes, with this host's binding if the
-/// controller lets the token set it.
-fn post(
-    body: Value,
-    what: &str,
-    one: &Asked,
-    settings: &Settings,
-    controller: &Controller,
-    state: &State,
-) -> Result<Port, NeutronError> {
-    if !state.binding_refused() {
-        let mut bound = body.clone();
-        bound["binding:host_id"] = json!(settings.host);
-        match controller.create_port(&bound, what) {
-            // The policy keeps host bindings to admins: never depended on.
-            Err(NeutronError::Refused { message, .. }) if message.contains("binding") => {
-                tracing::info!("the controller does not let this token bind ports: {message}");
-                state.note_binding_refused();
-            }
-            created => return created.map_err(|e| taken(e, one)),
-        }
-    }
-    controller
-        .create_port(&body, what)
-        .map_err(|e| taken(e, one))
 }
 
 /// A requested address another port has, or outside the network's
@@ -227,7 +231,7 @@ fn taken(e: NeutronError, one: &Asked) -> NeutronError {
             let addresses: Vec<String> = one.addresses.iter().map(Addr::to_string).collect();
             NeutronError::AddressUnavailable {
                 address: addresses.join(", "),
-                what: format!("pool {:?} (network {})", one.name, one.pool.network),
+                what: one.described(),
                 why: message,
             }
         }
@@ -261,9 +265,18 @@ fn asked<'a>(
             addresses: w.requested.into_iter().collect(),
         });
     }
-    let by_runtime = pools::requested_by_runtime(env, net)?;
+    // A selector sets the runtime's address on the pool that gives it:
+    // one already asked of a pool is not asked again.
+    let by_runtime: Vec<Addr> = pools::requested_by_runtime(env, net)?
+        .into_iter()
+        .filter(|a| !asked.iter().any(|one| one.addresses.contains(a)))
+        .collect();
     if let [only] = asked.as_mut_slice() {
-        only.addresses.extend(by_runtime);
+        for address in by_runtime {
+            if !only.addresses.contains(&address) {
+                only.addresses.push(address);
+            }
+        }
         return Ok(asked);
     }
     for address in by_runtime {

@@ -50,6 +50,34 @@ pub struct Subnet {
     pub dns_nameservers: Vec<String>,
 }
 
+/// How many addresses a subnet has left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Free {
+    pub subnet_id: String,
+    pub ip_version: u64,
+    pub free: u128,
+}
+
+impl Free {
+    fn parse(subnet: &Value) -> Free {
+        // An IPv6 subnet's count passes u64's range: read as a float then,
+        // exact enough to tell none from some.
+        let count = |key: &str| {
+            let value = &subnet[key];
+            value
+                .as_u64()
+                .map(u128::from)
+                .or_else(|| value.as_f64().map(|f| f as u128))
+                .unwrap_or(0)
+        };
+        Free {
+            subnet_id: text_of(&subnet["subnet_id"]),
+            ip_version: subnet["ip_version"].as_u64().unwrap_or(4),
+            free: count("total_ips").saturating_sub(count("used_ips")),
+        }
+    }
+}
+
 /// The controller, for one invocation.
 pub struct Controller {
     url: super::settings::Url,
@@ -84,6 +112,20 @@ impl Controller {
         })
     }
 
+    /// The same controller with time of its own: the whole timeout again,
+    /// from now (to give back what a call that ran out of time made).
+    pub fn renewed(&self) -> Controller {
+        Controller {
+            url: self.url.clone(),
+            tls: self.tls.clone(),
+            token: self.token.clone(),
+            deadline: Instant::now() + self.timeout,
+            timeout: self.timeout,
+            connection: RefCell::new(None),
+            date: RefCell::new(None),
+        }
+    }
+
     /// The API's root, for messages.
     pub fn url(&self) -> String {
         self.url.to_string()
@@ -99,9 +141,8 @@ impl Controller {
         let call = "creating a port";
         let answer = self.call("POST", "/ports", Some(&json!({ "port": body })), call)?;
         match answer.status {
-            200 | 201 => {
-                Port::parse(&json_of(&answer)?["port"]).ok_or_else(|| self.garbled(call, &answer))
-            }
+            200 | 201 => Port::parse(&self.json_of(&answer)?["port"])
+                .ok_or_else(|| self.garbled(call, &answer)),
             _ => Err(self.failure(call, &answer, what)),
         }
     }
@@ -111,7 +152,7 @@ impl Controller {
         let call = format!("reading port {id}");
         let answer = self.call("GET", &format!("/ports/{id}"), None, &call)?;
         match answer.status {
-            200 => Port::parse(&json_of(&answer)?["port"])
+            200 => Port::parse(&self.json_of(&answer)?["port"])
                 .map(Some)
                 .ok_or_else(|| self.garbled(&call, &answer)),
             404 => Ok(None),
@@ -159,7 +200,7 @@ impl Controller {
         if answer.status != 200 {
             return Err(self.failure(call, &answer, "the ports"));
         }
-        let listed = json_of(&answer)?;
+        let listed = self.json_of(&answer)?;
         let list = listed["ports"]
             .as_array()
             .ok_or_else(|| self.garbled(call, &answer))?;
@@ -200,7 +241,7 @@ impl Controller {
         if answer.status != 200 {
             return Err(self.failure(&call, &answer, &format!("subnet {id}")));
         }
-        let raw = json_of(&answer)?["subnet"].take();
+        let raw = self.json_of(&answer)?["subnet"].take();
         let subnet = Subnet::parse(&raw).ok_or_else(|| self.garbled(&call, &answer))?;
         Ok((raw, subnet))
     }
@@ -213,7 +254,7 @@ impl Controller {
         if answer.status != 200 {
             return Err(self.failure(&call, &answer, &format!("network {network}")));
         }
-        let listed = json_of(&answer)?;
+        let listed = self.json_of(&answer)?;
         let subnets = listed["subnets"]
             .as_array()
             .ok_or_else(|| self.garbled(&call, &answer))?;
@@ -225,35 +266,22 @@ impl Controller {
             .collect())
     }
 
-    /// How many addresses network `network` has left, by Neutron's
-    /// `network-ip-availabilities`; `None` where the token may not read
-    /// it or the controller lacks it: then whether the network exists.
-    pub fn free_addresses(&self, network: &str) -> Result<Option<u128>, NeutronError> {
+    /// How many addresses each subnet of network `network` has left, by
+    /// Neutron's `network-ip-availabilities`; `None` where the token may
+    /// not read it or the controller lacks it, once the network is known
+    /// to exist.
+    pub fn free_addresses(&self, network: &str) -> Result<Option<Vec<Free>>, NeutronError> {
         let call = format!("reading the free addresses of network {network}");
         let path = format!("/network-ip-availabilities/{network}");
         let answer = self.call("GET", &path, None, &call)?;
         match answer.status {
             200 => {
-                let body = json_of(&answer)?;
+                let body = self.json_of(&answer)?;
                 let subnets = body["network_ip_availability"]["subnet_ip_availability"]
                     .as_array()
                     .cloned()
                     .unwrap_or_default();
-                let free = subnets
-                    .iter()
-                    .map(|s| {
-                        // An IPv6 subnet's count passes u64's range: read
-                        // as a float then, exact enough for "none left".
-                        let count = |k: &str| {
-                            s[k].as_u64()
-                                .map(u128::from)
-                                .or_else(|| s[k].as_f64().map(|f| f as u128))
-                                .unwrap_or(0)
-                        };
-                        count("total_ips").saturating_sub(count("used_ips"))
-                    })
-                    .sum();
-                Ok(Some(free))
+                Ok(Some(subnets.iter().map(Free::parse).collect()))
             }
             401 | 403 | 404 => {
                 let call = format!("reading network {network}");
@@ -337,6 +365,11 @@ impl Controller {
         }
     }
 
+    /// An answer's body as JSON.
+    fn json_of(&self, answer: &Answer) -> Result<Value, NeutronError> {
+        serde_json::from_slice(&answer.body).map_err(|_| self.garbled("reading an answer", answer))
+    }
+
     /// An answer the plugin cannot read.
     fn garbled(&self, call: &str, answer: &Answer) -> NeutronError {
         NeutronError::Unreachable {
@@ -409,14 +442,6 @@ fn excerpt(body: &[u8]) -> String {
         None if text.is_empty() => "(no body)".into(),
         None => text.to_owned(),
     }
-}
-
-fn json_of(answer: &Answer) -> Result<Value, NeutronError> {
-    serde_json::from_slice(&answer.body).map_err(|_| NeutronError::Unreachable {
-        url: String::new(),
-        call: "reading an answer".into(),
-        reason: format!("not JSON: {}", excerpt(&answer.body)),
-    })
 }
 
 /// A query's key or value, percent-encoded but for the characters that

@@ -16,13 +16,13 @@ mod error;
 mod ports;
 mod settings;
 mod state;
+mod status;
 mod teardown;
 
 use std::io::Write;
 
 use crate::cni::{Environment, NetConf};
 use crate::skel::{self, Plugin};
-use api::Controller;
 use settings::Settings;
 
 pub use error::NeutronError;
@@ -64,26 +64,7 @@ impl Plugin for PortAllocator {
         teardown::gc(&net, &settings, &valid)
     }
 
-    /// Code 50 when the controller is out of reach, or a network of the
-    /// pools has no free address (where the token may read how many).
     fn status(&self, _env: &Environment, net: NetConf) -> Result<(), NeutronError> {
-        let settings = Settings::from_net(&net)?;
-        let not_available = |e: NeutronError| NeutronError::NotAvailable(e.to_string());
-        let controller = Controller::open(&settings)?;
-        let mut networks: Vec<&str> = settings
-            .pools
-            .values()
-            .map(|p| p.network.as_str())
-            .collect();
-        networks.dedup();
-        for network in networks {
-            if controller.free_addresses(network).map_err(not_available)? == Some(0) {
-                return Err(NeutronError::NotAvailable(format!(
-                    "network {network} has no free address at {}",
-                    controller.url()
-                )));
-            }
-        }
-        Ok(())
+        status::status(&Settings::from_net(&net)?)
     }
 }

@@ -186,6 +186,11 @@ impl Settings {
                 Some(TlsFiles::parse(tls).map_err(|e| invalid(format!("\"ipam.neutron\": {e}")))?)
             }
         };
+        if !url.tls && tls.is_some() {
+            return Err(invalid(format!(
+                "\"ipam.neutron.tls\" is given, but \"ipam.neutron.url\" {url} is plain HTTP: give the API as https://, or leave \"tls\" out"
+            )));
+        }
         if url.tls && tls.is_none() {
             return Err(invalid(format!(
                 "\"ipam.neutron.url\" {url} is https: give \"tls\": {{\"ca\": FILE}}, the CA that signed the controller's certificate"
@@ -224,6 +229,13 @@ impl Settings {
             }
         };
         check_tag_value("the node's name", &host)?;
+        let data_dir = text("dataDir")?.map_or_else(|| DEFAULT_DATA_DIR.into(), PathBuf::from);
+        if !data_dir.is_absolute() {
+            return Err(invalid(format!(
+                "\"ipam.neutron.dataDir\" must be an absolute directory name, not {}",
+                data_dir.display()
+            )));
+        }
         Ok(Settings {
             url,
             token_file,
@@ -232,7 +244,7 @@ impl Settings {
             host,
             tls,
             timeout,
-            data_dir: text("dataDir")?.map_or_else(|| DEFAULT_DATA_DIR.into(), PathBuf::from),
+            data_dir,
             gc_grace,
         })
     }
@@ -532,8 +544,16 @@ mod tests {
                 "\"ipam.neutron.pools.a.mtu\"",
             ),
             (
-                json!({"url": "http://h", "network": NET, "host": "n", "tls": {"ca": "/c", "x": 1}}),
+                json!({"url": "https://h", "network": NET, "host": "n", "tls": {"ca": "/c", "x": 1}}),
                 "unknown key \"tls.x\"",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "host": "n", "tls": {"ca": "/c"}}),
+                "is plain HTTP: give the API as https://",
+            ),
+            (
+                json!({"url": "http://h", "network": NET, "host": "n", "dataDir": "state"}),
+                "absolute directory",
             ),
         ] {
             let e = error(value.clone());

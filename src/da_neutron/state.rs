@@ -26,11 +26,20 @@ pub struct State {
 }
 
 impl State {
-    /// The data directory at `path`, made if missing.
-    pub fn open(path: &Path) -> State {
+    /// The data directory at `path`, made if missing (for ADD).
+    pub fn open_made(path: &Path) -> State {
         let dir = Dir::open_made(path)
             .map(|d| d.with_durability(Durability::Ordered))
             .map_err(|e| tracing::warn!("{}: {e}: nothing is cached", path.display()))
+            .ok();
+        State { dir }
+    }
+
+    /// The data directory at `path` if there is one: a teardown makes
+    /// nothing on a node that never had an ADD.
+    pub fn open(path: &Path) -> State {
+        let dir = Dir::open(path)
+            .map(|d| d.with_durability(Durability::Ordered))
             .ok();
         State { dir }
     }
@@ -76,6 +85,25 @@ impl State {
             &attachment_file(container, ifname),
             &record,
         );
+    }
+
+    /// Forgets what the ADDs of `network`'s attachments answered with,
+    /// but for those `valid` lists (GC): a record lost costs GC only its
+    /// sight of a late POST's extra port, never an address.
+    pub fn forget_all_but(&self, network: &str, valid: &[(String, String)]) {
+        let Some(dir) = &self.dir else { return };
+        let Ok(Some(sub)) = dir.child(&answered_dir(network)) else {
+            return;
+        };
+        let kept: Vec<String> = valid
+            .iter()
+            .map(|(id, ifname)| file_name(&attachment_file(id, ifname)))
+            .collect();
+        for name in sub.names().unwrap_or_default() {
+            if !kept.contains(&name) {
+                let _ = sub.remove(&name);
+            }
+        }
     }
 
     /// Forgets what an attachment's ADD answered with (its DEL).
@@ -140,7 +168,10 @@ mod tests {
     #[test]
     fn answers_are_kept_per_attachment_and_forgotten() {
         let tmp = tempfile::tempdir().unwrap();
-        let state = State::open(&tmp.path().join("state"));
+        let path = tmp.path().join("state");
+        assert!(State::open(&path).answered("net", "c1", "eth0").is_none());
+        assert!(!path.exists(), "a read made the directory");
+        let state = State::open_made(&path);
         assert_eq!(state.answered("net", "c1", "eth0"), None);
         state.note_answered("net", "c1", "eth0", &["p1".into(), "p2".into()]);
         assert_eq!(
@@ -150,6 +181,16 @@ mod tests {
         assert_eq!(state.answered("net", "c1", "eth1"), None);
         state.forget("net", "c1", "eth0");
         assert_eq!(state.answered("net", "c1", "eth0"), None);
+        for id in ["c1", "c2", "c3"] {
+            state.note_answered("net", id, "eth0", &[format!("p-{id}")]);
+        }
+        state.forget_all_but("net", &[("c2".into(), "eth0".into())]);
+        assert_eq!(state.answered("net", "c1", "eth0"), None);
+        assert_eq!(
+            state.answered("net", "c2", "eth0"),
+            Some(vec!["p-c2".into()])
+        );
+        assert_eq!(state.answered("net", "c3", "eth0"), None);
         assert!(!state.binding_refused());
         state.note_binding_refused();
         assert!(state.binding_refused());
@@ -160,7 +201,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("file");
         std::fs::write(&file, "").unwrap();
-        let state = State::open(&file.join("state"));
+        let state = State::open_made(&file.join("state"));
         state.note_answered("net", "c1", "eth0", &["p1".into()]);
         assert_eq!(state.answered("net", "c1", "eth0"), None);
     }

@@ -1,8 +1,8 @@
 //! DEL, CHECK and GC: the attachment's ports found by its container and
-//! interface (and by the previous result's addresses), deleted, verified
-//! against the previous result, or, for GC, this node's ports of this
-//! network that the runtime no longer lists deleted once they are older
-//! than the grace, by the controller's clock.
+//! interface (`device_id` and the port's name), deleted, or verified
+//! against the previous result; for GC, this node's ports of this network
+//! that the runtime no longer lists deleted once they are older than the
+//! grace, by the controller's clock.
 
 use serde_json::Value;
 
@@ -140,5 +140,6 @@ pub fn gc(
             controller.delete_port(&port.id)?;
         }
     }
+    state.forget_all_but(&net.name, valid);
     Ok(())
 }

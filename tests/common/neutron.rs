@@ -24,6 +24,8 @@ pub struct Options {
     pub token: Option<String>,
     /// Its policy forbids `binding:host_id` to everyone, admins too.
     pub forbid_host_binding: bool,
+    /// It drops the tags of a port POST.
+    pub drop_posted_tags: bool,
 }
 
 /// A running server.
@@ -85,6 +87,9 @@ impl Neutron {
         }
         if self.options.forbid_host_binding {
             command.arg("--forbid-host-binding");
+        }
+        if self.options.drop_posted_tags {
+            command.arg("--drop-posted-tags");
         }
         let mut child = command.spawn().expect("the neutron server starts");
         self._lifeline = child.stdin.take();

@@ -24,7 +24,7 @@ fn add_check_del_and_del_again_through_a_selector() {
     let net = Net::on(neutron, "flow");
     // The selector picks pool "tenant-a", whose network is this one.
     let mut config: Value =
-        serde_json::from_str(&net.config_of("1.0.0", &["ipam-ds-static", "ipam-da-neutron"]))
+        serde_json::from_str(&net.config_of("1.1.0", &["ipam-ds-static", "ipam-da-neutron"]))
             .unwrap();
     let settings = &mut config["ipam"]["neutron"];
     let network = settings["network"].take();
@@ -34,6 +34,8 @@ fn add_check_del_and_del_again_through_a_selector() {
     config["ipam"]["static"] = json!({"default": [{"name": "tenant-a"}]});
     let config = config.to_string();
 
+    net.run("STATUS", "c-flow", config.as_bytes())
+        .assert_silent_success();
     let add = net.run("ADD", "c-flow", config.as_bytes());
     assert!(add.status.success(), "{add:?}");
     let result = add.json();
@@ -342,6 +344,23 @@ fn a_requested_address_is_given_and_the_gateway_or_a_taken_one_refused() {
     let ports = net.ports(neutron);
     assert_eq!(ports.len(), 1, "{ports:?}");
     assert_eq!(ports[0]["device_id"], "c-r1");
+
+    // Through a selector, which sets the runtime's address on its pool:
+    // asked once.
+    let config = net.config_of("1.0.0", &["ipam-ds-static", "ipam-da-neutron"]);
+    let mut config: Value = serde_json::from_str(&config).unwrap();
+    config["ipam"]["static"] = json!({"default": [{"name": "default"}]});
+    let env = net
+        .env("ADD", "c-r5")
+        .set("CNI_ARGS", "IgnoreUnknown=1;IP=10.77.0.78");
+    let selected = crate::common::run_plugin(&env, config.to_string().as_bytes());
+    assert!(selected.status.success(), "{selected:?}");
+    let result = selected.json();
+    assert_eq!(addresses(&result), ["10.77.0.78"]);
+    assert_eq!(
+        result["pools"],
+        json!([{"name": "default", "requested-ip": "10.77.0.78"}])
+    );
 }
 
 #[test]
@@ -427,9 +446,10 @@ fn a_token_file_is_sent_and_a_wrong_or_loose_one_refused() {
 
 #[test]
 #[ignore = "needs python3-neutron"]
-fn a_policy_that_forbids_host_binding_costs_nothing_but_the_binding() {
+fn a_controller_that_forbids_host_binding_and_drops_posted_tags_costs_only_the_binding() {
     let neutron = Neutron::start(Options {
         forbid_host_binding: true,
+        drop_posted_tags: true,
         ..Options::default()
     });
     let net = Net::on(&neutron, "unbound");
@@ -446,10 +466,23 @@ fn a_policy_that_forbids_host_binding_costs_nothing_but_the_binding() {
         ports.iter().all(|p| p.get("binding:host_id").is_none()),
         "{ports:?}"
     );
-    for id in ["c-b1", "c-b2"] {
-        net.run("DEL", id, config.as_bytes())
-            .assert_silent_success();
+    // The tags the POST lost were set after it: GC sees the ports.
+    for port in &ports {
+        let mut tags: Vec<&str> = port["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        tags.sort();
+        assert_eq!(tags, ["cni-network=unbound", "cni-node=node-a"], "{port}");
     }
+    net.run("DEL", "c-b1", config.as_bytes())
+        .assert_silent_success();
+    let mut gc: Value = serde_json::from_str(&config).unwrap();
+    gc["ipam"]["neutron"]["gcGraceSeconds"] = json!(0);
+    net.run("GC", "c-gc", &gc_input(&gc.to_string(), json!([])))
+        .assert_silent_success();
     assert!(net.ports(&neutron).is_empty());
 }
 

@@ -26,7 +26,8 @@ pub(super) const VERB: Verb = Verb {
 Lists the network's ports that this plugin made, at the
 controller, by node: each with its container ID, interface,
 pool, port ID and addresses. --json prints one JSON object,
-{\"nodes\": {NODE: [PORT, ...]}}. It changes nothing.
+{\"network\": NAME, \"nodes\": {NODE: [PORT, ...]}}. It changes
+nothing.
 ",
     run: |given| {
         let config = given.path("--config").ok_or("show needs --config")?;

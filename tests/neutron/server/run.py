@@ -2,7 +2,7 @@
 
     /usr/bin/python3 tests/neutron/server/run.py --dir DIR --port PORT \
         [--token TOKEN] [--forbid-host-binding] [--schema-template FILE] \
-        [--stop-with-stdin]
+        [--drop-posted-tags] [--stop-with-stdin]
 
 Everything the server keeps (config, SQLite database, locks, log, caches)
 goes into DIR. The server listens on 127.0.0.1:PORT, runs in the
@@ -93,8 +93,8 @@ lock_path = {dir}/lock
 type_drivers = local
 tenant_network_types = local
 # Stores the "tags" of a port POST. Without it Neutron accepts "tags" in
-# the POST, answers 201 and silently drops them.
-extension_drivers = tag_ports_during_bulk_creation
+# the POST, answers 201 and silently drops them (--drop-posted-tags).
+extension_drivers = {extension_drivers}
 mechanism_drivers = harness_active
 
 [quotas]
@@ -133,6 +133,9 @@ def parse_args():
                    help='answer 401 unless X-Auth-Token equals this')
     p.add_argument('--forbid-host-binding', action='store_true',
                    help='policy: binding:host_id may not be set or read')
+    p.add_argument('--drop-posted-tags', action='store_true',
+                   help='drop the tags of a port POST, as Neutron does '
+                        'without the tag_ports_during_bulk_creation driver')
     p.add_argument('--stop-with-stdin', action='store_true',
                    help='stop the whole server when stdin reaches its end '
                         '(a test holds the pipe)')
@@ -154,7 +157,9 @@ def write_config(args, d):
         write(os.path.join(d, 'policy.yaml'), POLICY)
         policy = POLICY_CONF.format(dir=d)
     write(os.path.join(d, 'neutron.conf'),
-          CONF.format(port=args.port, dir=d, policy=policy))
+          CONF.format(port=args.port, dir=d, policy=policy,
+                      extension_drivers='' if args.drop_posted_tags
+                      else 'tag_ports_during_bulk_creation'))
     write(os.path.join(d, 'api-paste.ini'), PASTE.format(
         # paste.deploy reads "%(name)s" in values: a literal % is doubled.
         token=(args.token or '').replace('%', '%%'),
