@@ -4,7 +4,8 @@
 //! invocation bounded by one deadline (`ipam.neutron.timeout`), and each
 //! failure told in the controller's own words under the code it deserves.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,9 @@ use rustls::ClientConfig;
 use serde_json::{json, Value};
 
 use super::error::NeutronError;
-use super::settings::{invalid, Settings};
+use super::keystone;
+use super::settings::{invalid, AppCredential, Settings};
+use super::state::State;
 use crate::addr::Addr;
 use crate::http::client::Connection;
 use crate::http::Answer;
@@ -81,8 +84,15 @@ impl Free {
 /// The controller, for one invocation.
 pub struct Controller {
     url: super::settings::Url,
+    /// The TLS configuration `tls` makes, for the controller and Keystone
+    /// (each used with it where its URL is https).
     tls: Option<Arc<ClientConfig>>,
-    token: Option<String>,
+    /// The token sent, if any: the file's, or Keystone's for `auth`.
+    token: RefCell<Option<String>>,
+    /// Application credentials, and where their token is kept.
+    auth: Option<(AppCredential, PathBuf)>,
+    /// Whether Keystone was asked for a new token in this invocation.
+    asked_keystone: Cell<bool>,
     deadline: Instant,
     timeout: Duration,
     connection: RefCell<Option<Connection>>,
@@ -101,11 +111,28 @@ impl Controller {
                     .map_err(|e| invalid(format!("\"ipam.neutron.tls\": {e}")))?,
             ),
         };
+        let deadline = Instant::now() + settings.timeout;
+        let auth = settings
+            .auth
+            .clone()
+            .map(|auth| (auth, settings.data_dir.clone()));
+        let token = match &auth {
+            None => settings.token()?,
+            Some((credential, data_dir)) => Some(keystone::token(
+                credential,
+                tls.as_ref(),
+                &State::open_made(data_dir),
+                deadline,
+                false,
+            )?),
+        };
         Ok(Controller {
             url: settings.url.clone(),
-            tls: tls.filter(|_| settings.url.tls),
-            token: settings.token()?,
-            deadline: Instant::now() + settings.timeout,
+            tls,
+            token: RefCell::new(token),
+            auth,
+            asked_keystone: Cell::new(false),
+            deadline,
             timeout: settings.timeout,
             connection: RefCell::new(None),
             date: RefCell::new(None),
@@ -119,6 +146,8 @@ impl Controller {
             url: self.url.clone(),
             tls: self.tls.clone(),
             token: self.token.clone(),
+            auth: self.auth.clone(),
+            asked_keystone: Cell::new(self.asked_keystone.get()),
             deadline: Instant::now() + self.timeout,
             timeout: self.timeout,
             connection: RefCell::new(None),
@@ -129,6 +158,11 @@ impl Controller {
     /// The API's root, for messages.
     pub fn url(&self) -> String {
         self.url.to_string()
+    }
+
+    /// Who answered, for messages.
+    fn peer(&self) -> String {
+        format!("the controller at {}", self.url)
     }
 
     /// The controller's clock at its last answer (its `Date` header).
@@ -166,7 +200,7 @@ impl Controller {
         while created.fixed_ips.is_empty() {
             if Instant::now() + POLL_EVERY >= self.deadline {
                 return Err(NeutronError::Unreachable {
-                    url: self.url(),
+                    peer: self.peer(),
                     call: format!("waiting for port {} to get its addresses", created.id),
                     reason: format!("none within the timeout of {:?}", self.timeout),
                 });
@@ -175,8 +209,8 @@ impl Controller {
             created = self
                 .port(&created.id)?
                 .ok_or_else(|| NeutronError::Missing {
-                    what: format!("port {}, made a moment ago,", created.id),
-                    url: self.url(),
+                    what: format!("port {} (made a moment ago)", created.id),
+                    peer: self.peer(),
                     message: "it was deleted while its addresses were awaited".into(),
                 })?;
         }
@@ -295,11 +329,35 @@ impl Controller {
         }
     }
 
+    /// One request, as [`Controller::send`] sends it; a token of
+    /// Keystone's the controller refuses (revoked, or expired early) is
+    /// asked for anew, once, and the request sent again: a 401 made
+    /// nothing, a POST included.
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        call: &str,
+    ) -> Result<Answer, NeutronError> {
+        let answer = self.send(method, path, body, call)?;
+        let Some((credential, data_dir)) = &self.auth else {
+            return Ok(answer);
+        };
+        if answer.status != 401 || self.asked_keystone.replace(true) {
+            return Ok(answer);
+        }
+        let state = State::open_made(data_dir);
+        let token = keystone::token(credential, self.tls.as_ref(), &state, self.deadline, true)?;
+        *self.token.borrow_mut() = Some(token);
+        self.send(method, path, body, call)
+    }
+
     /// One request, on the kept connection (or a new one), within the
     /// deadline. A kept connection the server closed meanwhile is opened
     /// again, except under a POST: that one is never sent twice, since
     /// the first may have been made.
-    fn call(
+    fn send(
         &self,
         method: &str,
         path: &str,
@@ -308,8 +366,9 @@ impl Controller {
     ) -> Result<Answer, NeutronError> {
         let body = body.map(|b| b.to_string().into_bytes());
         let path = format!("{}{path}", self.url.base);
+        let token = self.token.borrow().clone();
         let mut headers = vec![("Accept", "application/json")];
-        if let Some(token) = &self.token {
+        if let Some(token) = &token {
             headers.push(("X-Auth-Token", token));
         }
         let mut slot = self.connection.borrow_mut();
@@ -327,7 +386,7 @@ impl Controller {
                 None => Connection::open(
                     &self.url.host,
                     self.url.port,
-                    self.tls.as_ref(),
+                    self.tls.as_ref().filter(|_| self.url.tls),
                     self.deadline,
                 )
                 .map_err(|e| self.unreachable(call, &e))?,
@@ -359,7 +418,7 @@ impl Controller {
             _ => e.to_string(),
         };
         NeutronError::Unreachable {
-            url: self.url(),
+            peer: self.peer(),
             call: call.to_owned(),
             reason,
         }
@@ -373,7 +432,7 @@ impl Controller {
     /// An answer the plugin cannot read.
     fn garbled(&self, call: &str, answer: &Answer) -> NeutronError {
         NeutronError::Unreachable {
-            url: self.url(),
+            peer: self.peer(),
             call: call.to_owned(),
             reason: format!(
                 "status {} with a body that is not the API's: {}",
@@ -387,13 +446,17 @@ impl Controller {
     /// by its status and the controller's own type for it.
     pub fn failure(&self, call: &str, answer: &Answer, what: &str) -> NeutronError {
         let (kind, message) = message_of(answer);
-        let url = self.url();
+        let peer = self.peer();
         let call = call.to_owned();
         match (answer.status, kind.as_str()) {
-            (401 | 403, _) => NeutronError::Refused { url, call, message },
+            (401 | 403, _) => NeutronError::Refused {
+                peer,
+                call,
+                message,
+            },
             (404, _) => NeutronError::Missing {
                 what: what.to_owned(),
-                url,
+                peer,
                 message,
             },
             (_, "IpAddressGenerationFailure") => NeutronError::Exhausted {
@@ -401,11 +464,15 @@ impl Controller {
                 message,
             },
             (500.., _) => NeutronError::Unreachable {
-                url,
+                peer,
                 call,
                 reason: format!("status {}: {message}", answer.status),
             },
-            _ => NeutronError::Rejected { url, call, message },
+            _ => NeutronError::Rejected {
+                peer,
+                call,
+                message,
+            },
         }
     }
 }

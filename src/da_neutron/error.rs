@@ -11,11 +11,13 @@ use crate::node_name::NodeNameError;
 /// A failure of the allocator.
 #[derive(Debug, thiserror::Error)]
 pub enum NeutronError {
-    /// A network, subnet or port the settings name does not exist.
-    #[error("{what} does not exist at {url}: {message}")]
+    /// A network, subnet or port (or application credential) the
+    /// settings name does not exist.
+    #[error("{peer} has no {what}: {message}")]
     Missing {
         what: String,
-        url: String,
+        /// Who said so: "the controller at URL", "Keystone at URL".
+        peer: String,
         message: String,
     },
 
@@ -31,28 +33,29 @@ pub enum NeutronError {
         why: String,
     },
 
-    /// The controller refused the token, or its policy the call (401, 403).
-    #[error("the controller at {url} refused {call}: {message}")]
+    /// The controller (or Keystone) refused the token, or its policy the
+    /// call (401, 403).
+    #[error("{peer} refused {call}: {message}")]
     Refused {
-        url: String,
+        peer: String,
         call: String,
         message: String,
     },
 
     /// The controller refused a request as malformed (400, 409 …): a
     /// setting it does not take.
-    #[error("the controller at {url} rejected {call}: {message}")]
+    #[error("{peer} rejected {call}: {message}")]
     Rejected {
-        url: String,
+        peer: String,
         call: String,
         message: String,
     },
 
     /// The controller could not be reached, or failed (5xx), or took
     /// longer than the timeout: the runtime should try again.
-    #[error("the controller at {url} is out of reach ({call}): {reason}: try again later")]
+    #[error("{peer} is out of reach ({call}): {reason}: try again later")]
     Unreachable {
-        url: String,
+        peer: String,
         call: String,
         reason: String,
     },

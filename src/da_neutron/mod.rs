@@ -13,6 +13,7 @@ mod age;
 mod api;
 mod cli;
 mod error;
+mod keystone;
 mod ports;
 mod settings;
 mod state;

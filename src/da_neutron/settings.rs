@@ -16,9 +16,10 @@ use crate::node_name;
 use crate::pools;
 
 /// The keys of `ipam.neutron`.
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "url",
     "tokenFile",
+    "auth",
     "network",
     "subnets",
     "pools",
@@ -55,6 +56,18 @@ pub struct Pool {
     pub subnets: Vec<String>,
 }
 
+/// `auth`: Keystone v3 application credentials, for a token of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppCredential {
+    /// Keystone's v3 root, such as `http://127.0.0.1:5000/v3`.
+    pub url: Url,
+    /// The credential's ID (`applicationCredentialId`).
+    pub id: String,
+    /// The file that holds its secret (`secretFile`), read when a token
+    /// is asked for.
+    pub secret_file: PathBuf,
+}
+
 /// The controller's API root, split as a connection needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
@@ -73,6 +86,8 @@ pub struct Settings {
     pub url: Url,
     /// `tokenFile`: sent as `X-Auth-Token`, read at each call.
     pub token_file: Option<PathBuf>,
+    /// `auth`: the token is Keystone's, for these credentials.
+    pub auth: Option<AppCredential>,
     /// The pools by name: `network` (and `subnets`) make one, named
     /// [`ONLY_POOL`]; or `pools`.
     pub pools: BTreeMap<String, Pool>,
@@ -130,11 +145,23 @@ impl Settings {
         let url =
             Url::parse(&url).map_err(|e| invalid(format!("\"ipam.neutron.url\" {url:?}: {e}")))?;
         let token_file = text("tokenFile")?.map(PathBuf::from);
-        // A token in clear is anyone's on the way; on the host's own
-        // loopback nothing is on the way.
-        if token_file.is_some() && !url.tls && !url.is_loopback() {
+        let auth = object.get("auth").map(AppCredential::parse).transpose()?;
+        if token_file.is_some() && auth.is_some() {
+            return Err(invalid(
+                "\"ipam.neutron\" has both \"tokenFile\" and \"auth\": give a token, or the application credentials that get one".into(),
+            ));
+        }
+        // A token or a secret in clear is anyone's on the way; on the
+        // host's own loopback nothing is on the way.
+        if (token_file.is_some() || auth.is_some()) && !url.tls && !url.is_loopback() {
             return Err(invalid(format!(
-                "\"ipam.neutron.url\" {url} is plain HTTP: the token of \"tokenFile\" would cross the network in clear; give the API as https:// with \"tls\""
+                "\"ipam.neutron.url\" {url} is plain HTTP: the token would cross the network in clear; give the API as https:// with \"tls\""
+            )));
+        }
+        if let Some(auth) = auth.as_ref().filter(|a| !a.url.tls && !a.url.is_loopback()) {
+            return Err(invalid(format!(
+                "\"ipam.neutron.auth.url\" {} is plain HTTP: the secret would cross the network in clear; give Keystone as https:// with \"tls\"",
+                auth.url
             )));
         }
         let (pools, default) = match (object.get("network"), object.get("pools")) {
@@ -186,15 +213,16 @@ impl Settings {
                 Some(TlsFiles::parse(tls).map_err(|e| invalid(format!("\"ipam.neutron\": {e}")))?)
             }
         };
-        if !url.tls && tls.is_some() {
+        let keystone_tls = auth.as_ref().is_some_and(|a| a.url.tls);
+        if !url.tls && !keystone_tls && tls.is_some() {
             return Err(invalid(format!(
                 "\"ipam.neutron.tls\" is given, but \"ipam.neutron.url\" {url} is plain HTTP: give the API as https://, or leave \"tls\" out"
             )));
         }
-        if url.tls && tls.is_none() {
-            return Err(invalid(format!(
-                "\"ipam.neutron.url\" {url} is https: give \"tls\": {{\"ca\": FILE}}, the CA that signed the controller's certificate"
-            )));
+        if (url.tls || keystone_tls) && tls.is_none() {
+            return Err(invalid(
+                "an https:// URL of \"ipam.neutron\" needs \"tls\": {\"ca\": FILE}, the CA that signed the server's certificate".into(),
+            ));
         }
         let timeout = match object.get("timeout") {
             None => DEFAULT_TIMEOUT,
@@ -239,6 +267,7 @@ impl Settings {
         Ok(Settings {
             url,
             token_file,
+            auth,
             pools,
             default,
             host,
@@ -269,6 +298,47 @@ impl Settings {
                     .map_err(|e| invalid(format!("\"ipam.neutron.tokenFile\": {e}")))
             })
             .transpose()
+    }
+}
+
+impl AppCredential {
+    /// `{"url", "applicationCredentialId", "secretFile"}`.
+    fn parse(value: &Value) -> Result<AppCredential, NeutronError> {
+        let keys = ["url", "applicationCredentialId", "secretFile"];
+        let object = value.as_object().ok_or_else(|| {
+            invalid("\"ipam.neutron.auth\" must be an object: {\"url\", \"applicationCredentialId\", \"secretFile\"}".into())
+        })?;
+        if let Some(key) = object.keys().find(|k| !keys.contains(&k.as_str())) {
+            return Err(invalid(format!(
+                "unknown key \"ipam.neutron.auth.{key}\": \"ipam.neutron.auth\" has \"url\", \"applicationCredentialId\", \"secretFile\""
+            )));
+        }
+        let text = |key: &str, what: &str| -> Result<String, NeutronError> {
+            match object.get(key) {
+                Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+                _ => Err(invalid(format!(
+                    "\"ipam.neutron.auth.{key}\" must be {what}"
+                ))),
+            }
+        };
+        let url = text(
+            "url",
+            "Keystone's v3 root, such as https://keystone:5000/v3",
+        )?;
+        let url = Url::parse(&url)
+            .map_err(|e| invalid(format!("\"ipam.neutron.auth.url\" {url:?}: {e}")))?;
+        let id = text("applicationCredentialId", "the application credential's ID")?;
+        if !is_id(&id) {
+            return Err(invalid(format!(
+                "\"ipam.neutron.auth.applicationCredentialId\" {id:?} is not an ID"
+            )));
+        }
+        let secret_file = PathBuf::from(text("secretFile", "the file that holds its secret")?);
+        Ok(AppCredential {
+            url,
+            id,
+            secret_file,
+        })
     }
 }
 
@@ -537,7 +607,7 @@ mod tests {
             ),
             (
                 json!({"url": "https://h", "network": NET, "host": "n"}),
-                "give \"tls\"",
+                "needs \"tls\"",
             ),
             (
                 json!({"url": "http://h", "host": "n", "pools": {"a": {"network": NET, "mtu": 1}}, "default": "a"}),
@@ -581,6 +651,60 @@ mod tests {
         assert!(
             parse(json!({"url": "http://10.0.0.5:9696/v2.0", "network": NET, "host": "n"})).is_ok()
         );
+    }
+
+    #[test]
+    fn application_credentials_replace_a_token_and_never_travel_in_clear() {
+        let auth = json!({"url": "http://127.0.0.1:5000/v3", "applicationCredentialId": "ac1", "secretFile": "/s"});
+        let s = parse(
+            json!({"url": "http://127.0.0.1:9696/v2.0", "network": NET, "host": "n", "auth": auth}),
+        )
+        .unwrap();
+        let auth = s.auth.unwrap();
+        assert_eq!(
+            (auth.url.to_string(), auth.id.as_str()),
+            ("http://127.0.0.1:5000/v3".into(), "ac1")
+        );
+        for (value, says) in [
+            (
+                json!({"url": "http://127.0.0.1/v2.0", "network": NET, "host": "n", "tokenFile": "/t",
+                       "auth": {"url": "http://127.0.0.1:5000/v3", "applicationCredentialId": "a", "secretFile": "/s"}}),
+                "both \"tokenFile\" and \"auth\"",
+            ),
+            (
+                json!({"url": "http://127.0.0.1/v2.0", "network": NET, "host": "n",
+                       "auth": {"url": "http://10.0.0.9:5000/v3", "applicationCredentialId": "a", "secretFile": "/s"}}),
+                "the secret would cross the network in clear",
+            ),
+            (
+                json!({"url": "http://10.0.0.8/v2.0", "network": NET, "host": "n",
+                       "auth": {"url": "http://127.0.0.1:5000/v3", "applicationCredentialId": "a", "secretFile": "/s"}}),
+                "the token would cross the network in clear",
+            ),
+            (
+                json!({"url": "http://127.0.0.1/v2.0", "network": NET, "host": "n",
+                       "auth": {"url": "https://k:5000/v3", "applicationCredentialId": "a", "secretFile": "/s"}}),
+                "needs \"tls\"",
+            ),
+            (
+                json!({"url": "http://127.0.0.1/v2.0", "network": NET, "host": "n",
+                       "auth": {"url": "http://127.0.0.1/v3", "applicationCredentialID": "a", "secretFile": "/s"}}),
+                "unknown key \"ipam.neutron.auth.applicationCredentialID\"",
+            ),
+            (
+                json!({"url": "http://127.0.0.1/v2.0", "network": NET, "host": "n",
+                       "auth": {"url": "http://127.0.0.1/v3", "secretFile": "/s"}}),
+                "\"ipam.neutron.auth.applicationCredentialId\" must be",
+            ),
+        ] {
+            let e = error(value.clone());
+            assert!(e.contains(says), "{value}: {e}");
+        }
+        // Keystone over TLS with the controller in clear on loopback: the
+        // CA is Keystone's.
+        let ca = json!({"ca": "/ca.pem"});
+        assert!(parse(json!({"url": "http://127.0.0.1/v2.0", "network": NET, "host": "n", "tls": ca,
+            "auth": {"url": "https://k:5000/v3", "applicationCredentialId": "a", "secretFile": "/s"}})).is_ok());
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! subnet read (refreshed after a minute: prefixes, gateways, routes and
 //! name servers rarely change), whether the controller refused to bind a
 //! port to a host, and the ports each ADD answered with (so that GC can
-//! tell them from a late POST's extra port). None of it is a record the
-//! addresses depend on: lost, it is read again, or GC keeps what it
-//! cannot tell.
+//! tell them from a late POST's extra port), and a Keystone token until
+//! it is about to expire. None of it is a record the addresses depend on:
+//! lost, it is read again, or GC keeps what it cannot tell.
 
 use std::path::Path;
 
@@ -65,6 +65,25 @@ impl State {
     /// Notes that the controller refused to bind a port to this host.
     pub fn note_binding_refused(&self) {
         self.write("controller", "binding-refused", &json!({ "read": now() }));
+    }
+
+    /// The Keystone token kept for application credential `id`, and when
+    /// it expires (seconds since the epoch).
+    pub fn keystone_token(&self, id: &str) -> Option<(String, u64)> {
+        let kept = self.read("keystone", id)?;
+        Some((
+            kept["token"].as_str()?.to_owned(),
+            kept["expires"].as_u64()?,
+        ))
+    }
+
+    /// Keeps a Keystone token (a secret: the directory is its owner's).
+    pub fn note_keystone_token(&self, id: &str, token: &str, expires: u64) {
+        self.write(
+            "keystone",
+            id,
+            &json!({ "token": token, "expires": expires }),
+        );
     }
 
     /// The ports the last ADD of `network`'s attachment answered with.

@@ -13,7 +13,12 @@ use super::settings::{Pool, Settings};
 /// Runs STATUS.
 pub fn status(settings: &Settings) -> Result<(), NeutronError> {
     let not_available = |e: NeutronError| NeutronError::NotAvailable(e.to_string());
-    let controller = Controller::open(settings)?;
+    // Keystone out of reach is the controller out of reach; a mistake in
+    // the settings keeps its code.
+    let controller = Controller::open(settings).map_err(|e| match e {
+        NeutronError::Config(_) => e,
+        other => not_available(other),
+    })?;
     let mut networks: Vec<&str> = settings
         .pools
         .values()

@@ -26,6 +26,9 @@ pub struct Options {
     pub forbid_host_binding: bool,
     /// It drops the tags of a port POST.
     pub drop_posted_tags: bool,
+    /// It validates tokens against this Keystone (its v3 root, and the
+    /// admin's password), rather than taking every request as an admin's.
+    pub keystone: Option<(String, String)>,
 }
 
 /// A running server.
@@ -90,6 +93,13 @@ impl Neutron {
         }
         if self.options.drop_posted_tags {
             command.arg("--drop-posted-tags");
+        }
+        if let Some((url, password)) = &self.options.keystone {
+            command
+                .args(["--keystone", url, "--keystone-password", password])
+                // Each token validated anew: a revoked one is refused at once.
+                .args(["--keystone-token-cache-time", "0"]);
+            self.options.token = Some(admin_token(url, password));
         }
         let mut child = command.spawn().expect("the neutron server starts");
         self._lifeline = child.stdin.take();
@@ -227,6 +237,127 @@ impl Drop for Neutron {
     }
 }
 
+/// A Keystone (Debian's python3-keystone) of the tests' own, with an
+/// application credential of its admin made: tests/neutron/server/keystone.py.
+pub struct Keystone {
+    child: Child,
+    _lifeline: Option<ChildStdin>,
+    pub port: u16,
+    /// credential.json: `auth_url`, `id`, `secret`, `user_id`,
+    /// `admin_password` …
+    pub credential: Value,
+    pub dir: TempDir,
+}
+
+impl Keystone {
+    /// Starts it, tokens lasting `token_seconds`, and waits until it serves.
+    pub fn start(token_seconds: u64) -> Keystone {
+        let dir = temp_dir("keystone");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/neutron/server/keystone.py");
+        let template = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("keystone-template");
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let port = free_port();
+        let mut child = Command::new("setsid")
+            .arg(PYTHON)
+            .arg(script)
+            .arg("--dir")
+            .arg(dir.path().join("server"))
+            .args(["--port", &port.to_string()])
+            .arg("--template")
+            .arg(template)
+            .args(["--token-expiration", &token_seconds.to_string()])
+            .arg("--stop-with-stdin")
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("keystone starts");
+        let lifeline = child.stdin.take();
+        let file = dir.path().join("server/credential.json");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !file.exists() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let log =
+                    std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+                panic!("keystone exited ({status}): {log}");
+            }
+            assert!(Instant::now() < deadline, "keystone never got ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let credential = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        Keystone {
+            child,
+            _lifeline: lifeline,
+            port,
+            credential,
+            dir,
+        }
+    }
+
+    /// Its v3 root.
+    pub fn url(&self) -> String {
+        self.credential["auth_url"].as_str().unwrap().to_owned()
+    }
+
+    /// What a Neutron that validates against it needs.
+    pub fn for_neutron(&self) -> (String, String) {
+        let password = self.credential["admin_password"].as_str().unwrap();
+        (self.url(), password.to_owned())
+    }
+
+    /// Deletes the application credential (its tokens are refused then).
+    pub fn revoke(&self) {
+        let (url, password) = self.for_neutron();
+        let token = admin_token(&url, &password);
+        let user = self.credential["user_id"].as_str().unwrap();
+        let id = self.credential["id"].as_str().unwrap();
+        let path = format!("/v3/users/{user}/application_credentials/{id}");
+        let (status, _) = http(self.port, "DELETE", &path, None, Some(&token)).unwrap();
+        assert_eq!(status, 204);
+    }
+
+    /// Kills it (SIGKILL to its process group).
+    pub fn kill(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Keystone {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An admin's token, by password, from the Keystone at `url`.
+fn admin_token(url: &str, password: &str) -> String {
+    let port: u16 = url
+        .trim_start_matches("http://127.0.0.1:")
+        .split('/')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a loopback Keystone: {url}"));
+    let body = json!({"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": "admin", "domain": {"id": "default"}, "password": password}}},
+        "scope": {"project": {"name": "admin", "domain": {"id": "default"}}},
+    }});
+    let (status, head, _) =
+        http_with_head(port, "POST", "/v3/auth/tokens", Some(body), None).unwrap();
+    assert_eq!(status, 201, "{head}");
+    head.lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("x-subject-token")
+                .then(|| value.trim().to_owned())
+        })
+        .expect("a token")
+}
+
 /// One HTTP/1.1 request on a connection of its own, closed after the
 /// answer: its status and body (chunks joined).
 pub fn http(
@@ -236,6 +367,17 @@ pub fn http(
     body: Option<Value>,
     token: Option<&str>,
 ) -> std::io::Result<(u16, Vec<u8>)> {
+    http_with_head(port, method, path, body, token).map(|(status, _, body)| (status, body))
+}
+
+/// As [`http`], with the answer's head too.
+pub fn http_with_head(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> std::io::Result<(u16, String, Vec<u8>)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
@@ -274,5 +416,5 @@ pub fn http(
         }
         rest = joined;
     }
-    Ok((status, rest))
+    Ok((status, head, rest))
 }

@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod keystone;
 mod operating;
 mod plugin;
 mod proxy;

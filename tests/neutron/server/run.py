@@ -1,12 +1,14 @@
 """Start a throwaway OpenStack Neutron (Zed, Debian's python3-neutron) for tests.
 
     /usr/bin/python3 tests/neutron/server/run.py --dir DIR --port PORT \
-        [--token TOKEN] [--forbid-host-binding] [--schema-template FILE] \
-        [--drop-posted-tags] [--stop-with-stdin]
+        [--token TOKEN | --keystone URL --keystone-password PW] \
+        [--keystone-token-cache-time SECONDS] [--forbid-host-binding] \
+        [--schema-template FILE] [--drop-posted-tags] [--stop-with-stdin]
 
 Everything the server keeps (config, SQLite database, locks, log, caches)
 goes into DIR. The server listens on 127.0.0.1:PORT, runs in the
-foreground and is ready once `GET /v2.0/networks` answers 200. Stop it by
+foreground and is ready once `GET /v2.0/networks` answers 200 (401 with
+--token or --keystone: tokens go to the Keystone of keystone.py). Stop it by
 sending SIGTERM to its process group (start it with setsid): Neutron runs
 as three processes.
 
@@ -23,9 +25,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# The paste pipeline: only what noauth needs. fake_project_id gives every
-# request a project and admin rights; our token filter (when asked for)
-# sits where keystonemiddleware's auth_token would.
+# The paste pipeline. Without Keystone (noauth): fake_project_id gives
+# every request a project and admin rights; our token filter (when asked
+# for) sits where keystonemiddleware's auth_token would. With Keystone
+# (--keystone): keystonemiddleware's auth_token validates X-Auth-Token
+# against Keystone (configured by [keystone_authtoken] in neutron.conf),
+# and keystonecontext makes the request's user, project and roles from it.
 PASTE = """\
 [composite:neutron]
 use = egg:Paste#urlmap
@@ -33,7 +38,7 @@ use = egg:Paste#urlmap
 /v2.0: neutronapi_v2_0
 
 [pipeline:neutronapi_v2_0]
-pipeline = request_id catch_errors {token_filter}fake_project_id extensions neutronapiapp_v2_0
+pipeline = request_id catch_errors {auth_filters} extensions neutronapiapp_v2_0
 
 [filter:request_id]
 paste.filter_factory = oslo_middleware:RequestId.factory
@@ -47,6 +52,12 @@ token = {token}
 
 [filter:fake_project_id]
 paste.filter_factory = neutron.auth:NoauthFakeProjectId.factory
+
+[filter:authtoken]
+paste.filter_factory = keystonemiddleware.auth_token:filter_factory
+
+[filter:keystonecontext]
+paste.filter_factory = neutron.auth:NeutronKeystoneContext.factory
 
 [filter:extensions]
 paste.filter_factory = neutron.api.extensions:plugin_aware_extension_middleware_factory
@@ -62,7 +73,7 @@ CONF = """\
 [DEFAULT]
 bind_host = 127.0.0.1
 bind_port = {port}
-auth_strategy = noauth
+auth_strategy = {auth_strategy}
 core_plugin = ml2
 # Empty, yet with ML2 Neutron always adds its default service plugins:
 # tag (the "tags" attribute, its filters, /ports/ID/tags), timestamp
@@ -102,7 +113,27 @@ mechanism_drivers = harness_active
 quota_network = -1
 quota_subnet = -1
 quota_port = -1
-{policy}"""
+{policy}{keystone}"""
+
+# With --keystone: how keystonemiddleware reaches Keystone. It logs in as
+# Keystone's admin (a service user would do; this Keystone has only
+# admin), finds the identity endpoint in the catalog (only a "public" one
+# exists; the default interface is "internal") and validates each new
+# token with GET /v3/auth/tokens. A valid token is cached in the process
+# for token_cache_time seconds: a token revoked meanwhile still passes.
+KEYSTONE_CONF = """
+[keystone_authtoken]
+www_authenticate_uri = {url}
+auth_url = {url}
+auth_type = password
+username = admin
+password = {password}
+user_domain_id = default
+project_name = admin
+project_domain_id = default
+interface = public
+token_cache_time = {cache_time}
+"""
 
 # With --forbid-host-binding nobody may set or see binding:host_id. In Zed
 # an admin context skips every policy rule unless enforce_new_defaults is
@@ -129,8 +160,20 @@ def parse_args():
                    help='where config, database, locks and log go')
     p.add_argument('--port', required=True, type=int,
                    help='TCP port on 127.0.0.1')
-    p.add_argument('--token',
-                   help='answer 401 unless X-Auth-Token equals this')
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument('--token',
+                      help='answer 401 unless X-Auth-Token equals this')
+    auth.add_argument('--keystone', metavar='URL',
+                      help='validate tokens with the Keystone at URL '
+                           '(e.g. http://127.0.0.1:5000/v3)')
+    p.add_argument('--keystone-password', metavar='PW',
+                   help="password of Keystone's admin user (with "
+                        '--keystone)')
+    p.add_argument('--keystone-token-cache-time', type=int, default=300,
+                   metavar='SECONDS',
+                   help='how long a validated token is trusted without '
+                        'asking Keystone again (0 or -1: never cached; '
+                        'default 300, as keystonemiddleware)')
     p.add_argument('--forbid-host-binding', action='store_true',
                    help='policy: binding:host_id may not be set or read')
     p.add_argument('--drop-posted-tags', action='store_true',
@@ -142,7 +185,10 @@ def parse_args():
     p.add_argument('--schema-template',
                    help='copy of an empty database to start from (made '
                         'here if missing)')
-    return p.parse_args()
+    args = p.parse_args()
+    if args.keystone and args.keystone_password is None:
+        p.error('--keystone needs --keystone-password')
+    return args
 
 
 def write(path, text):
@@ -156,14 +202,31 @@ def write_config(args, d):
     if args.forbid_host_binding:
         write(os.path.join(d, 'policy.yaml'), POLICY)
         policy = POLICY_CONF.format(dir=d)
+    keystone = ''
+    if args.keystone:
+        keystone = KEYSTONE_CONF.format(
+            url=args.keystone.rstrip('/'),
+            # oslo.config reads "$name" in values: a literal $ is doubled.
+            password=args.keystone_password.replace('$', '$$'),
+            # keystonemiddleware's in-process cache reads 0 as memcached
+            # does, "keep forever"; -1 turns it off.
+            cache_time=max(args.keystone_token_cache_time, 0) or -1)
+        auth_filters = 'authtoken keystonecontext'
+    elif args.token is not None:
+        auth_filters = 'token fake_project_id'
+    else:
+        auth_filters = 'fake_project_id'
     write(os.path.join(d, 'neutron.conf'),
           CONF.format(port=args.port, dir=d, policy=policy,
+                      keystone=keystone,
+                      auth_strategy='keystone' if args.keystone
+                      else 'noauth',
                       extension_drivers='' if args.drop_posted_tags
                       else 'tag_ports_during_bulk_creation'))
     write(os.path.join(d, 'api-paste.ini'), PASTE.format(
         # paste.deploy reads "%(name)s" in values: a literal % is doubled.
         token=(args.token or '').replace('%', '%%'),
-        token_filter='token ' if args.token is not None else ''))
+        auth_filters=auth_filters))
 
 
 def create_schema(db):
