@@ -22,6 +22,13 @@ pub fn read(file: &Path) -> Result<String, String> {
     if secret.is_empty() {
         return Err(format!("{}: it is empty", file.display()));
     }
+    // It goes into a header: a line break there would end it.
+    if secret.chars().any(char::is_control) {
+        return Err(format!(
+            "{}: it holds a control character (a line break, a carriage return …)",
+            file.display()
+        ));
+    }
     Ok(secret.to_owned())
 }
 
@@ -40,5 +47,11 @@ mod tests {
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = read(&file).unwrap_err();
         assert!(e.contains("others may read or write it (mode 644)"), "{e}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        for broken in ["secret\r\n", "sec\nret\n", "secret\n\n"] {
+            std::fs::write(&file, broken).unwrap();
+            let e = read(&file).unwrap_err();
+            assert!(e.contains("control character"), "{broken:?}: {e}");
+        }
     }
 }

@@ -301,4 +301,36 @@ mod tests {
             assert!(e.to_string().contains(why), "{e}");
         }
     }
+
+    #[test]
+    fn an_allocators_ips_follow_the_previous_ones_each_once_in_the_versions_shape() {
+        let previous = serde_json::json!({"ips": [
+            {"version": "4", "address": "10.1.0.5/24", "interface": 0},
+            {"address": "10.2.0.9/24"},
+            {"note": "no address"},
+        ]});
+        let mut ours = Map::new();
+        ours.insert("address".into(), "10.2.0.9/24".into());
+        ours.insert("gateway".into(), "10.2.0.1".into());
+        let mut v6 = Map::new();
+        v6.insert("address".into(), "fd00::5/64".into());
+        let ips = ips_after(&previous, vec![ours.clone(), v6.clone()], "1.0.0");
+        assert_eq!(
+            ips,
+            serde_json::json!([
+                {"address": "10.1.0.5/24", "interface": 0},
+                {"note": "no address"},
+                {"address": "10.2.0.9/24", "gateway": "10.2.0.1"},
+                {"address": "fd00::5/64"},
+            ])
+        );
+        let ips = ips_after(&Value::Null, vec![ours, v6], "0.4.0");
+        assert_eq!(
+            ips,
+            serde_json::json!([
+                {"version": "4", "address": "10.2.0.9/24", "gateway": "10.2.0.1"},
+                {"version": "6", "address": "fd00::5/64"},
+            ])
+        );
+    }
 }

@@ -84,9 +84,11 @@ impl Adding<'_> {
         let listed = self
             .controller
             .ports(&[("device_id", &self.container), ("device_owner", OWNER)])?;
+        let node = self.settings.node()?;
         let existing: Vec<Port> = ports::ours(listed, &self.net.name)
             .into_iter()
             .filter(|(_, a)| a.container == self.container && a.ifname == self.ifname)
+            .filter(|(port, _)| ports::on_node(port, node))
             .map(|(port, _)| port)
             .collect();
         let answered = self
@@ -96,7 +98,10 @@ impl Adding<'_> {
         let mut entries = Vec::new();
         for one in asked {
             let name = ports::name(&self.net.name, &one.name, &self.ifname);
-            let found: Vec<&Port> = existing.iter().filter(|p| p.name == name).collect();
+            let found: Vec<&Port> = existing
+                .iter()
+                .filter(|p| p.name == name && p.network_id == one.pool.network)
+                .collect();
             // The port an earlier ADD answered with, else the oldest: a
             // later one is a late POST's extra, which DEL and GC remove.
             let found = found
@@ -107,16 +112,13 @@ impl Adding<'_> {
                 Some(port) => self.found_again(one, port)?,
                 None => self.create(one, made)?,
             };
-            let port = self.controller.filled(port)?;
+            let port = self.addressed(one, port)?;
             let mut addresses = Vec::new();
             for (subnet_id, address) in &port.fixed_ips {
                 let subnet = self.state.subnet(self.controller, subnet_id)?;
                 if let Some(why) = subnet.refusal(*address) {
-                    if !made.contains(&port.id) {
-                        // Found, not made: it goes too, or DEL would be the
-                        // only way out of an address that must not be used.
-                        self.controller.delete_port(&port.id)?;
-                    }
+                    // A port this ADD made is given back with the rest; one
+                    // an earlier ADD made may be in use: it stays for DEL.
                     return Err(NeutronError::AddressUnavailable {
                         address: address.to_string(),
                         what: one.described(),
@@ -130,8 +132,29 @@ impl Adding<'_> {
         Ok(entries)
     }
 
+    /// `port` with its addresses: read again until the controller fills
+    /// them (within the timeout), unless its network has no subnet to
+    /// fill them from (code 7: it never will).
+    fn addressed(&self, one: &Asked, port: Port) -> Result<Port, NeutronError> {
+        if port.fixed_ips.is_empty()
+            && one.pool.subnets.is_empty()
+            && self.controller.subnets_of(&one.pool.network)?.is_empty()
+        {
+            return Err(NeutronError::Missing {
+                what: format!(
+                    "subnet in network {} (pool {:?})",
+                    one.pool.network, one.name
+                ),
+                peer: format!("the controller at {}", self.controller.url()),
+                message: format!("port {} got no address", port.id),
+            });
+        }
+        self.controller.filled(port)
+    }
+
     /// A port an earlier ADD of the attachment made, if it has the
-    /// addresses asked for.
+    /// addresses asked for; tagged now if its tags were lost (its ADD
+    /// stopped between the POST and the tags' PUT).
     fn found_again(&self, one: &Asked, port: &Port) -> Result<Port, NeutronError> {
         let missing: Vec<String> = one
             .addresses
@@ -149,6 +172,10 @@ impl Adding<'_> {
                 ),
             });
         }
+        let tags = ports::tags(self.settings.node()?, &self.net.name);
+        if tags.iter().any(|t| !port.tags.contains(t)) {
+            self.controller.set_tags(&port.id, &tags)?;
+        }
         Ok(port.clone())
     }
 
@@ -157,12 +184,14 @@ impl Adding<'_> {
     /// controller drops the POST's tags: a port GC cannot see must not
     /// be).
     fn create(&self, one: &Asked, made: &mut Vec<String>) -> Result<Port, NeutronError> {
-        let tags = ports::tags(&self.settings.host, &self.net.name);
+        let node = self.settings.node()?;
+        let tags = ports::tags(node, &self.net.name);
         let mut body = json!({
             "network_id": one.pool.network,
             "device_id": self.container,
             "device_owner": OWNER,
             "name": ports::name(&self.net.name, &one.name, &self.ifname),
+            "description": ports::description(node, &self.net.name),
             "tags": tags,
         });
         let fixed_ips: Vec<Value> = if one.addresses.is_empty() {
@@ -194,7 +223,7 @@ impl Adding<'_> {
         let what = one.described();
         if !self.state.binding_refused() {
             let mut bound = body.clone();
-            bound["binding:host_id"] = json!(self.settings.host);
+            bound["binding:host_id"] = json!(self.settings.node()?);
             match self.controller.create_port(&bound, &what) {
                 // A policy that keeps host bindings to admins, or a
                 // controller without them: never depended on.

@@ -29,8 +29,10 @@ const POLL_EVERY: Duration = Duration::from_millis(200);
 pub struct Port {
     pub id: String,
     pub name: String,
+    pub network_id: String,
     pub device_id: String,
     pub device_owner: String,
+    pub description: String,
     /// Its addresses, each with its subnet.
     pub fixed_ips: Vec<(String, Addr)>,
     pub tags: Vec<String>,
@@ -232,7 +234,7 @@ impl Controller {
         let call = "listing ports";
         let answer = self.call("GET", &path, None, call)?;
         if answer.status != 200 {
-            return Err(self.failure(call, &answer, "the ports"));
+            return Err(self.failure(call, &answer, "ports"));
         }
         let listed = self.json_of(&answer)?;
         let list = listed["ports"]
@@ -411,17 +413,7 @@ impl Controller {
     }
 
     fn unreachable(&self, call: &str, e: &std::io::Error) -> NeutronError {
-        let reason = match e.kind() {
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-                format!("no answer within the timeout of {:?}", self.timeout)
-            }
-            _ => e.to_string(),
-        };
-        NeutronError::Unreachable {
-            peer: self.peer(),
-            call: call.to_owned(),
-            reason,
-        }
+        transport_failure(self.peer(), call, e, self.timeout)
     }
 
     /// An answer's body as JSON.
@@ -444,7 +436,7 @@ impl Controller {
 
     /// What a failed `call` on `what` (a network, a subnet, a port) is,
     /// by its status and the controller's own type for it.
-    pub fn failure(&self, call: &str, answer: &Answer, what: &str) -> NeutronError {
+    fn failure(&self, call: &str, answer: &Answer, what: &str) -> NeutronError {
         let (kind, message) = message_of(answer);
         let peer = self.peer();
         let call = call.to_owned();
@@ -474,6 +466,38 @@ impl Controller {
                 message,
             },
         }
+    }
+}
+
+/// What an I/O failure talking to `peer` is: TLS that could not be agreed
+/// (a CA that did not sign the certificate, a plain-HTTP port given as
+/// https://) is a setting to correct, code 5 as for etcd; anything else
+/// is the peer out of reach, code 11.
+pub fn transport_failure(
+    peer: String,
+    call: &str,
+    e: &std::io::Error,
+    timeout: Duration,
+) -> NeutronError {
+    if let Some(tls) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        return NeutronError::Tls {
+            peer,
+            reason: tls.to_string(),
+        };
+    }
+    let reason = match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+            format!("no answer within the timeout of {timeout:?}")
+        }
+        _ => e.to_string(),
+    };
+    NeutronError::Unreachable {
+        peer,
+        call: call.to_owned(),
+        reason,
     }
 }
 
@@ -543,8 +567,10 @@ impl Port {
         Some(Port {
             id,
             name: text("name"),
+            network_id: text("network_id"),
             device_id: text("device_id"),
             device_owner: text("device_owner"),
+            description: text("description"),
             fixed_ips,
             tags: value["tags"]
                 .as_array()

@@ -60,6 +60,12 @@ pub enum NeutronError {
         reason: String,
     },
 
+    /// TLS could not be agreed with the controller or Keystone: a CA that
+    /// did not sign its certificate, a name it does not have, a plain-HTTP
+    /// port given as https://.
+    #[error("TLS with {peer} failed: {reason}: check \"ipam.neutron.tls\" and the URL's scheme")]
+    Tls { peer: String, reason: String },
+
     /// CHECK: the attachment is not as ADD left it.
     #[error("{0}")]
     NotHeld(String),
@@ -87,7 +93,7 @@ impl Reportable for NeutronError {
             NeutronError::Missing { .. } | NeutronError::Rejected { .. } => code::INVALID_CONFIG,
             NeutronError::Exhausted { .. } => code::POOL_EXHAUSTED,
             NeutronError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
-            NeutronError::Refused { .. } => code::IO_FAILURE,
+            NeutronError::Refused { .. } | NeutronError::Tls { .. } => code::IO_FAILURE,
             NeutronError::Unreachable { .. } => code::TRY_AGAIN_LATER,
             NeutronError::NotHeld(_) => code::NOT_HELD,
             NeutronError::NotAvailable(_) => code::NOT_AVAILABLE,

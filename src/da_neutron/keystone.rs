@@ -9,7 +9,7 @@ use std::time::Instant;
 use rustls::ClientConfig;
 use serde_json::{json, Value};
 
-use super::api::message_of;
+use super::api::{message_of, transport_failure};
 use super::error::NeutronError;
 use super::settings::{invalid, AppCredential};
 use super::state::State;
@@ -47,11 +47,8 @@ pub fn token(
         "asking Keystone for a token of application credential {}",
         auth.id
     );
-    let unreachable = |e: std::io::Error| NeutronError::Unreachable {
-        peer: peer.clone(),
-        call: call.clone(),
-        reason: e.to_string(),
-    };
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let unreachable = |e: std::io::Error| transport_failure(peer.clone(), &call, &e, timeout);
     let tls = tls.filter(|_| auth.url.tls);
     let mut connection =
         Connection::open(&auth.url.host, auth.url.port, tls, deadline).map_err(unreachable)?;

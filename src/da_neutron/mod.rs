@@ -51,16 +51,19 @@ impl Plugin for PortAllocator {
         Ok(skel::write_reply(stdout, &result)?)
     }
 
+    /// Reads no pool and no node name: a mistake in them must never
+    /// stop a teardown.
     fn del(&self, env: &Environment, net: NetConf) -> Result<(), NeutronError> {
-        teardown::del(env, &net, &Settings::from_net(&net)?)
+        teardown::del(env, &net, &Settings::for_teardown(&net)?)
     }
 
     fn check(&self, env: &Environment, net: NetConf) -> Result<(), NeutronError> {
         teardown::check(env, &net, &Settings::from_net(&net)?)
     }
 
+    /// Reads no pool: a mistake in one must never stop a teardown.
     fn gc(&self, _env: &Environment, net: NetConf) -> Result<(), NeutronError> {
-        let settings = Settings::from_net(&net)?;
+        let settings = Settings::for_teardown(&net)?;
         let valid = crate::pools::valid_attachments(&net)?;
         teardown::gc(&net, &settings, &valid)
     }

@@ -5,9 +5,13 @@
 //! ports they may touch, even at a controller that ignores list filters.
 //! The owner and the name alone say whose a port is; the tags let a
 //! listing select by node and network, and GC touches no port without
-//! this node's tag.
+//! this node's mark. The same marks are in the port's `description`,
+//! which every controller keeps: a port whose tags were lost (a plugin
+//! killed between its POST and the tags' PUT, at a controller that drops
+//! a POST's tags) is still found by its node.
 
-use super::api::Port;
+use super::api::{Controller, Port};
+use super::error::NeutronError;
 
 /// The `device_owner` that marks a port as this plugin's.
 pub const OWNER: &str = "cni:ipam-da-neutron";
@@ -36,9 +40,54 @@ pub fn network_tag(network: &str) -> String {
     format!("cni-network={network}")
 }
 
-/// The node a port of ours is tagged with.
+/// The `description` every port of ours carries: its marks, as a
+/// listing can select them exactly.
+pub fn description(node: &str, network: &str) -> String {
+    format!(
+        "ipam-da-neutron {} {}",
+        node_tag(node),
+        network_tag(network)
+    )
+}
+
+/// The node a port of ours is marked with: its tag, else its description.
 pub fn node_of(port: &Port) -> Option<&str> {
-    port.tags.iter().find_map(|t| t.strip_prefix("cni-node="))
+    port.tags
+        .iter()
+        .find_map(|t| t.strip_prefix("cni-node="))
+        .or_else(|| {
+            let marks = port.description.strip_prefix("ipam-da-neutron ")?;
+            marks.split(' ').find_map(|m| m.strip_prefix("cni-node="))
+        })
+}
+
+/// Whether `port` may be this node's: marked with `node`, or with no
+/// node at all (marks lost with both tags and description, or made
+/// before them). A controller that ignores list filters lists every
+/// node's ports of a container ID; another node's is never ours.
+pub fn on_node(port: &Port, node: &str) -> bool {
+    node_of(port).is_none_or(|marked| marked == node)
+}
+
+/// `network`'s ports of this plugin on `node`, oldest first: those tagged
+/// so, and those only described so (their tags lost), each once.
+pub fn of_node(
+    controller: &Controller,
+    network: &str,
+    node: &str,
+) -> Result<Vec<(Port, Attachment)>, NeutronError> {
+    let tags = format!("{},{}", node_tag(node), network_tag(network));
+    let mut listed = controller.ports(&[("device_owner", OWNER), ("tags", &tags)])?;
+    let described = description(node, network);
+    for port in controller.ports(&[("device_owner", OWNER), ("description", &described)])? {
+        if !listed.iter().any(|p| p.id == port.id) {
+            listed.push(port);
+        }
+    }
+    Ok(ours(listed, network)
+        .into_iter()
+        .filter(|(port, _)| node_of(port) == Some(node))
+        .collect())
 }
 
 /// The tags every port of ours carries.
@@ -80,8 +129,10 @@ mod tests {
         Port {
             id: "p".into(),
             name: name.into(),
+            network_id: "n".into(),
             device_id: "c1".into(),
             device_owner: owner.into(),
+            description: String::new(),
             fixed_ips: vec![],
             tags: tags.iter().map(|t| t.to_string()).collect(),
             created_at: None,
@@ -101,6 +152,11 @@ mod tests {
             })
         );
         assert_eq!(node_of(&ours), Some("n1"));
+        // Its tags lost, its description still says.
+        let mut untagged = port(&name("net", "tenant-a", "eth0"), OWNER, &[]);
+        assert_eq!(node_of(&untagged), None);
+        untagged.description = description("n2", "net");
+        assert_eq!(node_of(&untagged), Some("n2"));
         assert_eq!(attachment(&ours, "ne"), None);
         assert_eq!(
             attachment(

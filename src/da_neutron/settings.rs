@@ -93,8 +93,9 @@ pub struct Settings {
     pub pools: BTreeMap<String, Pool>,
     /// The pool an ADD without `prevResult.pools` uses.
     pub default: String,
-    /// The node the ports are bound to and tagged with.
-    pub host: String,
+    /// The node the ports are bound to and tagged with (or why it cannot
+    /// be told, for a teardown): [`Settings::node`].
+    host: Result<String, String>,
     pub tls: Option<TlsFiles>,
     /// `timeout`: how long a whole call may take.
     pub timeout: Duration,
@@ -108,12 +109,23 @@ impl Settings {
     /// Reads `ipam.neutron` from `net`; the error says which key is wrong
     /// (code 7).
     pub fn from_net(net: &NetConf) -> Result<Settings, NeutronError> {
+        Settings::read(net, Need::Whole)
+    }
+
+    /// As [`Settings::from_net`], for a teardown (DEL, GC): the pools are
+    /// not read, and the node's name is read only when asked for, so that
+    /// a mistake in them never stops a teardown.
+    pub fn for_teardown(net: &NetConf) -> Result<Settings, NeutronError> {
+        Settings::read(net, Need::Teardown)
+    }
+
+    fn read(net: &NetConf, need: Need) -> Result<Settings, NeutronError> {
         let ipam = net
             .member("ipam")
             .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
             .unwrap_or(Value::Null);
         match ipam.get("neutron") {
-            Some(Value::Object(object)) => Settings::parse(object),
+            Some(Value::Object(object)) => Settings::parse(object, need),
             Some(_) => Err(invalid("\"ipam.neutron\" must be an object".into())),
             None => Err(invalid(
                 "\"ipam.neutron\" is missing: it names the controller (\"url\") and the network (\"network\" or \"pools\")".into(),
@@ -121,8 +133,8 @@ impl Settings {
         }
     }
 
-    /// Reads the settings' object.
-    pub fn parse(object: &Map<String, Value>) -> Result<Settings, NeutronError> {
+    /// Reads the settings' object, as much as `need` says.
+    pub fn parse(object: &Map<String, Value>, need: Need) -> Result<Settings, NeutronError> {
         // A misspelt key would leave what it meant to set unset, unnoticed.
         if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(invalid(format!(
@@ -130,15 +142,7 @@ impl Settings {
                 KEYS.map(|k| format!("{k:?}")).join(", ")
             )));
         }
-        let text = |key: &str| -> Result<Option<String>, NeutronError> {
-            match object.get(key) {
-                None => Ok(None),
-                Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
-                Some(other) => Err(invalid(format!(
-                    "\"ipam.neutron.{key}\" must be a non-empty string, not {other}"
-                ))),
-            }
-        };
+        let text = |key: &str| text(object, key);
         let url = text("url")?.ok_or_else(|| {
             invalid("\"ipam.neutron.url\" is missing: the API's root, such as http://127.0.0.1:9696/v2.0".into())
         })?;
@@ -164,48 +168,11 @@ impl Settings {
                 auth.url
             )));
         }
-        let (pools, default) = match (object.get("network"), object.get("pools")) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "\"ipam.neutron\" has both \"network\" and \"pools\": give one network, or pools of networks with \"default\"".into(),
-                ))
-            }
-            (None, None) => {
-                return Err(invalid(
-                    "\"ipam.neutron\" needs \"network\" (the network's ID) or \"pools\" (pool names and their networks)".into(),
-                ))
-            }
-            (Some(network), None) => {
-                if object.contains_key("default") {
-                    return Err(invalid(
-                        "\"ipam.neutron.default\" goes with \"pools\", not with \"network\"".into(),
-                    ));
-                }
-                let pool = Pool::parse(
-                    network,
-                    object.get("subnets"),
-                    "\"ipam.neutron.network\"",
-                    "\"ipam.neutron.subnets\"",
-                )?;
-                (BTreeMap::from([(ONLY_POOL.to_owned(), pool)]), ONLY_POOL.to_owned())
-            }
-            (None, Some(pools)) => {
-                if object.contains_key("subnets") {
-                    return Err(invalid(
-                        "\"ipam.neutron.subnets\" goes with \"network\"; a pool of \"pools\" lists its own".into(),
-                    ));
-                }
-                let pools = parse_pools(pools)?;
-                let default = text("default")?.ok_or_else(|| {
-                    invalid("\"ipam.neutron.pools\" needs \"default\", the pool an ADD gets when no selector names one".into())
-                })?;
-                if !pools.contains_key(&default) {
-                    return Err(invalid(format!(
-                        "\"ipam.neutron.default\" names pool {default:?}, which \"ipam.neutron.pools\" does not define"
-                    )));
-                }
-                (pools, default)
-            }
+        // A teardown needs no pool: a mistake in one must never stop it.
+        let (pools, default) = match (pools_of(object), need) {
+            (Ok(pools), _) => pools,
+            (Err(_), Need::Teardown) => (BTreeMap::new(), String::new()),
+            (Err(e), Need::Whole) => return Err(e),
         };
         let tls = match object.get("tls") {
             None => None,
@@ -245,18 +212,13 @@ impl Settings {
                 ))
             })?,
         };
-        let host = match text("host")? {
-            Some(host) => host,
-            // The name the allocator pins, read and never pinned here.
-            None => {
-                let file = text("nodeNameFile")?.map_or_else(
-                    || PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE),
-                    PathBuf::from,
-                );
-                node_name::current(&file)?
-            }
+        // A DEL needs no node name: one that cannot be read is said when
+        // a command needs it.
+        let host = match (host_of(object), need) {
+            (Ok(host), _) => Ok(host),
+            (Err(e), Need::Teardown) => Err(e.to_string()),
+            (Err(e), Need::Whole) => return Err(e),
         };
-        check_tag_value("the node's name", &host)?;
         let data_dir = text("dataDir")?.map_or_else(|| DEFAULT_DATA_DIR.into(), PathBuf::from);
         if !data_dir.is_absolute() {
             return Err(invalid(format!(
@@ -276,6 +238,13 @@ impl Settings {
             data_dir,
             gc_grace,
         })
+    }
+
+    /// The node the ports are bound to and tagged with.
+    pub fn node(&self) -> Result<&str, NeutronError> {
+        self.host
+            .as_deref()
+            .map_err(|e| cni::Error::InvalidConfig(e.clone()).into())
     }
 
     /// The pool named `name`; code 7 if the settings define none.
@@ -374,6 +343,93 @@ impl Pool {
     }
 }
 
+/// How much of the settings a command needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Every key checked: ADD, CHECK, STATUS, the operator's verbs.
+    Whole,
+    /// All but the pools, and the node's name read only when asked for:
+    /// DEL and GC.
+    Teardown,
+}
+
+/// The string at `key`, if there is one; anything but a non-empty string
+/// is code 7.
+fn text(object: &Map<String, Value>, key: &str) -> Result<Option<String>, NeutronError> {
+    match object.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        Some(other) => Err(invalid(format!(
+            "\"ipam.neutron.{key}\" must be a non-empty string, not {other}"
+        ))),
+    }
+}
+
+/// `network` (and `subnets`), one pool; or `pools` with `default`.
+fn pools_of(object: &Map<String, Value>) -> Result<(BTreeMap<String, Pool>, String), NeutronError> {
+    let pools = match (object.get("network"), object.get("pools")) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "\"ipam.neutron\" has both \"network\" and \"pools\": give one network, or pools of networks with \"default\"".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(invalid(
+                "\"ipam.neutron\" needs \"network\" (the network's ID) or \"pools\" (pool names and their networks)".into(),
+            ))
+        }
+        (Some(network), None) => {
+            if object.contains_key("default") {
+                return Err(invalid(
+                    "\"ipam.neutron.default\" goes with \"pools\", not with \"network\"".into(),
+                ));
+            }
+            let pool = Pool::parse(
+                network,
+                object.get("subnets"),
+                "\"ipam.neutron.network\"",
+                "\"ipam.neutron.subnets\"",
+            )?;
+            (BTreeMap::from([(ONLY_POOL.to_owned(), pool)]), ONLY_POOL.to_owned())
+        }
+        (None, Some(pools)) => {
+            if object.contains_key("subnets") {
+                return Err(invalid(
+                    "\"ipam.neutron.subnets\" goes with \"network\"; a pool of \"pools\" lists its own".into(),
+                ));
+            }
+            let pools = parse_pools(pools)?;
+            let default = text(object, "default")?.ok_or_else(|| {
+                invalid("\"ipam.neutron.pools\" needs \"default\", the pool an ADD gets when no selector names one".into())
+            })?;
+            if !pools.contains_key(&default) {
+                return Err(invalid(format!(
+                    "\"ipam.neutron.default\" names pool {default:?}, which \"ipam.neutron.pools\" does not define"
+                )));
+            }
+            (pools, default)
+        }
+    };
+    Ok(pools)
+}
+
+/// `host`, or the name the allocator pins (read and never pinned here;
+/// without a pin, the host's name).
+fn host_of(object: &Map<String, Value>) -> Result<String, NeutronError> {
+    let host = match text(object, "host")? {
+        Some(host) => host,
+        None => {
+            let file = text(object, "nodeNameFile")?.map_or_else(
+                || PathBuf::from(node_name::DEFAULT_NODE_NAME_FILE),
+                PathBuf::from,
+            );
+            node_name::current(&file)?
+        }
+    };
+    check_tag_value("the node's name", &host)?;
+    Ok(host)
+}
+
 /// `pools`: pool names and their networks.
 fn parse_pools(value: &Value) -> Result<BTreeMap<String, Pool>, NeutronError> {
     let fail = || {
@@ -447,7 +503,7 @@ impl Url {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
         };
-        if base.contains(['?', '#', ' ']) {
+        if rest.contains(['?', '#', ' ']) {
             return Err("the root cannot have a query, a fragment or a space".into());
         }
         if authority.contains('@') {
@@ -512,7 +568,7 @@ mod tests {
     use serde_json::json;
 
     fn parse(value: Value) -> Result<Settings, NeutronError> {
-        Settings::parse(value.as_object().unwrap())
+        Settings::parse(value.as_object().unwrap(), Need::Whole)
     }
 
     fn error(value: Value) -> String {
@@ -576,6 +632,10 @@ mod tests {
             (
                 json!({"url": "ftp://h", "network": NET, "host": "n"}),
                 "http:// or https://",
+            ),
+            (
+                json!({"url": "http://h?x=1", "network": NET, "host": "n"}),
+                "a query, a fragment or a space",
             ),
             (
                 json!({"url": "http://h:x", "network": NET, "host": "n"}),
@@ -708,14 +768,34 @@ mod tests {
     }
 
     #[test]
+    fn a_teardown_reads_no_pool_and_the_node_name_only_when_asked() {
+        let broken = json!({"url": "http://h", "host": "a,b", "pools": {"a": {"network": NET}}, "default": "b"});
+        let object = broken.as_object().unwrap();
+        assert_eq!(Settings::parse(object, Need::Whole).unwrap_err().code(), 7);
+        let s = Settings::parse(object, Need::Teardown).unwrap();
+        assert!(s.pools.is_empty());
+        let e = s.node().unwrap_err();
+        assert!(e.to_string().contains("no comma") && e.code() == 7, "{e}");
+        // What a teardown does need is still checked whole.
+        let e = Settings::parse(
+            json!({"url": "ftp://h", "network": NET})
+                .as_object()
+                .unwrap(),
+            Need::Teardown,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("http://"), "{e}");
+    }
+
+    #[test]
     fn without_host_the_pinned_name_is_read_and_nothing_is_pinned() {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("node-name");
         let s = parse(json!({"url": "http://h", "network": NET, "nodeNameFile": file})).unwrap();
         assert!(!file.exists(), "a read pinned the name");
-        assert!(!s.host.is_empty());
+        assert!(!s.node().unwrap().is_empty());
         std::fs::write(&file, "pinned-node\n").unwrap();
         let s = parse(json!({"url": "http://h", "network": NET, "nodeNameFile": file})).unwrap();
-        assert_eq!(s.host, "pinned-node");
+        assert_eq!(s.node().unwrap(), "pinned-node");
     }
 }

@@ -98,7 +98,7 @@ impl State {
 
     /// Keeps the ports an ADD answered with.
     pub fn note_answered(&self, network: &str, container: &str, ifname: &str, ports: &[String]) {
-        let record = json!({ "ports": ports });
+        let record = json!({ "ports": ports, "written": now() });
         self.write(
             &answered_dir(network),
             &attachment_file(container, ifname),
@@ -107,9 +107,11 @@ impl State {
     }
 
     /// Forgets what the ADDs of `network`'s attachments answered with,
-    /// but for those `valid` lists (GC): a record lost costs GC only its
-    /// sight of a late POST's extra port, never an address.
-    pub fn forget_all_but(&self, network: &str, valid: &[(String, String)]) {
+    /// but for those `valid` lists (GC) and those written within `grace`
+    /// seconds (an ADD that finished after the runtime made its list): a
+    /// record lost costs GC only its sight of a late POST's extra port,
+    /// never an address.
+    pub fn forget_all_but(&self, network: &str, valid: &[(String, String)], grace: u64) {
         let Some(dir) = &self.dir else { return };
         let Ok(Some(sub)) = dir.child(&answered_dir(network)) else {
             return;
@@ -119,7 +121,14 @@ impl State {
             .map(|(id, ifname)| file_name(&attachment_file(id, ifname)))
             .collect();
         for name in sub.names().unwrap_or_default() {
-            if !kept.contains(&name) {
+            let recent = sub
+                .read(&name)
+                .ok()
+                .flatten()
+                .and_then(|content| serde_json::from_slice::<Value>(&content).ok())
+                .and_then(|record| record["written"].as_u64())
+                .is_some_and(|written| written.saturating_add(grace) > now());
+            if !kept.contains(&name) && !recent {
                 let _ = sub.remove(&name);
             }
         }
@@ -203,7 +212,10 @@ mod tests {
         for id in ["c1", "c2", "c3"] {
             state.note_answered("net", id, "eth0", &[format!("p-{id}")]);
         }
-        state.forget_all_but("net", &[("c2".into(), "eth0".into())]);
+        // Within the grace, kept; past it, but for the valid one, forgotten.
+        state.forget_all_but("net", &[("c2".into(), "eth0".into())], 60);
+        assert!(state.answered("net", "c1", "eth0").is_some());
+        state.forget_all_but("net", &[("c2".into(), "eth0".into())], 0);
         assert_eq!(state.answered("net", "c1", "eth0"), None);
         assert_eq!(
             state.answered("net", "c2", "eth0"),

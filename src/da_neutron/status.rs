@@ -44,6 +44,9 @@ pub fn status(settings: &Settings) -> Result<(), NeutronError> {
 
 /// Where `pool` has no address left for an ADD, if it has none.
 fn full(pool: &Pool, free: &[Free]) -> Option<String> {
+    if free.is_empty() {
+        return Some("(it has no subnet)".into());
+    }
     if !pool.subnets.is_empty() {
         return pool.subnets.iter().find_map(|id| {
             free.iter()
@@ -94,5 +97,7 @@ mod tests {
         // Every IPv4 subnet full: the controller refuses, IPv6 room or not.
         let counts = [free("a4", 4, 0), free("c6", 6, 10)];
         assert_eq!(full(&network(&[]), &counts), Some("of IP version 4".into()));
+        // No subnet at all: no address ever.
+        assert_eq!(full(&network(&[]), &[]), Some("(it has no subnet)".into()));
     }
 }

@@ -13,6 +13,7 @@ use super::settings::{invalid, Settings};
 use super::state::State;
 use crate::addr::Addr;
 use crate::cni::{Environment, NetConf};
+use crate::pools;
 
 /// The attachment's ports of this network, oldest first.
 fn attachment_ports(
@@ -20,11 +21,15 @@ fn attachment_ports(
     net: &NetConf,
     container: &str,
     ifname: &str,
+    node: Option<&str>,
 ) -> Result<Vec<(Port, Attachment)>, NeutronError> {
     let listed = controller.ports(&[("device_id", container), ("device_owner", OWNER)])?;
     Ok(ports::ours(listed, &net.name)
         .into_iter()
         .filter(|(_, a)| a.container == container && a.ifname == ifname)
+        // Another node's port of the same container ID is never ours; a
+        // DEL whose node's name cannot be read takes the ID's word.
+        .filter(|(port, _)| node.is_none_or(|node| ports::on_node(port, node)))
         .collect())
 }
 
@@ -35,15 +40,17 @@ pub fn del(env: &Environment, net: &NetConf, settings: &Settings) -> Result<(), 
     let container = env.container_id.clone().unwrap_or_default();
     let ifname = env.ifname.clone().unwrap_or_default();
     let controller = Controller::open(settings)?;
-    for (port, _) in attachment_ports(&controller, net, &container, &ifname)? {
+    let node = settings.node().ok();
+    for (port, _) in attachment_ports(&controller, net, &container, &ifname, node)? {
         controller.delete_port(&port.id)?;
     }
     State::open(&settings.data_dir).forget(&net.name, &container, &ifname);
     Ok(())
 }
 
-/// CHECK: the attachment has its ports, and their addresses are the
-/// ones the previous result lists.
+/// CHECK: the attachment has a port of each pool it asked for (the
+/// previous result's `pools`, as a selector handed them on, else the
+/// default), and their addresses are ones the previous result lists.
 pub fn check(env: &Environment, net: &NetConf, settings: &Settings) -> Result<(), NeutronError> {
     let container = env.container_id.clone().unwrap_or_default();
     let ifname = env.ifname.clone().unwrap_or_default();
@@ -62,13 +69,29 @@ pub fn check(env: &Environment, net: &NetConf, settings: &Settings) -> Result<()
         })
         .collect();
     let controller = Controller::open(settings)?;
-    let found = attachment_ports(&controller, net, &container, &ifname)?;
+    let found = attachment_ports(
+        &controller,
+        net,
+        &container,
+        &ifname,
+        Some(settings.node()?),
+    )?;
     if found.is_empty() {
         return Err(NeutronError::NotHeld(format!(
             "{container}/{ifname} has no port in network {:?} at {}",
             net.name,
             controller.url()
         )));
+    }
+    for wanted in pools::wanted(net, std::slice::from_ref(&settings.default))? {
+        if !found.iter().any(|(_, a)| a.pool == wanted.name) {
+            return Err(NeutronError::NotHeld(format!(
+                "{container}/{ifname} has no port of pool {:?} in network {:?} at {}",
+                wanted.name,
+                net.name,
+                controller.url()
+            )));
+        }
     }
     for (port, attachment) in &found {
         if port.fixed_ips.is_empty() {
@@ -99,19 +122,14 @@ pub fn gc(
     settings: &Settings,
     valid: &[(String, String)],
 ) -> Result<(), NeutronError> {
+    let node = settings.node()?;
     let controller = Controller::open(settings)?;
     let state = State::open(&settings.data_dir);
-    let node = ports::node_tag(&settings.host);
-    let network = ports::network_tag(&net.name);
-    let tags = format!("{node},{network}");
-    let listed = controller.ports(&[("device_owner", OWNER), ("tags", &tags)])?;
+    let ours = ports::of_node(&controller, &net.name, node)?;
     // The controller's clock, at the listing: a port's age is told by the
     // clock that dated it.
     let now = controller.date().as_deref().and_then(super::age::http_date);
-    for (port, attachment) in ports::ours(listed, &net.name) {
-        if ports::node_of(&port) != Some(settings.host.as_str()) {
-            continue;
-        }
+    for (port, attachment) in ours {
         let listed = valid
             .iter()
             .any(|(id, ifname)| *id == attachment.container && *ifname == attachment.ifname);
@@ -140,6 +158,6 @@ pub fn gc(
             controller.delete_port(&port.id)?;
         }
     }
-    state.forget_all_but(&net.name, valid);
+    state.forget_all_but(&net.name, valid, settings.gc_grace);
     Ok(())
 }

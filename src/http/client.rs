@@ -24,6 +24,7 @@ const LIMITS: http::Limits = http::Limits {
 /// A connection to one endpoint.
 pub struct Connection {
     stream: BufReader<Stream>,
+    /// The Host header's value: the host and its port.
     host: String,
 }
 
@@ -112,7 +113,11 @@ impl Connection {
         };
         Ok(Connection {
             stream: BufReader::new(Stream { inner, deadline }),
-            host: host.to_owned(),
+            // The Host header names the port, and brackets an IPv6 address.
+            host: match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            },
         })
     }
 

@@ -167,19 +167,23 @@ pub fn read_answer(input: &mut impl BufRead, limits: Limits) -> io::Result<Answe
         .and_then(|code| code.parse().ok())
         .ok_or_else(|| invalid(format!("not an HTTP answer: {line:?}")))?;
     let mut head = read_head(input, limits)?;
-    // An answer read up to the connection's end would not let it be kept.
-    // 204 and 304 have no body, whatever their headers say.
+    // HTTP/1.0 closes after each answer unless it says otherwise.
+    let close = head.close.unwrap_or(line.starts_with("HTTP/1.0"));
+    // 204 and 304 have no body, whatever their headers say; an answer
+    // with neither length nor chunks ends with its connection, which is
+    // then not kept.
     let body = match (head.length, head.chunked) {
         _ if status == 204 || status == 304 => Vec::new(),
         (Some(length), _) => read_body(input, &head, length, limits)?,
         (None, true) => read_body(input, &head, 0, limits)?,
+        (None, false) if close => read_to_close(input, limits.body)?,
         (None, false) => return Err(invalid("an answer with neither length nor chunks".into())),
     };
     Ok(Answer {
         status,
         headers: std::mem::take(&mut head.headers),
         body,
-        close: head.close.unwrap_or(false),
+        close,
     })
 }
 
@@ -261,6 +265,16 @@ fn read_line(input: &mut impl BufRead, limits: Limits) -> io::Result<Option<Stri
     String::from_utf8(line)
         .map(Some)
         .map_err(|_| invalid("a line that is not UTF-8".into()))
+}
+
+/// A body that ends with its connection, at most `max` bytes.
+fn read_to_close(input: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    input.take(max as u64 + 1).read_to_end(&mut body)?;
+    if body.len() > max {
+        return Err(invalid(format!("a body over {max} bytes")));
+    }
+    Ok(body)
 }
 
 fn read_exactly(input: &mut impl Read, length: usize, max: usize) -> io::Result<Vec<u8>> {
@@ -450,5 +464,27 @@ mod tests {
         assert!(answer.body.is_empty() && answer.close);
         assert_eq!(answer.header("date"), Some("Thu, 26 Nov 2026 18:00:00 GMT"));
         assert_eq!(answer.header("X-Subject-Token"), None);
+        // HTTP/1.0 closes unless it says otherwise, and a body without a
+        // length then ends with the connection.
+        let old = read_answer(
+            &mut io::Cursor::new(
+                &b"HTTP/1.0 201 CREATED\r\nX-Subject-Token: t\r\n\r\n{\"token\":{}}"[..],
+            ),
+            LIMITS,
+        )
+        .unwrap();
+        assert!(old.close);
+        assert_eq!(
+            (old.status, old.body.as_slice()),
+            (201, &b"{\"token\":{}}"[..])
+        );
+        let kept = read_answer(
+            &mut io::Cursor::new(
+                &b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"[..],
+            ),
+            LIMITS,
+        )
+        .unwrap();
+        assert!(!kept.close);
     }
 }

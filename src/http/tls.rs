@@ -23,6 +23,7 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
+    /// Reads `{"ca", "cert"?, "key"?}`; the error names the key.
     pub fn parse(value: &Value) -> Result<TlsFiles, String> {
         let keys = ["ca", "cert", "key"];
         if let Some(key) = value

@@ -221,11 +221,10 @@ impl Drop for Neutron {
                 .args(["-TERM", "--", &group])
                 .stderr(Stdio::null())
                 .status();
+            // Its group's leader is reaped only after the group is
+            // killed: reaped first, its group's ID could be another's.
             let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
+            while Instant::now() < deadline && !exited(child.id()) {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = Command::new("kill")
@@ -235,6 +234,14 @@ impl Drop for Neutron {
             let _ = child.wait();
         }
     }
+}
+
+/// Whether process `pid`, a child not yet reaped, has exited (a zombie).
+fn exited(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command's closing parenthesis.
+    stat.rsplit_once(')')
+        .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
 }
 
 /// A Keystone (Debian's python3-keystone) of the tests' own, with an

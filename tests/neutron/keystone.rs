@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::common::neutron::{Keystone, Neutron, Options};
 use crate::proxy::Proxy;
-use crate::Net;
+use crate::{says, Net};
 
 #[test]
 #[ignore = "needs python3-neutron and python3-keystone"]
@@ -112,14 +112,7 @@ fn keystone_out_of_reach_is_code_11_and_status_50() {
     net.extra = json!({"auth": {"url": format!("http://127.0.0.1:{nothing}/v3"), "applicationCredentialId": "ac", "secretFile": secret}});
     let config = net.config();
     let add = net.run("ADD", "c-n1", config.as_bytes());
-    let error = add.assert_error(11);
-    assert!(
-        error["msg"]
-            .as_str()
-            .unwrap()
-            .contains("asking Keystone for a token"),
-        "{error}"
-    );
+    says(&add, 11, "asking Keystone for a token");
     net.run("STATUS", "c-n1", config.as_bytes())
         .assert_error(50);
     assert!(net.ports(neutron).is_empty());

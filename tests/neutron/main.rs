@@ -127,6 +127,13 @@ impl Net {
     }
 }
 
+/// Asserts that `outcome` failed with `code`, its message saying `what`.
+pub fn says(outcome: &Outcome, code: u64, what: &str) {
+    let error = outcome.assert_error(code);
+    let msg = error["msg"].as_str().unwrap_or_default();
+    assert!(msg.contains(what), "not {what:?}: {error}");
+}
+
 /// The addresses of a result's `ips`, without their prefix lengths.
 pub fn addresses(result: &Value) -> Vec<String> {
     result["ips"]

@@ -2,7 +2,10 @@
 //! requests on whole and can hold the answer to a port's creation: the
 //! port is made, and the plugin never hears of it, until the test lets
 //! the answer go or drops it. It also counts the requests it passed, for
-//! the round trips of a command.
+//! the round trips of a command; and it can make the controller one that
+//! copies Neutron loosely: one that ignores list filters (Mizar-MP's
+//! document says so of its own), and one that answers a port's creation
+//! before its addresses are filled.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,6 +23,10 @@ struct Shared {
     /// Let held answers go (true), or drop them with the connection.
     release: Mutex<Option<bool>>,
     requests: AtomicUsize,
+    /// Drop every query string: listings come whole.
+    ignore_filters: AtomicBool,
+    /// Answer a port's creation with its addresses left out.
+    blank_addresses: AtomicBool,
 }
 
 /// A running proxy.
@@ -70,6 +77,16 @@ impl Proxy {
         self.shared.changed.notify_all();
     }
 
+    /// Lists everything, whatever the filters.
+    pub fn ignore_filters(&self) {
+        self.shared.ignore_filters.store(true, Ordering::SeqCst);
+    }
+
+    /// Answers each port's creation without its addresses.
+    pub fn blank_addresses(&self) {
+        self.shared.blank_addresses.store(true, Ordering::SeqCst);
+    }
+
     /// How many requests passed so far.
     pub fn requests(&self) -> usize {
         self.shared.requests.load(Ordering::SeqCst)
@@ -87,6 +104,10 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
         };
         shared.requests.fetch_add(1, Ordering::SeqCst);
         let post = head.starts_with("POST ");
+        let mut head = head;
+        if shared.ignore_filters.load(Ordering::SeqCst) {
+            head = without_query(&head);
+        }
         // Closed after the answer: the answer is read to its end.
         let head = head.replacen("\r\n", "\r\nConnection: close\r\n", 1);
         let mut server = TcpStream::connect(("127.0.0.1", upstream))?;
@@ -94,6 +115,9 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
         server.write_all(&body)?;
         let mut answer = Vec::new();
         server.read_to_end(&mut answer)?;
+        if post && shared.blank_addresses.load(Ordering::SeqCst) {
+            answer = addresses_blanked(&answer);
+        }
         if post && shared.hold_posts.load(Ordering::SeqCst) {
             *shared.held.lock().unwrap() += 1;
             shared.changed.notify_all();
@@ -107,6 +131,39 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
         }
         client.write_all(&answer)?;
     }
+}
+
+/// A request's head with the query string of its request line dropped.
+fn without_query(head: &str) -> String {
+    let (line, rest) = head.split_once("\r\n").unwrap_or((head, ""));
+    let mut words: Vec<&str> = line.split(' ').collect();
+    if let Some(target) = words.get_mut(1) {
+        *target = target.split('?').next().unwrap_or(target);
+    }
+    format!("{}\r\n{rest}", words.join(" "))
+}
+
+/// An answer (head and a body sized by its length) whose port has no
+/// addresses yet.
+fn addresses_blanked(answer: &[u8]) -> Vec<u8> {
+    let Some(split) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return answer.to_vec();
+    };
+    let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&answer[split + 4..]) else {
+        return answer.to_vec();
+    };
+    body["port"]["fixed_ips"] = serde_json::json!([]);
+    let body = body.to_string();
+    let head: Vec<String> = String::from_utf8_lossy(&answer[..split])
+        .split("\r\n")
+        .map(
+            |line| match line.to_ascii_lowercase().starts_with("content-length:") {
+                true => format!("Content-Length: {}", body.len()),
+                false => line.to_owned(),
+            },
+        )
+        .collect();
+    format!("{}\r\n\r\n{body}", head.join("\r\n")).into_bytes()
 }
 
 /// A request's head (with its blank line) and body, sized by its length.

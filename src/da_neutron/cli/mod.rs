@@ -79,21 +79,18 @@ fn read_network(config: &Path, network: Option<&str>) -> Result<(String, Setting
 }
 
 /// The network's ports of this plugin on every node (or on `node`), with
-/// their attachments.
+/// their attachments: every port of this owner, by its name's network,
+/// tagged or not (an operator's look is rare, and must miss none).
 fn network_ports(
     controller: &Controller,
     network: &str,
     node: Option<&str>,
 ) -> Result<Vec<(Port, Attachment)>, NeutronError> {
-    let mut tags = ports::network_tag(network);
     if let Some(node) = node {
-        tags = format!("{tags},{}", ports::node_tag(node));
+        return ports::of_node(controller, network, node);
     }
-    let listed = controller.ports(&[("device_owner", OWNER), ("tags", &tags)])?;
-    Ok(ports::ours(listed, network)
-        .into_iter()
-        .filter(|(port, _)| node.is_none() || ports::node_of(port) == node)
-        .collect())
+    let listed = controller.ports(&[("device_owner", OWNER)])?;
+    Ok(ports::ours(listed, network))
 }
 
 /// A port as `--json` lists it.

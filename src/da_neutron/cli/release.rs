@@ -48,7 +48,8 @@ fn run(config: PathBuf, node: &str, given: &Options) -> Result<bool, NeutronErro
     let mut listed = Vec::new();
     for (port, attachment) in &found {
         if !dry_run {
-            controller.delete_port(&port.id)?;
+            // Each with time of its own: a node may have had many.
+            controller.renewed().delete_port(&port.id)?;
         }
         if given.flag("--json") {
             listed.push(port_json(port, attachment));

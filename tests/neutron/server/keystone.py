@@ -123,12 +123,16 @@ def stop_with_stdin():
     tests. The server itself reads nothing.
     """
     if os.fork() == 0:
+        # The watcher outlives its own SIGTERM, to follow it with SIGKILL
+        # for a server that hangs on its way out.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             while os.read(0, 4096):
                 pass
         finally:
             os.killpg(os.getpgrp(), signal.SIGTERM)
-            os._exit(0)
+            time.sleep(5)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)

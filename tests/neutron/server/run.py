@@ -22,6 +22,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -269,12 +270,16 @@ def stop_with_stdin():
     so that no server outlives its tests. The server itself reads nothing.
     """
     if os.fork() == 0:
+        # The watcher outlives its own SIGTERM, to follow it with SIGKILL
+        # for a server that hangs on its way out.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             while os.read(0, 4096):
                 pass
         finally:
             os.killpg(os.getpgrp(), signal.SIGTERM)
-            os._exit(0)
+            time.sleep(5)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
