@@ -227,22 +227,46 @@ impl Controller {
             .iter()
             .map(|(key, value)| format!("{}={}", encode(key), encode(value)))
             .collect();
-        let path = match query.is_empty() {
+        let mut path = match query.is_empty() {
             true => "/ports".to_owned(),
             false => format!("/ports?{}", query.join("&")),
         };
         let call = "listing ports";
-        let answer = self.call("GET", &path, None, call)?;
-        if answer.status != 200 {
-            return Err(self.failure(call, &answer, "ports"));
+        let mut ports = Vec::new();
+        // Page by page where the controller pages (pagination_max_limit),
+        // each within the one deadline: a port left off a listing is one
+        // GC would never give back.
+        loop {
+            let answer = self.call("GET", &path, None, call)?;
+            if answer.status != 200 {
+                return Err(self.failure(call, &answer, "ports"));
+            }
+            let listed = self.json_of(&answer)?;
+            let page = listed["ports"]
+                .as_array()
+                .ok_or_else(|| self.garbled(call, &answer))?;
+            for port in page {
+                ports.push(Port::parse(port).ok_or_else(|| self.garbled(call, &answer))?);
+            }
+            let next = listed["ports_links"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|link| link["rel"] == "next")
+                .and_then(|link| self.path_of(link["href"].as_str()?));
+            match next {
+                Some(next) if !page.is_empty() && next != path => path = next,
+                _ => return Ok(ports),
+            }
         }
-        let listed = self.json_of(&answer)?;
-        let list = listed["ports"]
-            .as_array()
-            .ok_or_else(|| self.garbled(call, &answer))?;
-        list.iter()
-            .map(|p| Port::parse(p).ok_or_else(|| self.garbled(call, &answer)))
-            .collect()
+    }
+
+    /// The path under the API's root of `href`, a link the controller
+    /// gave (`http://HOST:PORT/v2.0/ports?…&marker=…`).
+    fn path_of(&self, href: &str) -> Option<String> {
+        let after_scheme = href.split_once("://")?.1;
+        let path = &after_scheme[after_scheme.find('/')?..];
+        path.strip_prefix(self.url.base.as_str()).map(String::from)
     }
 
     /// Sets the tags of port `id` to `tags`, for a controller that drops

@@ -26,6 +26,8 @@ pub struct Options {
     pub forbid_host_binding: bool,
     /// It drops the tags of a port POST.
     pub drop_posted_tags: bool,
+    /// It answers lists in pages of at most this many items.
+    pub page_size: Option<u32>,
     /// It validates tokens against this Keystone (its v3 root, and the
     /// admin's password), rather than taking every request as an admin's.
     pub keystone: Option<(String, String)>,
@@ -93,6 +95,9 @@ impl Neutron {
         }
         if self.options.drop_posted_tags {
             command.arg("--drop-posted-tags");
+        }
+        if let Some(size) = self.options.page_size {
+            command.args(["--page-size", &size.to_string()]);
         }
         if let Some((url, password)) = &self.options.keystone {
             command

@@ -132,3 +132,33 @@ fn validate_checks_the_settings_without_calling_the_controller() {
     );
     says(&invalid, 7, "unknown key \"ipam.neutron.subnet\"");
 }
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_controller_that_pages_its_lists_is_read_to_the_last_page() {
+    let neutron = crate::common::neutron::Neutron::start(crate::common::neutron::Options {
+        page_size: Some(2),
+        ..Default::default()
+    });
+    let mut net = Net::on(&neutron, "paged");
+    for i in 0..5 {
+        let add = net.run("ADD", &format!("c-p{i}"), net.config().as_bytes());
+        assert!(add.status.success(), "{add:?}");
+    }
+    let file = net.data.path().join("net.conf");
+    std::fs::write(&file, net.config()).unwrap();
+    let config = file.to_str().unwrap();
+    let show = cli(&["show", "--config", config, "--json"]);
+    assert_eq!(
+        show.json()["nodes"]["node-a"].as_array().unwrap().len(),
+        5,
+        "{show:?}"
+    );
+    // GC sees every page: all five go.
+    net.extra = json!({"gcGraceSeconds": 0});
+    let mut gc: Value = serde_json::from_str(&net.config()).unwrap();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    net.run("GC", "c-gc", gc.to_string().as_bytes())
+        .assert_silent_success();
+    assert!(net.ports(&neutron).is_empty(), "{:?}", net.ports(&neutron));
+}

@@ -92,6 +92,8 @@ rpc_state_report_workers = 0
 notify_nova_on_port_status_changes = false
 notify_nova_on_port_data_changes = false
 dhcp_agent_notification = false
+# At most this many items an answer (--page-size; -1: no limit).
+pagination_max_limit = {page_size}
 
 [database]
 connection = sqlite:///{dir}/neutron.sqlite
@@ -177,6 +179,9 @@ def parse_args():
                         'default 300, as keystonemiddleware)')
     p.add_argument('--forbid-host-binding', action='store_true',
                    help='policy: binding:host_id may not be set or read')
+    p.add_argument('--page-size', type=int, default=-1,
+                   help='answer lists in pages of at most this many items '
+                        '(pagination_max_limit), with a link to the next')
     p.add_argument('--drop-posted-tags', action='store_true',
                    help='drop the tags of a port POST, as Neutron does '
                         'without the tag_ports_during_bulk_creation driver')
@@ -219,6 +224,7 @@ def write_config(args, d):
         auth_filters = 'fake_project_id'
     write(os.path.join(d, 'neutron.conf'),
           CONF.format(port=args.port, dir=d, policy=policy,
+                      page_size=args.page_size,
                       keystone=keystone,
                       auth_strategy='keystone' if args.keystone
                       else 'noauth',
