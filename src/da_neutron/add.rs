@@ -308,19 +308,24 @@ fn asked<'a>(
         }
         return Ok(asked);
     }
+    // Each pool's subnets read once, and only if an address needs them.
+    let mut subnets: Vec<Option<Vec<Subnet>>> = vec![None; asked.len()];
     for address in by_runtime {
         let mut holder = None;
         for (i, one) in asked.iter().enumerate() {
-            let subnets = match one.pool.subnets.is_empty() {
-                true => controller.subnets_of(&one.pool.network)?,
-                false => one
-                    .pool
-                    .subnets
-                    .iter()
-                    .map(|id| state.subnet(controller, id))
-                    .collect::<Result<_, _>>()?,
-            };
-            if subnets.iter().any(|s| s.cidr.contains(address)) {
+            if subnets[i].is_none() {
+                subnets[i] = Some(match one.pool.subnets.is_empty() {
+                    true => controller.subnets_of(&one.pool.network)?,
+                    false => one
+                        .pool
+                        .subnets
+                        .iter()
+                        .map(|id| state.subnet(controller, id))
+                        .collect::<Result<_, _>>()?,
+                });
+            }
+            let of_pool = subnets[i].as_deref().unwrap_or_default();
+            if of_pool.iter().any(|s| s.cidr.contains(address)) {
                 holder = Some(i);
                 break;
             }
