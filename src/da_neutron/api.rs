@@ -734,4 +734,43 @@ mod tests {
             [("10.10.0.0/16".into(), "10.9.0.254".into())]
         );
     }
+
+    #[test]
+    fn each_status_is_the_failure_it_means_with_the_code_da_pool_gives() {
+        use crate::cni::Reportable;
+        let object =
+            serde_json::json!({"url": "http://127.0.0.1:9/v2.0", "network": "n", "host": "h"});
+        let settings = Settings::parse(
+            object.as_object().unwrap(),
+            super::super::settings::Need::Whole,
+        )
+        .unwrap();
+        let controller = Controller::open(&settings).unwrap();
+        let answer = |status, kind: &str| Answer {
+            status,
+            headers: vec![],
+            body: format!(r#"{{"NeutronError": {{"type": "{kind}", "message": "its words"}}}}"#)
+                .into_bytes(),
+            close: false,
+        };
+        for (status, kind, code) in [
+            (401, "", 5),
+            (403, "PolicyNotAuthorized", 5),
+            (404, "NetworkNotFound", 7),
+            (409, "IpAddressGenerationFailure", 110),
+            (400, "HTTPBadRequest", 7),
+            (500, "", 11),
+            (503, "", 11),
+        ] {
+            let e = controller.failure("creating a port", &answer(status, kind), "network n");
+            assert_eq!(e.code(), code, "{status} {kind}: {e}");
+            // The controller's own words, and whose they are or what of.
+            let said = e.to_string();
+            assert!(said.contains("its words"), "{said}");
+            assert!(
+                said.contains("http://127.0.0.1:9/v2.0") || said.contains("network n"),
+                "{said}"
+            );
+        }
+    }
 }

@@ -23,6 +23,16 @@ pub const PORT_ALLOCATOR: &str = env!("CARGO_BIN_EXE_ipam-da-neutron");
 
 pub use tempfile::TempDir;
 
+/// Where Debian's libfaketime is, to run a program on a skewed clock
+/// (`LD_PRELOAD`, with `FAKETIME` the offset).
+pub fn libfaketime() -> PathBuf {
+    let found = fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|entry| Some(entry.ok()?.path().join("faketime/libfaketime.so.1")))
+        .find(|path| path.exists());
+    found.expect("libfaketime (Debian's package faketime) is installed")
+}
+
 /// A new directory named after `tag`, removed when dropped; readable by
 /// every user, as the runtimes' directories are (a test runs the plugin as
 /// another user).

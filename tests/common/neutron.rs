@@ -28,9 +28,21 @@ pub struct Options {
     pub drop_posted_tags: bool,
     /// It answers lists in pages of at most this many items.
     pub page_size: Option<u32>,
+    /// Policy rules no one passes, admin included.
+    pub forbid: Vec<&'static str>,
+    /// It serves HTTPS with this certificate and key, which this CA signed.
+    pub tls: Option<Tls>,
     /// It validates tokens against this Keystone (its v3 root, and the
     /// admin's password), rather than taking every request as an admin's.
     pub keystone: Option<(String, String)>,
+}
+
+/// The PEM files of a server's HTTPS.
+#[derive(Clone)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
 }
 
 /// A running server.
@@ -99,6 +111,13 @@ impl Neutron {
         if let Some(size) = self.options.page_size {
             command.args(["--page-size", &size.to_string()]);
         }
+        for rule in &self.options.forbid {
+            command.args(["--forbid", rule]);
+        }
+        if let Some(tls) = &self.options.tls {
+            command.arg("--tls-cert").arg(&tls.cert);
+            command.arg("--tls-key").arg(&tls.key);
+        }
         if let Some((url, password)) = &self.options.keystone {
             command
                 .args(["--keystone", url, "--keystone-password", password])
@@ -137,7 +156,11 @@ impl Neutron {
 
     /// The API's root, as `ipam.neutron.url` takes it.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/v2.0", self.port)
+        let scheme = match self.options.tls {
+            Some(_) => "https",
+            None => "http",
+        };
+        format!("{scheme}://127.0.0.1:{}/v2.0", self.port)
     }
 
     /// Kills the whole server at once (SIGKILL to its process group).
@@ -172,7 +195,8 @@ impl Neutron {
         body: Option<Value>,
     ) -> std::io::Result<(u16, Value)> {
         let token = self.options.token.as_deref();
-        let (status, body) = http(self.port, method, path, body, token)?;
+        let ca = self.options.tls.as_ref().map(|tls| tls.ca.as_path());
+        let (status, _, body) = exchange(self.port, ca, method, path, body, token)?;
         Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
     }
 
@@ -239,6 +263,33 @@ impl Drop for Neutron {
             let _ = child.wait();
         }
     }
+}
+
+/// A TLS client on `stream` to 127.0.0.1, trusting `ca` only.
+fn tls_to_loopback(
+    ca: &Path,
+    stream: TcpStream,
+) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in
+        rustls::pki_types::CertificateDer::pem_file_iter(ca).map_err(std::io::Error::other)?
+    {
+        roots
+            .add(cert.map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name =
+        rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
+    let connection = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(std::io::Error::other)?;
+    Ok(rustls::StreamOwned::new(connection, stream))
 }
 
 /// Whether process `pid`, a child not yet reaped, has exited (a zombie).
@@ -390,17 +441,46 @@ pub fn http_with_head(
     body: Option<Value>,
     token: Option<&str>,
 ) -> std::io::Result<(u16, String, Vec<u8>)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    exchange(port, None, method, path, body, token)
+}
+
+/// One request to loopback `port`, over TLS trusting `ca` if it is
+/// given: its status, head and body.
+fn exchange(
+    port: u16,
+    ca: Option<&Path>,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> std::io::Result<(u16, String, Vec<u8>)> {
+    let stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let token = token.map_or(String::new(), |t| format!("X-Auth-Token: {t}\r\n"));
-    write!(
-        stream,
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{token}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
-    )?;
+    );
     let mut answer = Vec::new();
-    stream.read_to_end(&mut answer)?;
+    match ca {
+        None => {
+            let mut stream = stream;
+            stream.write_all(request.as_bytes())?;
+            stream.read_to_end(&mut answer)?;
+        }
+        Some(ca) => {
+            let mut tls = tls_to_loopback(ca, stream)?;
+            tls.write_all(request.as_bytes())?;
+            // A server that closes without close_notify ends the answer all the same.
+            match tls.read_to_end(&mut answer) {
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+                other => {
+                    other?;
+                }
+            }
+        }
+    }
     let split = answer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

@@ -11,6 +11,7 @@
 mod common;
 
 mod keystone;
+mod main_plugin;
 mod operating;
 mod plugin;
 mod proxy;

@@ -146,6 +146,18 @@ fn an_add_retried_after_a_kill_between_post_and_reply_answers_its_one_port() {
     let ports = net.ports(neutron);
     assert_eq!(ports.len(), 1, "a second port: {ports:?}");
     assert_eq!(addresses(&retried.json()), port_addresses(&ports[0]));
+
+    // A POST that lands after the retry looked leaves an extra port: the
+    // next DEL removes it with the answered one.
+    neutron.port(json!({
+        "network_id": net.network, "device_id": "c-retry",
+        "device_owner": "cni:ipam-da-neutron", "name": "retried/default/eth0",
+        "tags": ["cni-node=node-a", "cni-network=retried"],
+    }));
+    assert_eq!(net.ports(neutron).len(), 2);
+    net.run("DEL", "c-retry", net.config().as_bytes())
+        .assert_silent_success();
+    assert!(net.ports(neutron).is_empty());
 }
 
 /// Starts the allocator itself (no ipam-delegated between: a kill then
@@ -322,6 +334,13 @@ fn a_requested_address_is_given_and_the_gateway_or_a_taken_one_refused() {
     assert_eq!(ports.len(), 1, "{ports:?}");
     assert_eq!(ports[0]["device_id"], "c-r1");
 
+    // runtimeConfig.ips asks as IP= does.
+    let mut asked: Value = serde_json::from_str(&config).unwrap();
+    asked["runtimeConfig"] = json!({"ips": ["10.77.0.88/24"]});
+    let add = net.run("ADD", "c-r6", asked.to_string().as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    assert_eq!(addresses(&add.json()), ["10.77.0.88"]);
+
     // Through a selector, which sets the runtime's address on its pool:
     // asked once.
     let config = net.config_of("1.0.0", &["ipam-ds-static", "ipam-da-neutron"]);
@@ -416,10 +435,22 @@ fn a_controller_that_forbids_host_binding_and_drops_posted_tags_costs_only_the_b
     let neutron = Neutron::start(Options {
         forbid_host_binding: true,
         drop_posted_tags: true,
+        // Nor may the token read how many addresses are left.
+        forbid: vec!["get_network_ip_availability"],
         ..Options::default()
     });
     let mut net = Net::on(&neutron, "unbound");
     let config = net.config();
+    // STATUS learns only that the network is there: enough.
+    net.run("STATUS", "c-b0", config.as_bytes())
+        .assert_silent_success();
+    let mut elsewhere: Value = serde_json::from_str(&config).unwrap();
+    elsewhere["ipam"]["neutron"]["network"] = json!("0c0c0c0c-0000-4000-8000-000000000000");
+    says(
+        &net.run("STATUS", "c-b0", elsewhere.to_string().as_bytes()),
+        50,
+        "has no network 0c0c0c0c-0000-4000-8000-000000000000",
+    );
     for id in ["c-b1", "c-b2"] {
         let add = net.run("ADD", id, config.as_bytes());
         assert!(add.status.success(), "{add:?}");
@@ -549,6 +580,14 @@ fn a_common_add_costs_two_round_trips_and_a_del_two() {
     net.run("DEL", "c-n2", config.as_bytes())
         .assert_silent_success();
     assert_eq!(proxy.requests() - 5, 2, "list, delete");
+    // A minute later the subnet is read again.
+    let cache = net.data.path().join("subnets").join(&net.subnet);
+    let mut kept: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    kept["read"] = json!(kept["read"].as_u64().unwrap() - 61);
+    std::fs::write(&cache, kept.to_string()).unwrap();
+    let third = net.run("ADD", "c-n3", config.as_bytes());
+    assert!(third.status.success(), "{third:?}");
+    assert_eq!(proxy.requests() - 7, 3, "list, create, subnet again");
 }
 
 #[test]
@@ -745,5 +784,118 @@ fn tls_that_cannot_be_agreed_is_code_5() {
     net.extra = json!({"tls": {"ca": certificates.file("ca.pem")}});
     let add = net.run("ADD", "c-tls", net.config().as_bytes());
     says(&add, 5, "TLS with the controller at https://127.0.0.1");
+    assert!(net.ports(neutron).is_empty());
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn https_with_the_ca_that_signed_the_controller_and_refused_with_another() {
+    let certificates = crate::common::etcd::Certificates::make();
+    let neutron = Neutron::start(Options {
+        tls: Some(crate::common::neutron::Tls {
+            cert: certificates.file("member.pem"),
+            key: certificates.file("member.key"),
+            ca: certificates.file("ca.pem"),
+        }),
+        ..Options::default()
+    });
+    let mut net = Net::on(&neutron, "https");
+    assert!(net.url.starts_with("https://"), "{}", net.url);
+    net.extra = json!({"tls": {"ca": certificates.file("ca.pem")}});
+    let config = net.config();
+    let add = net.run("ADD", "c-h1", config.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    let prev = with_prev(&config, &String::from_utf8(add.stdout.clone()).unwrap());
+    net.run("CHECK", "c-h1", &prev).assert_silent_success();
+    net.run("DEL", "c-h1", config.as_bytes())
+        .assert_silent_success();
+    assert!(net.ports(&neutron).is_empty());
+    // A CA that did not sign the controller's certificate: code 5.
+    net.extra = json!({"tls": {"ca": certificates.file("other.pem")}});
+    says(
+        &net.run("ADD", "c-h2", net.config().as_bytes()),
+        5,
+        "TLS with the controller at https://127.0.0.1",
+    );
+    assert!(net.ports(&neutron).is_empty());
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_dual_stack_network_gives_one_address_of_each_version_in_each_versions_shape() {
+    let neutron = shared();
+    let net = Net::on(neutron, "dual");
+    neutron.subnet(
+        &net.network,
+        json!({"ip_version": 6, "cidr": "fd00:77::/64", "gateway_ip": "fd00:77::1",
+               "allocation_pools": [{"start": "fd00:77::10", "end": "fd00:77::ff"}]}),
+    );
+    for (id, version) in [("c-d1", "0.4.0"), ("c-d2", "1.0.0")] {
+        let config = net.config_of(version, &["ipam-da-neutron"]);
+        let add = net.run("ADD", id, config.as_bytes());
+        assert!(add.status.success(), "{add:?}");
+        let result = add.json();
+        let ips = result["ips"].as_array().unwrap();
+        assert_eq!(ips.len(), 2, "{result}");
+        let v6 = ips
+            .iter()
+            .find(|ip| ip["address"].as_str().unwrap().starts_with("fd00:77::"))
+            .unwrap();
+        assert!(v6["address"].as_str().unwrap().ends_with("/64"), "{result}");
+        assert_eq!(v6["gateway"], "fd00:77::1");
+        match version {
+            // Before 1.0.0 each entry says its version, first.
+            "0.4.0" => {
+                assert_eq!(v6.as_object().unwrap().keys().next().unwrap(), "version");
+                assert_eq!(v6["version"], "6");
+            }
+            _ => assert!(v6.get("version").is_none(), "{result}"),
+        }
+        let prev = with_prev(&config, &String::from_utf8(add.stdout.clone()).unwrap());
+        net.run("CHECK", id, &prev).assert_silent_success();
+    }
+    assert_eq!(net.ports(neutron).len(), 2);
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_network_the_controller_does_not_have_is_code_7_naming_it() {
+    let neutron = shared();
+    let mut net = Net::on(neutron, "unknown");
+    net.network = "0d0d0d0d-0000-4000-8000-000000000000".into();
+    says(
+        &net.run("ADD", "c-u1", net.config().as_bytes()),
+        7,
+        "0d0d0d0d-0000-4000-8000-000000000000",
+    );
+}
+
+#[test]
+#[ignore = "needs python3-neutron and faketime"]
+fn gc_judges_a_ports_age_by_the_controllers_clock_not_the_nodes() {
+    let neutron = shared();
+    let mut net = Net::on(neutron, "skewed");
+    let add = net.run("ADD", "c-sk", net.config().as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    // GC with the node's clock `offset` off, grace `grace`.
+    let gc = |net: &mut Net, offset: &str, grace: u64| {
+        net.extra = json!({ "gcGraceSeconds": grace });
+        let env = net
+            .env("GC", "c-gc")
+            .set(
+                "LD_PRELOAD",
+                &crate::common::libfaketime().display().to_string(),
+            )
+            .set("FAKETIME", offset)
+            .set("DONT_FAKE_MONOTONIC", "1");
+        crate::common::run_plugin(&env, &gc_input(&net.config(), json!([])))
+    };
+    // The node's clock two hours ahead: by it the port is old, by the
+    // controller's it is a moment old, and it stays.
+    gc(&mut net, "+2h", 3600).assert_silent_success();
+    assert_eq!(net.ports(neutron).len(), 1);
+    // Past the grace by the controller's clock, it goes, whatever the
+    // node's clock says.
+    gc(&mut net, "-2h", 0).assert_silent_success();
     assert!(net.ports(neutron).is_empty());
 }

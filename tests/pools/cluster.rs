@@ -8,14 +8,14 @@
 //! etcd-server and etcd-client, libfaketime (package faketime) and root
 //! for a UTS namespace (./.ci/test installs them and runs as root).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::common::etcd::Cluster;
-use crate::common::{run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATOR};
+use crate::common::{libfaketime, run_program, spawn_program, temp_dir, Env, Outcome, ALLOCATOR};
 use crate::operating::{
     add, cni, config_file, del, holders, on_etcd, operator, pod, pods, registered, sticky,
     wait_for, Keeper, PREFIX,
@@ -131,15 +131,6 @@ fn start_keeper(config: &Path, env: &Env, log: &Path) -> std::process::Child {
         env,
         Stdio::from(std::fs::File::create(log).unwrap()),
     )
-}
-
-/// Where Debian's libfaketime is.
-fn libfaketime() -> PathBuf {
-    let found = std::fs::read_dir("/usr/lib")
-        .unwrap()
-        .filter_map(|entry| Some(entry.ok()?.path().join("faketime/libfaketime.so.1")))
-        .find(|path| path.exists());
-    found.expect("libfaketime (Debian's package faketime) is installed")
 }
 
 #[test]

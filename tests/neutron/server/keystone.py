@@ -27,7 +27,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ import wsgiref.simple_server
 # script's directory first in sys.path. Take it out before any import of
 # keystone.
 HERE = os.path.dirname(os.path.abspath(__file__))
+import harness_lifeline  # noqa: E402  (beside this file, before it leaves sys.path)
 sys.path[:] = [p for p in sys.path
                if os.path.abspath(p or os.curdir) != HERE]
 
@@ -112,30 +112,6 @@ def write(path, text, mode=0o644):
         f.write(text)
     os.chmod(tmp, mode)  # mkstemp made it private
     os.replace(tmp, path)
-
-
-def stop_with_stdin():
-    """Stop the whole server when stdin reaches its end.
-
-    The test that started it holds the other end of the pipe: however
-    that test process ends, the pipe closes, and a watcher forked here
-    sends SIGTERM to the process group, so that no server outlives its
-    tests. The server itself reads nothing.
-    """
-    if os.fork() == 0:
-        # The watcher outlives its own SIGTERM, to follow it with SIGKILL
-        # for a server that hangs on its way out.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            while os.read(0, 4096):
-                pass
-        finally:
-            os.killpg(os.getpgrp(), signal.SIGTERM)
-            time.sleep(5)
-            os.killpg(os.getpgrp(), signal.SIGKILL)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
 
 
 class QuietHandler(wsgiref.simple_server.WSGIRequestHandler):
@@ -299,7 +275,7 @@ def skip_saml_schemas():
 def main():
     args = parse_args()
     if args.stop_with_stdin:
-        stop_with_stdin()
+        harness_lifeline.stop_with_stdin()
     try:
         server = setup(args)
     except Exception:

@@ -3,7 +3,9 @@
     /usr/bin/python3 tests/neutron/server/run.py --dir DIR --port PORT \
         [--token TOKEN | --keystone URL --keystone-password PW] \
         [--keystone-token-cache-time SECONDS] [--forbid-host-binding] \
-        [--schema-template FILE] [--drop-posted-tags] [--stop-with-stdin]
+        [--forbid RULE ...] [--tls-cert FILE --tls-key FILE] \
+        [--page-size N] [--schema-template FILE] [--drop-posted-tags] \
+        [--stop-with-stdin]
 
 Everything the server keeps (config, SQLite database, locks, log, caches)
 goes into DIR. The server listens on 127.0.0.1:PORT, runs in the
@@ -19,12 +21,12 @@ Debian's modules. See README.md beside this file for the flags.
 import argparse
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+import harness_lifeline  # noqa: E402  (beside this file)
 
 # The paste pipeline. Without Keystone (noauth): fake_project_id gives
 # every request a project and admin rights; our token filter (when asked
@@ -94,6 +96,8 @@ notify_nova_on_port_data_changes = false
 dhcp_agent_notification = false
 # At most this many items an answer (--page-size; -1: no limit).
 pagination_max_limit = {page_size}
+# HTTPS with the [ssl] files (--tls-cert, --tls-key).
+use_ssl = {use_ssl}
 
 [database]
 connection = sqlite:///{dir}/neutron.sqlite
@@ -116,7 +120,7 @@ mechanism_drivers = harness_active
 quota_network = -1
 quota_subnet = -1
 quota_port = -1
-{policy}{keystone}"""
+{policy}{keystone}{ssl}"""
 
 # With --keystone: how keystonemiddleware reaches Keystone. It logs in as
 # Keystone's admin (a service user would do; this Keystone has only
@@ -149,11 +153,18 @@ enforce_new_defaults = true
 enforce_scope = false
 """
 
-POLICY = """\
-# "!" never passes, admin included.
-"create_port:binding:host_id": "!"
-"update_port:binding:host_id": "!"
-"get_port:binding:host_id": "!"
+# The rules --forbid-host-binding sets to "!", which never passes, admin
+# included.
+HOST_BINDING_RULES = [
+    'create_port:binding:host_id',
+    'update_port:binding:host_id',
+    'get_port:binding:host_id',
+]
+
+SSL_CONF = """
+[ssl]
+cert_file = {cert}
+key_file = {key}
 """
 
 
@@ -179,6 +190,14 @@ def parse_args():
                         'default 300, as keystonemiddleware)')
     p.add_argument('--forbid-host-binding', action='store_true',
                    help='policy: binding:host_id may not be set or read')
+    p.add_argument('--forbid', action='append', default=[],
+                   metavar='RULE',
+                   help='a policy rule no one passes, admin included '
+                        '(repeatable)')
+    p.add_argument('--tls-cert',
+                   help='serve HTTPS with this certificate (PEM)')
+    p.add_argument('--tls-key',
+                   help="the certificate's key (PEM)")
     p.add_argument('--page-size', type=int, default=-1,
                    help='answer lists in pages of at most this many items '
                         '(pagination_max_limit), with a link to the next')
@@ -194,6 +213,8 @@ def parse_args():
     args = p.parse_args()
     if args.keystone and args.keystone_password is None:
         p.error('--keystone needs --keystone-password')
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error('--tls-cert and --tls-key go together')
     return args
 
 
@@ -205,9 +226,17 @@ def write(path, text):
 def write_config(args, d):
     os.makedirs(os.path.join(d, 'lock'), exist_ok=True)
     policy = ''
+    forbidden = list(args.forbid)
     if args.forbid_host_binding:
-        write(os.path.join(d, 'policy.yaml'), POLICY)
+        forbidden += HOST_BINDING_RULES
+    if forbidden:
+        write(os.path.join(d, 'policy.yaml'),
+              ''.join('"%s": "!"\n' % rule for rule in forbidden))
         policy = POLICY_CONF.format(dir=d)
+    ssl = ''
+    if args.tls_cert:
+        ssl = SSL_CONF.format(cert=os.path.abspath(args.tls_cert),
+                              key=os.path.abspath(args.tls_key))
     keystone = ''
     if args.keystone:
         keystone = KEYSTONE_CONF.format(
@@ -223,7 +252,8 @@ def write_config(args, d):
     else:
         auth_filters = 'fake_project_id'
     write(os.path.join(d, 'neutron.conf'),
-          CONF.format(port=args.port, dir=d, policy=policy,
+          CONF.format(port=args.port, dir=d, policy=policy, ssl=ssl,
+                      use_ssl='true' if args.tls_cert else 'false',
                       page_size=args.page_size,
                       keystone=keystone,
                       auth_strategy='keystone' if args.keystone
@@ -267,34 +297,10 @@ def prepare_db(db, template):
         os.replace(tmp, template)
 
 
-def stop_with_stdin():
-    """Stop the whole server when stdin reaches its end.
-
-    The test that started it holds the other end of the pipe: however
-    that test process ends, the pipe closes, and a watcher forked here
-    (before Neutron starts its workers) sends SIGTERM to the process group,
-    so that no server outlives its tests. The server itself reads nothing.
-    """
-    if os.fork() == 0:
-        # The watcher outlives its own SIGTERM, to follow it with SIGKILL
-        # for a server that hangs on its way out.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            while os.read(0, 4096):
-                pass
-        finally:
-            os.killpg(os.getpgrp(), signal.SIGTERM)
-            time.sleep(5)
-            os.killpg(os.getpgrp(), signal.SIGKILL)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-
-
 def main():
     args = parse_args()
     if args.stop_with_stdin:
-        stop_with_stdin()
+        harness_lifeline.stop_with_stdin()
     d = os.path.abspath(args.dir)
     os.makedirs(d, exist_ok=True)
     write_config(args, d)
