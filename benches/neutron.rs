@@ -1,6 +1,6 @@
 //! ipam-da-neutron against a real Neutron on loopback (Debian's
 //! python3-neutron, started by the tests' harness), side by side in one
-//! run, round by round so that machine noise falls on both alike:
+//! run, call by call so that machine noise falls on both alike:
 //!
 //! 1. ADD and DEL through ipam-delegated running [ipam-da-neutron], each
 //!    a process as a runtime starts it, the subnet cached;
@@ -8,8 +8,9 @@
 //!    connection per request as the plugin opens them): for ADD, list the
 //!    container's ports and create one; for DEL, list and delete;
 //!
-//! the medians of every call, and the stack's overhead over the
-//! controller's own time. Then, through a proxy that counts them, the
+//! the plugin's call and the bare client's alternating call by call; the
+//! medians of every call, and the stack's overhead over the controller's
+//! own time. Then, through a proxy that counts them, the
 //! requests an ADD and a DEL make, with the subnet cached and not.
 //!
 //! Run with `cargo bench --bench neutron`; needs python3-neutron
@@ -91,29 +92,43 @@ fn main() {
         run_plugin(&env("DEL", &id), direct.as_bytes()).assert_silent_success();
     }
 
+    // Call by call, the plugin's and the bare client's alternate (which
+    // goes first alternates too), so that the controller's drift over a
+    // run falls on both alike.
     let mut times: [Vec<Duration>; 4] = Default::default();
+    let timed = |f: &mut dyn FnMut()| {
+        let started = Instant::now();
+        f();
+        started.elapsed()
+    };
     for round in 0..ROUNDS {
         let ids: Vec<String> = (0..CALLS).map(|i| format!("p{round}-{i}")).collect();
-        for id in &ids {
-            let started = Instant::now();
-            let add = run_plugin(&env("ADD", id), direct.as_bytes());
-            times[0].push(started.elapsed());
-            assert!(add.status.success(), "{add:?}");
+        for (i, id) in ids.iter().enumerate() {
+            let mut ours = || {
+                let add = run_plugin(&env("ADD", id), direct.as_bytes());
+                assert!(add.status.success(), "{add:?}");
+            };
+            let mut bare = || bare_add(&neutron, &network, &format!("b{id}"));
+            if i % 2 == 0 {
+                times[0].push(timed(&mut ours));
+                times[1].push(timed(&mut bare));
+            } else {
+                times[1].push(timed(&mut bare));
+                times[0].push(timed(&mut ours));
+            }
         }
-        for id in &ids {
-            let started = Instant::now();
-            bare_add(&neutron, &network, &format!("b{id}"));
-            times[1].push(started.elapsed());
-        }
-        for id in &ids {
-            let started = Instant::now();
-            run_plugin(&env("DEL", id), direct.as_bytes()).assert_silent_success();
-            times[2].push(started.elapsed());
-        }
-        for id in &ids {
-            let started = Instant::now();
-            bare_del(&neutron, &format!("b{id}"));
-            times[3].push(started.elapsed());
+        for (i, id) in ids.iter().enumerate() {
+            let mut ours = || {
+                run_plugin(&env("DEL", id), direct.as_bytes()).assert_silent_success();
+            };
+            let mut bare = || bare_del(&neutron, &format!("b{id}"));
+            if i % 2 == 0 {
+                times[2].push(timed(&mut ours));
+                times[3].push(timed(&mut bare));
+            } else {
+                times[3].push(timed(&mut bare));
+                times[2].push(timed(&mut ours));
+            }
         }
     }
     let [add, bare_adds, del, bare_dels] = times.map(|mut t| {
@@ -157,20 +172,22 @@ fn main() {
     );
 }
 
-/// The REST calls of an ADD: the container's ports listed, one created.
-fn bare_add(neutron: &Neutron, network: &str, id: &str) {
-    let (status, _) = http(
-        neutron.port,
-        "GET",
-        &format!("/v2.0/ports?device_id={id}&device_owner=cni%3Aipam-da-neutron"),
-        None,
-        None,
-    )
-    .unwrap();
+/// The container's ports of the plugin's owner, as ADD and DEL list them.
+fn bare_list(neutron: &Neutron, id: &str) -> Value {
+    let path = format!("/v2.0/ports?device_id={id}&device_owner=cni%3Aipam-da-neutron");
+    let (status, body) = http(neutron.port, "GET", &path, None, None).unwrap();
     assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// The REST calls of an ADD: the container's ports listed, one created,
+/// with what the plugin's carries.
+fn bare_add(neutron: &Neutron, network: &str, id: &str) {
+    bare_list(neutron, id);
     let port = json!({"port": {
         "network_id": network, "device_id": id, "device_owner": OWNER,
-        "name": format!("bench/default/eth0"), "tags": ["cni-node=bench-node", "cni-network=bench"],
+        "name": "bench/default/eth0", "tags": ["cni-node=bench-node", "cni-network=bench"],
+        "description": "ipam-da-neutron cni-node=bench-node cni-network=bench",
         "binding:host_id": "bench-node",
     }});
     let (status, body) = http(neutron.port, "POST", "/v2.0/ports", Some(port), None).unwrap();
@@ -179,16 +196,7 @@ fn bare_add(neutron: &Neutron, network: &str, id: &str) {
 
 /// The REST calls of a DEL: the container's ports listed, each deleted.
 fn bare_del(neutron: &Neutron, id: &str) {
-    let (status, body) = http(
-        neutron.port,
-        "GET",
-        &format!("/v2.0/ports?device_id={id}&device_owner=cni%3Aipam-da-neutron"),
-        None,
-        None,
-    )
-    .unwrap();
-    assert_eq!(status, 200);
-    let listed: Value = serde_json::from_slice(&body).unwrap();
+    let listed = bare_list(neutron, id);
     for port in listed["ports"].as_array().unwrap() {
         let path = format!("/v2.0/ports/{}", port["id"].as_str().unwrap());
         let (status, _) = http(neutron.port, "DELETE", &path, None, None).unwrap();
