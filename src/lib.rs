@@ -35,3 +35,12 @@ mod pools;
 mod secret;
 mod signals;
 mod sys;
+
+/// Makes the process undumpable, first thing in every binary: a root
+/// process that holds passwords and tokens leaves no core file when it
+/// aborts, and no other process of its user may read its memory.
+pub fn forbid_core_dumps() {
+    if let Err(e) = sys::forbid_core_dumps() {
+        tracing::warn!("core dumps could not be forbidden (PR_SET_DUMPABLE): {e}");
+    }
+}

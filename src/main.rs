@@ -26,6 +26,7 @@ const COMMAND_LINE: Program = Program {
 
 fn main() -> ExitCode {
     logging::init("ipam-delegated");
+    ipam_delegated::forbid_core_dumps();
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-delegated", pid = std::process::id()).entered();
     tracing::debug!(version = env!("CARGO_PKG_VERSION"), "started");

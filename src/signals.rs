@@ -19,7 +19,7 @@ pub const WATCHED: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGINT];
 
 /// A termination request that stopped the plugin while it was waiting,
 /// not running a delegate.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("stopped: the plugin received signal {signal} while {during}")]
 pub struct Interrupted {
     pub signal: i32,

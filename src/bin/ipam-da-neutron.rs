@@ -9,6 +9,7 @@ use ipam_delegated::{logging, skel};
 
 fn main() -> ExitCode {
     logging::init("ipam-da-neutron");
+    ipam_delegated::forbid_core_dumps();
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-da-neutron", pid = std::process::id()).entered();
     skel::serve(&PortAllocator, || {

@@ -10,6 +10,7 @@ use ipam_delegated::{logging, skel};
 
 fn main() -> ExitCode {
     logging::init("ipam-da-pool");
+    ipam_delegated::forbid_core_dumps();
     // Concurrent invocations share the log file; the pid tells them apart.
     let _invocation = tracing::debug_span!("ipam-da-pool", pid = std::process::id()).entered();
     skel::serve(&Allocator, || {

@@ -8,5 +8,6 @@ use ipam_delegated::{docker, logging};
 
 fn main() -> ExitCode {
     logging::init("ipam-delegated-docker");
+    ipam_delegated::forbid_core_dumps();
     docker::command_line(std::env::args_os().skip(1))
 }

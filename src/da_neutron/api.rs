@@ -5,20 +5,40 @@
 //! failure told in the controller's own words under the code it deserves.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::ClientConfig;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::error::NeutronError;
 use super::keystone;
 use super::settings::{invalid, AppCredential, Settings};
 use super::state::State;
+use super::wire::{self, SubnetWire};
 use crate::addr::Addr;
 use crate::http::client::Connection;
-use crate::http::Answer;
+use crate::http::socket::interrupted;
+use crate::http::{Answer, Limits};
+
+/// What an answer of the controller or Keystone may be. A page of ports
+/// is about a KiB a port: 4 MiB is thousands of a node's ports, where a
+/// node has a few hundred attachments at most; a larger answer is a
+/// broken peer, refused before it takes the node's memory.
+pub const ANSWERS: Limits = Limits {
+    line: 16 * 1024,
+    headers: 128,
+    body: 4 << 20,
+};
+
+/// The most pages one listing reads, and the most ports it keeps: with
+/// [`ANSWERS`], a bound on what a listing holds at once, whatever the
+/// controller's links say.
+const MAX_PAGES: usize = 64;
+const MAX_PORTS: usize = 16_384;
 
 /// How long to wait between two reads of a port whose addresses are not
 /// filled yet (a controller that fills them later, as Mizar-MP's does).
@@ -61,26 +81,6 @@ pub struct Free {
     pub subnet_id: String,
     pub ip_version: u64,
     pub free: u128,
-}
-
-impl Free {
-    fn parse(subnet: &Value) -> Free {
-        // An IPv6 subnet's count passes u64's range: read as a float then,
-        // exact enough to tell none from some.
-        let count = |key: &str| {
-            let value = &subnet[key];
-            value
-                .as_u64()
-                .map(u128::from)
-                .or_else(|| value.as_f64().map(|f| f as u128))
-                .unwrap_or(0)
-        };
-        Free {
-            subnet_id: text_of(&subnet["subnet_id"]),
-            ip_version: subnet["ip_version"].as_u64().unwrap_or(4),
-            free: count("total_ips").saturating_sub(count("used_ips")),
-        }
-    }
 }
 
 /// The controller, for one invocation.
@@ -177,8 +177,7 @@ impl Controller {
         let call = "creating a port";
         let answer = self.call("POST", "/ports", Some(&json!({ "port": body })), call)?;
         match answer.status {
-            200 | 201 => Port::parse(&self.json_of(&answer)?["port"])
-                .ok_or_else(|| self.garbled(call, &answer)),
+            200 | 201 => self.port_of(call, &answer),
             _ => Err(self.failure(call, &answer, what)),
         }
     }
@@ -188,9 +187,7 @@ impl Controller {
         let call = format!("reading port {id}");
         let answer = self.call("GET", &format!("/ports/{id}"), None, &call)?;
         match answer.status {
-            200 => Port::parse(&self.json_of(&answer)?["port"])
-                .map(Some)
-                .ok_or_else(|| self.garbled(&call, &answer)),
+            200 => self.port_of(&call, &answer).map(Some),
             404 => Ok(None),
             _ => Err(self.failure(&call, &answer, &format!("port {id}"))),
         }
@@ -233,30 +230,48 @@ impl Controller {
         };
         let call = "listing ports";
         let mut ports = Vec::new();
+        let mut seen = HashSet::new();
         // Page by page where the controller pages (pagination_max_limit),
         // each within the one deadline: a port left off a listing is one
-        // GC would never give back.
+        // GC would never give back. A link already read is a loop, and
+        // past the caps a controller that never ends.
         loop {
+            if seen.len() == MAX_PAGES || ports.len() > MAX_PORTS {
+                return Err(NeutronError::Unreachable {
+                    peer: self.peer(),
+                    call: call.into(),
+                    reason: format!(
+                        "more than {MAX_PAGES} pages or {MAX_PORTS} ports in one listing"
+                    ),
+                });
+            }
+            seen.insert(path.clone());
             let answer = self.call("GET", &path, None, call)?;
             if answer.status != 200 {
                 return Err(self.failure(call, &answer, "ports"));
             }
-            let listed = self.json_of(&answer)?;
-            let page = listed["ports"]
-                .as_array()
-                .ok_or_else(|| self.garbled(call, &answer))?;
-            for port in page {
-                ports.push(Port::parse(port).ok_or_else(|| self.garbled(call, &answer))?);
+            let page: wire::PortPage = self.read(call, &answer)?;
+            let count = page.ports.len();
+            for port in page.ports {
+                ports.push(port.port().map_err(|id| self.bad_id(call, &id))?);
             }
-            let next = listed["ports_links"]
-                .as_array()
+            let next = page
+                .ports_links
                 .into_iter()
                 .flatten()
-                .find(|link| link["rel"] == "next")
-                .and_then(|link| self.path_of(link["href"].as_str()?));
+                .filter(|link| link.rel.as_deref() == Some("next"))
+                .find_map(|link| self.path_of(link.href.as_deref()?));
             match next {
-                Some(next) if !page.is_empty() && next != path => path = next,
-                _ => return Ok(ports),
+                None => return Ok(ports),
+                Some(_) if count == 0 => return Ok(ports),
+                Some(next) if seen.contains(&next) => {
+                    return Err(NeutronError::Unreachable {
+                        peer: self.peer(),
+                        call: call.into(),
+                        reason: format!("its next page {next:?} was read already: its links loop"),
+                    })
+                }
+                Some(next) => path = next,
             }
         }
     }
@@ -294,16 +309,19 @@ impl Controller {
         }
     }
 
-    /// The subnet `id`.
-    pub fn subnet(&self, id: &str) -> Result<(Value, Subnet), NeutronError> {
+    /// The subnet `id`, as read (for the cache) and as a result needs it.
+    pub fn subnet(&self, id: &str) -> Result<(SubnetWire, Subnet), NeutronError> {
         let call = format!("reading subnet {id}");
         let answer = self.call("GET", &format!("/subnets/{id}"), None, &call)?;
         if answer.status != 200 {
             return Err(self.failure(&call, &answer, &format!("subnet {id}")));
         }
-        let raw = self.json_of(&answer)?["subnet"].take();
-        let subnet = Subnet::parse(&raw).ok_or_else(|| self.garbled(&call, &answer))?;
-        Ok((raw, subnet))
+        let read: wire::OneSubnet = self.read(&call, &answer)?;
+        let subnet = read
+            .subnet
+            .subnet()
+            .ok_or_else(|| self.garbled(&call, &answer))?;
+        Ok((read.subnet, subnet))
     }
 
     /// The subnets of network `network`.
@@ -314,13 +332,11 @@ impl Controller {
         if answer.status != 200 {
             return Err(self.failure(&call, &answer, &format!("network {network}")));
         }
-        let listed = self.json_of(&answer)?;
-        let subnets = listed["subnets"]
-            .as_array()
-            .ok_or_else(|| self.garbled(&call, &answer))?;
-        Ok(subnets
+        let listed: wire::SubnetList = self.read(&call, &answer)?;
+        Ok(listed
+            .subnets
             .iter()
-            .filter_map(Subnet::parse)
+            .filter_map(SubnetWire::subnet)
             // A controller that ignores the filter lists every network's.
             .filter(|s| s.network_id == network)
             .collect())
@@ -336,12 +352,8 @@ impl Controller {
         let answer = self.call("GET", &path, None, &call)?;
         match answer.status {
             200 => {
-                let body = self.json_of(&answer)?;
-                let subnets = body["network_ip_availability"]["subnet_ip_availability"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                Ok(Some(subnets.iter().map(Free::parse).collect()))
+                let read: wire::Availability = self.read(&call, &answer)?;
+                Ok(Some(read.free()))
             }
             401 | 403 | 404 => {
                 let call = format!("reading network {network}");
@@ -414,6 +426,7 @@ impl Controller {
                     self.url.port,
                     self.tls.as_ref().filter(|_| self.url.tls),
                     self.deadline,
+                    ANSWERS,
                 )
                 .map_err(|e| self.unreachable(call, &e))?,
             };
@@ -440,9 +453,26 @@ impl Controller {
         transport_failure(self.peer(), call, e, self.timeout)
     }
 
-    /// An answer's body as JSON.
-    fn json_of(&self, answer: &Answer) -> Result<Value, NeutronError> {
-        serde_json::from_slice(&answer.body).map_err(|_| self.garbled("reading an answer", answer))
+    /// An answer's body, read as the API has it.
+    fn read<T: DeserializeOwned>(&self, call: &str, answer: &Answer) -> Result<T, NeutronError> {
+        serde_json::from_slice(&answer.body).map_err(|_| self.garbled(call, answer))
+    }
+
+    /// The port an answer holds.
+    fn port_of(&self, call: &str, answer: &Answer) -> Result<Port, NeutronError> {
+        let one: wire::OnePort = self.read(call, answer)?;
+        one.port.port().map_err(|id| self.bad_id(call, &id))
+    }
+
+    /// A port ID the controller answered that no request may carry.
+    fn bad_id(&self, call: &str, id: &str) -> NeutronError {
+        NeutronError::Unreachable {
+            peer: self.peer(),
+            call: call.to_owned(),
+            reason: format!(
+                "it answered a port ID {id:?} that is not one (letters, digits, '-', '_', '.'): refused"
+            ),
+        }
     }
 
     /// An answer the plugin cannot read.
@@ -503,6 +533,9 @@ pub fn transport_failure(
     e: &std::io::Error,
     timeout: Duration,
 ) -> NeutronError {
+    if let Some(stopped) = interrupted(e) {
+        return NeutronError::Interrupted(stopped.clone());
+    }
     if let Some(tls) = e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
@@ -529,18 +562,10 @@ pub fn transport_failure(
 /// `{"NeutronError": {"type", "message"}}`, keystonemiddleware's
 /// `{"error": {"message"}}`, or else the body itself.
 pub fn message_of(answer: &Answer) -> (String, String) {
-    let body: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
-    let error = &body["NeutronError"];
-    let kind = error["type"].as_str().unwrap_or_default().to_owned();
-    let message = [
-        &error["message"],
-        &body["error"]["message"],
-        &body["message"],
-    ]
-    .into_iter()
-    .find_map(|m| m.as_str())
-    .map(String::from)
-    .unwrap_or_else(|| excerpt(&answer.body));
+    let (kind, message) = serde_json::from_slice::<wire::Failure>(&answer.body)
+        .map(wire::Failure::said)
+        .unwrap_or_default();
+    let message = message.unwrap_or_else(|| excerpt(&answer.body));
     let message = match kind.is_empty() {
         true => format!("{message} (status {})", answer.status),
         false => format!("{kind}: {message}"),
@@ -574,79 +599,7 @@ fn encode(text: &str) -> String {
     encoded
 }
 
-impl Port {
-    /// A port object of the API; `None` if it lacks what every port has.
-    pub fn parse(value: &Value) -> Option<Port> {
-        let text = |key: &str| value[key].as_str().unwrap_or_default().to_owned();
-        let id = value["id"].as_str()?.to_owned();
-        let fixed_ips = value["fixed_ips"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|ip| {
-                let address = ip["ip_address"].as_str()?.parse().ok()?;
-                Some((text_of(&ip["subnet_id"]), Addr::new(address)))
-            })
-            .collect();
-        Some(Port {
-            id,
-            name: text("name"),
-            network_id: text("network_id"),
-            device_id: text("device_id"),
-            device_owner: text("device_owner"),
-            description: text("description"),
-            fixed_ips,
-            tags: value["tags"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|t| t.as_str().map(String::from))
-                .collect(),
-            created_at: value["created_at"].as_str().map(String::from),
-        })
-    }
-}
-
-fn text_of(value: &Value) -> String {
-    value.as_str().unwrap_or_default().to_owned()
-}
-
 impl Subnet {
-    /// A subnet object of the API; `None` if its `cidr` is not one.
-    pub fn parse(value: &Value) -> Option<Subnet> {
-        let cidr = crate::addr::Subnet::parse(value["cidr"].as_str()?).ok()?;
-        let address = |v: &Value| v.as_str()?.parse().ok().map(Addr::new);
-        Some(Subnet {
-            id: text_of(&value["id"]),
-            network_id: text_of(&value["network_id"]),
-            cidr,
-            gateway: address(&value["gateway_ip"]),
-            allocation_pools: value["allocation_pools"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| Some((address(&p["start"])?, address(&p["end"])?)))
-                .collect(),
-            host_routes: value["host_routes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| {
-                    Some((
-                        r["destination"].as_str()?.to_owned(),
-                        r["nexthop"].as_str()?.to_owned(),
-                    ))
-                })
-                .collect(),
-            dns_nameservers: value["dns_nameservers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|d| d.as_str().map(String::from))
-                .collect(),
-        })
-    }
-
     /// Why `address` may not be given from this subnet, if it may not:
     /// its gateway, or outside its allocation pools (a controller hands
     /// either to an admin who asks).
@@ -707,13 +660,14 @@ mod tests {
 
     #[test]
     fn a_subnet_refuses_its_gateway_and_what_is_outside_its_pools() {
-        let subnet = Subnet::parse(&serde_json::json!({
+        let read: SubnetWire = serde_json::from_value(serde_json::json!({
             "id": "s", "network_id": "n", "cidr": "10.9.0.0/24", "gateway_ip": "10.9.0.1",
             "allocation_pools": [{"start": "10.9.0.10", "end": "10.9.0.20"}],
             "host_routes": [{"destination": "10.10.0.0/16", "nexthop": "10.9.0.254"}],
             "dns_nameservers": ["10.9.0.53"]
         }))
         .unwrap();
+        let subnet = read.subnet().unwrap();
         assert_eq!(subnet.cidr.prefix, 24);
         let addr = |s: &str| Addr::new(s.parse().unwrap());
         assert_eq!(subnet.refusal(addr("10.9.0.15")), None);

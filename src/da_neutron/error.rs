@@ -7,6 +7,7 @@
 use crate::cni::{self, code, Reportable};
 use crate::netd::ConfigFileError;
 use crate::node_name::NodeNameError;
+use crate::signals::Interrupted;
 
 /// A failure of the allocator.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +67,11 @@ pub enum NeutronError {
     #[error("TLS with {peer} failed: {reason}: check \"ipam.neutron.tls\" and the URL's scheme")]
     Tls { peer: String, reason: String },
 
+    /// A termination request came while the controller or Keystone was
+    /// awaited.
+    #[error(transparent)]
+    Interrupted(#[from] Interrupted),
+
     /// CHECK: the attachment is not as ADD left it.
     #[error("{0}")]
     NotHeld(String),
@@ -95,6 +101,7 @@ impl Reportable for NeutronError {
             NeutronError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
             NeutronError::Refused { .. } | NeutronError::Tls { .. } => code::IO_FAILURE,
             NeutronError::Unreachable { .. } => code::TRY_AGAIN_LATER,
+            NeutronError::Interrupted(e) => e.code(),
             NeutronError::NotHeld(_) => code::NOT_HELD,
             NeutronError::NotAvailable(_) => code::NOT_AVAILABLE,
             NeutronError::Config(e) => e.code(),

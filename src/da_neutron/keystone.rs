@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustls::ClientConfig;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::api::{message_of, transport_failure};
+use super::api::{message_of, transport_failure, ANSWERS};
 use super::error::NeutronError;
 use super::settings::{invalid, AppCredential};
 use super::state::State;
+use super::wire::TokenIssued;
 use crate::http::client::Connection;
 
 /// How long before its expiry a kept token is asked for again: a call
@@ -50,8 +51,8 @@ pub fn token(
     let timeout = deadline.saturating_duration_since(Instant::now());
     let unreachable = |e: std::io::Error| transport_failure(peer.clone(), &call, &e, timeout);
     let tls = tls.filter(|_| auth.url.tls);
-    let mut connection =
-        Connection::open(&auth.url.host, auth.url.port, tls, deadline).map_err(unreachable)?;
+    let mut connection = Connection::open(&auth.url.host, auth.url.port, tls, deadline, ANSWERS)
+        .map_err(unreachable)?;
     let path = format!("{}/auth/tokens", auth.url.base);
     let headers = [("Accept", "application/json")];
     let body = body.to_string().into_bytes();
@@ -90,10 +91,10 @@ pub fn token(
             })
         }
     };
-    let read: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
-    let expires = read["token"]["expires_at"]
-        .as_str()
-        .and_then(super::age::rfc3339);
+    let expires = serde_json::from_slice::<TokenIssued>(&answer.body)
+        .ok()
+        .and_then(TokenIssued::expires_at)
+        .and_then(|at| super::age::rfc3339(&at));
     let (Some(token), Some(expires)) = (token, expires) else {
         return Err(NeutronError::Unreachable {
             peer,

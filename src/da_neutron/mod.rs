@@ -19,6 +19,7 @@ mod settings;
 mod state;
 mod status;
 mod teardown;
+mod wire;
 
 use std::io::Write;
 

@@ -470,7 +470,7 @@ fn parse_pools(value: &Value) -> Result<BTreeMap<String, Pool>, NeutronError> {
 /// Whether `text` may be a resource's ID in a path or a filter: Neutron's
 /// are UUIDs, other controllers' may be other names, but none of them has
 /// a character a path or a query would have to escape.
-fn is_id(text: &str) -> bool {
+pub fn is_id(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 255
         && text
@@ -537,11 +537,7 @@ impl Url {
     /// Whether it is this host's own loopback (127.0.0.0/8, ::1 or
     /// `localhost`).
     pub fn is_loopback(&self) -> bool {
-        self.host == "localhost"
-            || self
-                .host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
+        crate::http::client::is_loopback(&self.host)
     }
 }
 

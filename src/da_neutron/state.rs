@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::api::{Controller, Subnet};
 use super::error::NeutronError;
+use super::wire::SubnetWire;
 use crate::dir::{Dir, Durability};
 
 /// How long a subnet read stays fresh, and a refused host binding is
@@ -47,11 +48,13 @@ impl State {
     /// Subnet `id`, from the cache if it was read within a minute.
     pub fn subnet(&self, controller: &Controller, id: &str) -> Result<Subnet, NeutronError> {
         let cached = self.read("subnets", id).filter(fresh);
-        if let Some(subnet) = cached.as_ref().and_then(|c| Subnet::parse(&c["subnet"])) {
+        let kept =
+            cached.and_then(|c| serde_json::from_value::<SubnetWire>(c["subnet"].clone()).ok());
+        if let Some(subnet) = kept.as_ref().and_then(SubnetWire::subnet) {
             return Ok(subnet);
         }
-        let (raw, subnet) = controller.subnet(id)?;
-        self.write("subnets", id, &json!({ "read": now(), "subnet": raw }));
+        let (read, subnet) = controller.subnet(id)?;
+        self.write("subnets", id, &json!({ "read": now(), "subnet": read }));
         Ok(subnet)
     }
 

@@ -9,7 +9,7 @@
 mod base64;
 mod settings;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,10 @@ use rustls::ClientConfig;
 use serde_json::{json, Value};
 
 use crate::cni::{self, code, Reportable};
+use crate::http;
 use crate::http::client::{self as connection, Connection};
+use crate::http::socket::interrupted;
+use crate::signals::Interrupted;
 use base64::{decode, encode};
 pub use settings::EtcdSettings;
 
@@ -52,6 +55,10 @@ pub enum EtcdError {
     })]
     Scheme { endpoint: String, speaks_tls: bool },
 
+    /// A termination request came while a member was awaited.
+    #[error(transparent)]
+    Interrupted(#[from] Interrupted),
+
     /// The cluster refused a request (its HTTP status and message).
     #[error("the etcd cluster refused a request ({status}): {message}")]
     Refused { status: u16, message: String },
@@ -82,6 +89,7 @@ impl Reportable for EtcdError {
     fn code(&self) -> u32 {
         match self {
             EtcdError::Settings(e) => e.code(),
+            EtcdError::Interrupted(e) => e.code(),
             EtcdError::Unavailable { .. } | EtcdError::NoSpace { .. } => code::TRY_AGAIN_LATER,
             EtcdError::Refused { .. }
             | EtcdError::Tls { .. }
@@ -90,6 +98,15 @@ impl Reportable for EtcdError {
         }
     }
 }
+
+/// What a member's answer may be: a page of [`PREFIX_PAGE`] keys, with
+/// their values, base64 in JSON, is a few MiB; a larger one is a broken
+/// member.
+const ANSWERS: http::Limits = http::Limits {
+    line: 64 * 1024,
+    headers: 128,
+    body: 64 << 20,
+};
 
 /// The least time one try at one member gets, within the call's timeout.
 const MIN_TRY: Duration = Duration::from_millis(500);
@@ -160,6 +177,10 @@ pub struct EtcdClient {
     settings: EtcdSettings,
     tls: Option<Arc<ClientConfig>>,
     connection: RefCell<Option<(usize, Connection)>>,
+    /// The endpoint that answered last: the next call starts there, not
+    /// at a member that failed it (a wedged one costs a try's share of
+    /// the timeout each time it is tried).
+    answered: Cell<Option<usize>>,
     /// The user and password to sign in with, if the settings name one.
     credentials: Option<(String, String)>,
     /// The token of the last sign-in, until the cluster says it expired.
@@ -191,6 +212,7 @@ impl EtcdClient {
             settings,
             tls,
             connection: RefCell::new(None),
+            answered: Cell::new(None),
             credentials,
             token: RefCell::new(None),
         })
@@ -368,7 +390,8 @@ impl EtcdClient {
         let endpoint = &self.settings.endpoints[index];
         let deadline = Instant::now() + self.settings.timeout;
         let tls = self.tls.as_ref().filter(|_| endpoint.tls);
-        let mut connection = Connection::open(&endpoint.host, endpoint.port, tls, deadline).ok()?;
+        let mut connection =
+            Connection::open(&endpoint.host, endpoint.port, tls, deadline, ANSWERS).ok()?;
         let (status, body) = connection.get("/metrics", deadline).ok()?;
         if status != 200 {
             return None;
@@ -450,7 +473,9 @@ impl EtcdClient {
             .connection
             .borrow()
             .as_ref()
-            .map_or(std::process::id() as usize % count, |(index, _)| *index);
+            .map(|(index, _)| *index)
+            .or(self.answered.get())
+            .unwrap_or(std::process::id() as usize % count);
         loop {
             let mut last_error = String::from("no endpoint tried");
             // What waiting will not mend: TLS, or the scheme, refused.
@@ -519,6 +544,9 @@ impl EtcdClient {
                         | std::io::ErrorKind::ConnectionReset
                         | std::io::ErrorKind::BrokenPipe
                 );
+            if let Some(stopped) = interrupted(&e) {
+                return EtcdError::Interrupted(stopped.clone());
+            }
             match tls {
                 Some(tls) => EtcdError::Tls {
                     endpoint: at,
@@ -548,7 +576,8 @@ impl EtcdClient {
                 } else {
                     None
                 };
-                Connection::open(&endpoint.host, endpoint.port, tls, deadline).map_err(failed)?
+                Connection::open(&endpoint.host, endpoint.port, tls, deadline, ANSWERS)
+                    .map_err(failed)?
             }
         };
         // A connection that failed is not kept.
@@ -556,6 +585,7 @@ impl EtcdClient {
             .post(path, token, body, deadline)
             .map_err(failed)?;
         *slot = Some((index, connection));
+        self.answered.set(Some(index));
         self.answer(status, &answer)
     }
 

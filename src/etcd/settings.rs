@@ -155,11 +155,7 @@ impl Endpoint {
     /// Whether it is this host's own loopback (127.0.0.0/8, ::1 or
     /// localhost), which no other host sees.
     fn is_loopback(&self) -> bool {
-        self.host == "localhost"
-            || self
-                .host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
+        crate::http::client::is_loopback(&self.host)
     }
 
     /// `http://HOST:PORT`, `https://HOST:PORT`, or `HOST:PORT` (TLS when

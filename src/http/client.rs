@@ -4,120 +4,112 @@
 //! deadline: the name's lookup, the connection, every read and write.
 
 use std::io::{self, BufReader, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
-use crate::http::{self, Answer};
-
-/// What an answer may be: a page of keys, or of ports, is far smaller
-/// than its body's limit, and a larger one is a broken peer.
-const LIMITS: http::Limits = http::Limits {
-    line: 64 * 1024,
-    headers: 128,
-    body: 64 << 20,
-};
+use super::socket::{interrupted, remaining, Socket};
+use crate::http::{self, Answer, Limits};
+use crate::signals::{self, Interrupted};
 
 /// A connection to one endpoint.
 pub struct Connection {
     stream: BufReader<Stream>,
     /// The Host header's value: the host and its port.
     host: String,
+    /// What an answer of this peer may be.
+    limits: Limits,
 }
 
-/// The connection's stream, each read and write of it bounded by what is
-/// left of the request's time, so that a peer that trickles its answer
-/// cannot stretch a request past its deadline.
-struct Stream {
-    inner: Inner,
-    deadline: Instant,
-}
-
-enum Inner {
-    Plain(TcpStream),
-    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+/// The connection's stream: the socket, bare or under TLS. Either way
+/// every socket read and write is bounded by what is left of the
+/// request's time (see [`Socket`]).
+enum Stream {
+    Plain(Socket),
+    Tls(Box<StreamOwned<ClientConnection, Socket>>),
 }
 
 impl Read for Stream {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
-        self.tcp()
-            .set_read_timeout(Some(remaining(self.deadline)?))?;
-        match &mut self.inner {
-            Inner::Plain(stream) => stream.read(buffer),
-            Inner::Tls(stream) => stream.read(buffer),
+        match self {
+            Stream::Plain(socket) => socket.read(buffer),
+            Stream::Tls(stream) => stream.read(buffer),
         }
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.tcp()
-            .set_write_timeout(Some(remaining(self.deadline)?))?;
-        match &mut self.inner {
-            Inner::Plain(stream) => stream.write(bytes),
-            Inner::Tls(stream) => stream.write(bytes),
+        match self {
+            Stream::Plain(socket) => socket.write(bytes),
+            Stream::Tls(stream) => stream.write(bytes),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &mut self.inner {
-            Inner::Plain(stream) => stream.flush(),
-            Inner::Tls(stream) => stream.flush(),
+        match self {
+            Stream::Plain(socket) => socket.flush(),
+            Stream::Tls(stream) => stream.flush(),
         }
     }
 }
 
 impl Stream {
-    fn tcp(&self) -> &TcpStream {
-        match &self.inner {
-            Inner::Plain(stream) => stream,
-            Inner::Tls(stream) => stream.get_ref(),
+    fn socket(&mut self) -> &mut Socket {
+        match self {
+            Stream::Plain(socket) => socket,
+            Stream::Tls(stream) => &mut stream.sock,
         }
     }
 }
 
 impl Connection {
     /// Connects to `host:port` before `deadline`, through TLS when `tls`
-    /// is given.
+    /// is given; its answers are read within `limits`.
     pub fn open(
         host: &str,
         port: u16,
         tls: Option<&Arc<ClientConfig>>,
         deadline: Instant,
+        limits: Limits,
     ) -> io::Result<Connection> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
         let mut connected = None;
         for address in lookup(host, port, deadline)? {
-            match TcpStream::connect_timeout(&address, remaining(deadline)?) {
-                Ok(tcp) => {
-                    connected = Some(tcp);
+            match Socket::connect(&address, deadline) {
+                Ok(socket) => {
+                    connected = Some(socket);
                     break;
+                }
+                // Out of time, or stopped: no other address will do better.
+                Err(e) if e.kind() == io::ErrorKind::TimedOut || interrupted(&e).is_some() => {
+                    return Err(e)
                 }
                 Err(e) => last = e,
             }
         }
-        let tcp = connected.ok_or(last)?;
-        tcp.set_nodelay(true)?;
-        let inner = match tls {
-            None => Inner::Plain(tcp),
+        let socket = connected.ok_or(last)?;
+        let stream = match tls {
+            None => Stream::Plain(socket),
             Some(config) => {
                 let name = ServerName::try_from(host.to_owned())
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let session =
                     ClientConnection::new(Arc::clone(config), name).map_err(io::Error::other)?;
-                Inner::Tls(Box::new(StreamOwned::new(session, tcp)))
+                Stream::Tls(Box::new(StreamOwned::new(session, socket)))
             }
         };
         Ok(Connection {
-            stream: BufReader::new(Stream { inner, deadline }),
+            stream: BufReader::new(stream),
             // The Host header names the port, and brackets an IPv6 address.
             host: match host.contains(':') {
                 true => format!("[{host}]:{port}"),
                 false => format!("{host}:{port}"),
             },
+            limits,
         })
     }
 
@@ -132,7 +124,7 @@ impl Connection {
         deadline: Instant,
     ) -> io::Result<Answer> {
         remaining(deadline)?;
-        self.stream.get_mut().deadline = deadline;
+        self.stream.get_mut().socket().set_deadline(deadline);
         http::write_request(
             self.stream.get_mut(),
             method,
@@ -141,7 +133,7 @@ impl Connection {
             headers,
             body,
         )?;
-        http::read_answer(&mut self.stream, LIMITS)
+        http::read_answer(&mut self.stream, self.limits)
     }
 
     /// POSTs `body` to `path`, with `token` as its `Authorization` if one
@@ -177,7 +169,7 @@ impl Connection {
 pub fn speaks_the_other_scheme(host: &str, port: u16, tried_tls: bool, deadline: Instant) -> bool {
     if tried_tls {
         // Any HTTP answer at all is plain HTTP.
-        return Connection::open(host, port, None, deadline)
+        return Connection::open(host, port, None, deadline, PROBE)
             .and_then(|mut plain| plain.get("/version", deadline))
             .is_ok();
     }
@@ -194,7 +186,7 @@ pub fn speaks_the_other_scheme(host: &str, port: u16, tried_tls: bool, deadline:
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_no_client_auth(),
     );
-    let answer = Connection::open(host, port, Some(&config), deadline)
+    let answer = Connection::open(host, port, Some(&config), deadline, PROBE)
         .and_then(|mut tls| tls.get("/version", deadline));
     let Err(e) = answer else {
         return false;
@@ -206,14 +198,30 @@ pub fn speaks_the_other_scheme(host: &str, port: u16, tried_tls: bool, deadline:
     )
 }
 
+/// What a probe of the scheme reads: any answer at all says enough.
+const PROBE: Limits = Limits {
+    line: 8 * 1024,
+    headers: 64,
+    body: 64 * 1024,
+};
+
 /// The addresses of `host` (a name, or an address), looked up before
-/// `deadline`: the system's resolver may wait far longer for a server
-/// that does not answer, so a name is looked up in a thread of its own,
-/// left to finish alone if it is late.
+/// `deadline`. `localhost` is this host's loopback, 127.0.0.1 and ::1,
+/// whatever a resolver would answer: clear text is allowed to it alone.
+/// The system's resolver may wait far longer for a server that does not
+/// answer, so another name is looked up in a thread of its own, left to
+/// finish alone if it is late or a termination request comes first.
 fn lookup(host: &str, port: u16, deadline: Instant) -> io::Result<Vec<SocketAddr>> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
+    if is_localhost(host) {
+        return Ok(vec![
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port),
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), port),
+        ]);
+    }
+    let requests = signals::counted();
     let (answer, answered) = std::sync::mpsc::channel();
     let name = host.to_owned();
     std::thread::Builder::new()
@@ -225,24 +233,45 @@ fn lookup(host: &str, port: u16, deadline: Instant) -> io::Result<Vec<SocketAddr
             // The caller may have gone on without it.
             let _ = answer.send(found);
         })?;
-    answered
-        .recv_timeout(remaining(deadline)?)
-        .unwrap_or_else(|_| {
-            Err(io::Error::new(
+    loop {
+        // In slices, to see a termination request: the signalfd is this
+        // thread's to read.
+        let left = remaining(deadline).map_err(|_| {
+            io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("looking up {host} took longer than the time left"),
-            ))
-        })
+            )
+        })?;
+        match answered.recv_timeout(left.min(LOOKUP_SLICE)) {
+            Ok(found) => return found,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(io::Error::other(format!("looking up {host} failed")))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(signal) = signals::received(requests + 1) {
+            return Err(io::Error::other(Interrupted {
+                signal,
+                during: "looking up a peer's name",
+            }));
+        }
+    }
 }
 
-/// The time left before `deadline`; none left is a timeout.
-fn remaining(deadline: Instant) -> io::Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        Err(io::Error::new(io::ErrorKind::TimedOut, "out of time"))
-    } else {
-        Ok(left)
-    }
+/// How often a lookup looks for a termination request.
+const LOOKUP_SLICE: Duration = Duration::from_millis(50);
+
+/// Whether `host` names this host's loopback: `localhost`, in any case,
+/// with or without the root's dot.
+pub fn is_localhost(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    host.eq_ignore_ascii_case("localhost")
+}
+
+/// Whether `host` is this host's own loopback (127.0.0.0/8, ::1 or
+/// `localhost`), which no other host sees: clear text may go to it.
+pub fn is_loopback(host: &str) -> bool {
+    is_localhost(host) || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -250,6 +279,126 @@ mod tests {
     use super::*;
     use std::io::BufRead;
     use std::net::TcpListener;
+
+    const LIMITS: Limits = Limits {
+        line: 8 * 1024,
+        headers: 64,
+        body: 1 << 20,
+    };
+
+    /// A client configuration that trusts no certificate: enough for a
+    /// peer that never finishes the handshake.
+    fn tls_trusting_nothing() -> Arc<ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Arc::new(
+            ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+        )
+    }
+
+    /// A peer that accepts a connection, reads what comes, and sends
+    /// `head`, then `trickle` a byte each `every`.
+    fn slow_peer(head: &'static [u8], trickle: usize, every: Duration) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(head);
+            for _ in 0..trickle {
+                std::thread::sleep(every);
+                if stream.write_all(b"\x00").is_err() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_secs(30));
+        });
+        port
+    }
+
+    #[test]
+    fn a_tls_peer_that_never_speaks_or_trickles_its_handshake_ends_by_the_deadline() {
+        // Accepts, reads the client's hello, says nothing.
+        let silent = slow_peer(b"", 0, Duration::ZERO);
+        // A handshake record announced whole (16 KiB), its bytes sent one
+        // by one: rustls reads the socket many times inside one read.
+        let trickling = slow_peer(b"\x16\x03\x03\x40\x00", 1000, Duration::from_millis(20));
+        for port in [silent, trickling] {
+            let started = Instant::now();
+            let deadline = started + Duration::from_millis(500);
+            let error = Connection::open(
+                "127.0.0.1",
+                port,
+                Some(&tls_trusting_nothing()),
+                deadline,
+                LIMITS,
+            )
+            .and_then(|mut c| c.get("/version", deadline))
+            .unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
+            assert!(
+                started.elapsed() < Duration::from_millis(1500),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_a_peer_could_split_is_refused_and_the_connection_stays_fit() {
+        let port = server(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut connection = Connection::open("127.0.0.1", port, None, deadline, LIMITS).unwrap();
+        for (path, token) in [
+            ("/ports/p\r\nX-Evil: 1", "t"),
+            ("/ports/p x", "t"),
+            ("/ports", "t\r\nX-Evil: 1"),
+            ("/ports", "t\rX"),
+            ("/ports", "t\u{7f}"),
+        ] {
+            let e = connection
+                .request("GET", path, &[("X-Auth-Token", token)], None, deadline)
+                .unwrap_err();
+            assert_eq!(
+                e.kind(),
+                io::ErrorKind::InvalidInput,
+                "{path:?} {token:?}: {e}"
+            );
+            // The token is never told.
+            assert!(
+                !e.to_string().contains("Evil") || path.contains("Evil"),
+                "{e}"
+            );
+        }
+        // Nothing of them was sent: the server reads this one as the first.
+        let answer = connection
+            .request("GET", "/ports", &[("X-Auth-Token", "t")], None, deadline)
+            .unwrap();
+        assert_eq!((answer.status, answer.body.as_slice()), (200, &b"{}"[..]));
+    }
+
+    #[test]
+    fn localhost_is_the_loopback_whatever_a_resolver_says() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for name in ["localhost", "LOCALHOST", "localhost."] {
+            assert_eq!(
+                lookup(name, 80, deadline).unwrap(),
+                [
+                    "127.0.0.1:80".parse::<SocketAddr>().unwrap(),
+                    "[::1]:80".parse().unwrap()
+                ]
+            );
+            assert!(is_loopback(name));
+        }
+        for other in ["localhost.example", "127.0.0.1.nip.io", "10.0.0.1", "me"] {
+            assert!(!is_loopback(other), "{other}");
+        }
+        assert!(is_loopback("127.0.0.2") && is_loopback("::1"));
+    }
 
     /// Serves one connection with the answers given, each after reading
     /// one request.
@@ -287,7 +436,7 @@ mod tests {
             b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n",
         ]);
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
+        let mut connection = Connection::open("127.0.0.1", port, None, deadline, LIMITS).unwrap();
         assert_eq!(
             connection
                 .post("/v3/kv/range", None, b"{}", deadline)
@@ -310,7 +459,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let started = Instant::now();
         let deadline = started + Duration::from_millis(300);
-        let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
+        let mut connection = Connection::open("127.0.0.1", port, None, deadline, LIMITS).unwrap();
         let error = connection
             .post("/v3/kv/range", None, b"{}", deadline)
             .unwrap_err();
@@ -344,7 +493,7 @@ mod tests {
         });
         let started = Instant::now();
         let deadline = started + Duration::from_millis(400);
-        let mut connection = Connection::open("127.0.0.1", port, None, deadline).unwrap();
+        let mut connection = Connection::open("127.0.0.1", port, None, deadline, LIMITS).unwrap();
         assert!(connection
             .post("/v3/kv/range", None, b"{}", deadline)
             .is_err());
@@ -356,13 +505,11 @@ mod tests {
     }
 
     #[test]
-    fn an_address_needs_no_lookup_and_a_name_is_looked_up() {
+    fn an_address_needs_no_lookup() {
         let deadline = Instant::now() + Duration::from_secs(5);
         let found = lookup("127.0.0.1", 2379, deadline).unwrap();
         assert_eq!(found, ["127.0.0.1:2379".parse::<SocketAddr>().unwrap()]);
-        let found = lookup("localhost", 2379, deadline).unwrap();
-        assert!(found
-            .iter()
-            .all(|a| a.ip().is_loopback() && a.port() == 2379));
+        let found = lookup("::1", 2379, deadline).unwrap();
+        assert_eq!(found, ["[::1]:2379".parse::<SocketAddr>().unwrap()]);
     }
 }

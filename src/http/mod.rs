@@ -8,6 +8,7 @@
 //! count and body bounded.
 
 pub mod client;
+pub mod socket;
 pub mod tls;
 
 use std::io::{self, BufRead, Read, Write};
@@ -130,7 +131,11 @@ pub fn write_response(
 }
 
 /// Writes a request for `path` on `host`, the connection kept, with
-/// `headers` and, if there is one, a JSON `body`.
+/// `headers` and, if there is one, a JSON `body`. A request line or a
+/// header that would not be one line of printable text (a peer's token or
+/// ID with a line break in it, that would add a header or a request of
+/// its own) is refused with `InvalidInput` before anything is written, so
+/// the connection stays fit for the next request.
 pub fn write_request(
     out: &mut impl Write,
     method: &str,
@@ -139,6 +144,30 @@ pub fn write_request(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> io::Result<()> {
+    let token = |what: &str, text: &str| -> io::Result<()> {
+        if text.is_empty() || text.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{what} {text:?} is not one word of printable text"),
+            ));
+        }
+        Ok(())
+    };
+    token("the method", method)?;
+    token("the path", path)?;
+    token("the Host", host)?;
+    for (name, value) in headers {
+        token("a header's name", name)?;
+        // A value may have inner spaces and tabs, nothing else below 0x20.
+        if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "header {name} holds a control character (a line break, a carriage return …)"
+                ),
+            ));
+        }
+    }
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));

@@ -3,15 +3,18 @@
 //! signalfd that termination requests are read from, watching, signalling
 //! and reaping a delegate's process, reading into a buffer's spare room;
 //! starting a delegate (`spawn`), and the calls relative to a directory
-//! descriptor and the file locks records are kept under (`at`).
+//! descriptor and the file locks records are kept under (`at`); core dumps
+//! forbidden; a TCP connection started without waiting (`net`).
 #![allow(unsafe_code)]
 
 mod at;
+mod net;
 mod spawn;
 
 pub use at::{
     exists_at, linkat, mkdirat, openat, readlinkat, renameat, symlinkat, try_flock, unlinkat, Lock,
 };
+pub use net::connect_started;
 pub use spawn::{spawn, Start};
 
 use std::ffi::CString;
@@ -34,6 +37,17 @@ pub fn random_hex() -> io::Result<String> {
         return Err(io::Error::last_os_error());
     }
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Makes this process undumpable (`PR_SET_DUMPABLE` 0): no core file, and
+/// no ptrace or /proc reading of its memory by other processes of its
+/// user, since it holds passwords and tokens.
+pub fn forbid_core_dumps() -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_DUMPABLE takes plain integers.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The effective user ID of this process.
