@@ -45,7 +45,8 @@ const MAX_PORTS: usize = 16_384;
 const POLL_EVERY: Duration = Duration::from_millis(200);
 
 /// One port, as far as the plugin reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "wire::PortWire")]
 pub struct Port {
     pub id: String,
     pub name: String,
@@ -252,9 +253,7 @@ impl Controller {
             }
             let page: wire::PortPage = self.read(call, &answer)?;
             let count = page.ports.len();
-            for port in page.ports {
-                ports.push(port.port().map_err(|id| self.bad_id(call, &id))?);
-            }
+            ports.extend(page.ports);
             let next = page
                 .ports_links
                 .into_iter()
@@ -453,26 +452,24 @@ impl Controller {
         transport_failure(self.peer(), call, e, self.timeout)
     }
 
-    /// An answer's body, read as the API has it.
+    /// An answer's body, read as the API has it; what is wrong with it
+    /// told, and its beginning.
     fn read<T: DeserializeOwned>(&self, call: &str, answer: &Answer) -> Result<T, NeutronError> {
-        serde_json::from_slice(&answer.body).map_err(|_| self.garbled(call, answer))
+        serde_json::from_slice(&answer.body).map_err(|e| NeutronError::Unreachable {
+            peer: self.peer(),
+            call: call.to_owned(),
+            reason: format!(
+                "status {} with a body that is not the API's ({e}): {}",
+                answer.status,
+                excerpt(&answer.body)
+            ),
+        })
     }
 
     /// The port an answer holds.
     fn port_of(&self, call: &str, answer: &Answer) -> Result<Port, NeutronError> {
         let one: wire::OnePort = self.read(call, answer)?;
-        one.port.port().map_err(|id| self.bad_id(call, &id))
-    }
-
-    /// A port ID the controller answered that no request may carry.
-    fn bad_id(&self, call: &str, id: &str) -> NeutronError {
-        NeutronError::Unreachable {
-            peer: self.peer(),
-            call: call.to_owned(),
-            reason: format!(
-                "it answered a port ID {id:?} that is not one (letters, digits, '-', '_', '.'): refused"
-            ),
-        }
+        Ok(one.port)
     }
 
     /// An answer the plugin cannot read.

@@ -102,6 +102,15 @@ pub fn token(
             reason: "an answer without X-Subject-Token or token.expires_at".into(),
         });
     };
+    // It goes into every request's X-Auth-Token: a line break there would
+    // add headers, or a request, of Keystone's making.
+    if token.bytes().any(|b| !b.is_ascii_graphic()) {
+        return Err(NeutronError::Unreachable {
+            peer,
+            call,
+            reason: "it answered a token (X-Subject-Token) that holds a space or a control character (a line break, a carriage return …): refused".into(),
+        });
+    }
     state.note_keystone_token(&auth.id, &token, expires);
     Ok(token)
 }

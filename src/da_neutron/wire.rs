@@ -14,13 +14,14 @@ use crate::addr::Addr;
 /// `{"port": {…}}`: one port, made or read.
 #[derive(Deserialize)]
 pub struct OnePort {
-    pub port: PortWire,
+    pub port: Port,
 }
 
-/// `{"ports": […], "ports_links": […]}`: a page of a listing.
+/// `{"ports": […], "ports_links": […]}`: a page of a listing, each port
+/// made a [`Port`] as it is read (no page of [`PortWire`]s beside them).
 #[derive(Deserialize)]
 pub struct PortPage {
-    pub ports: Vec<PortWire>,
+    pub ports: Vec<Port>,
     #[serde(default)]
     pub ports_links: Option<Vec<Link>>,
 }
@@ -54,15 +55,20 @@ struct FixedIp {
     subnet_id: Option<String>,
 }
 
-impl PortWire {
+impl TryFrom<PortWire> for Port {
+    type Error = String;
+
     /// The port, if its ID is one a path may carry: a controller's ID is
     /// sent back in `/ports/ID`, and a line break there would be a request
-    /// of the controller's making. The error is the ID, as answered.
-    pub fn port(self) -> Result<Port, String> {
-        if !is_id(&self.id) {
-            return Err(self.id);
+    /// of the controller's making.
+    fn try_from(wire: PortWire) -> Result<Port, String> {
+        if !is_id(&wire.id) {
+            return Err(format!(
+                "a port ID {:?} that is not one (letters, digits, '-', '_', '.'): refused",
+                wire.id
+            ));
         }
-        let fixed_ips = self
+        let fixed_ips = wire
             .fixed_ips
             .unwrap_or_default()
             .into_iter()
@@ -72,15 +78,15 @@ impl PortWire {
             })
             .collect();
         Ok(Port {
-            id: self.id,
-            name: self.name.unwrap_or_default(),
-            network_id: self.network_id.unwrap_or_default(),
-            device_id: self.device_id.unwrap_or_default(),
-            device_owner: self.device_owner.unwrap_or_default(),
-            description: self.description.unwrap_or_default(),
+            id: wire.id,
+            name: wire.name.unwrap_or_default(),
+            network_id: wire.network_id.unwrap_or_default(),
+            device_id: wire.device_id.unwrap_or_default(),
+            device_owner: wire.device_owner.unwrap_or_default(),
+            description: wire.description.unwrap_or_default(),
             fixed_ips,
-            tags: self.tags.unwrap_or_default(),
-            created_at: self.created_at,
+            tags: wire.tags.unwrap_or_default(),
+            created_at: wire.created_at,
         })
     }
 }
@@ -265,15 +271,15 @@ mod tests {
             r#"{"port": {"id": "p-1", "name": null, "fixed_ips": [{"subnet_id": "s", "ip_address": "10.0.0.5"}, {"ip_address": "garbage"}], "tags": ["a"], "extra": {"deep": [1, 2, 3]}}}"#,
         )
         .unwrap();
-        let port = one.port.port().unwrap();
+        let port = one.port;
         assert_eq!(port.id, "p-1");
         assert_eq!(port.name, "");
         assert_eq!(port.fixed_ips.len(), 1);
         assert_eq!(port.tags, ["a"]);
         for bad in ["p\r\nX-Injected: 1", "../ports", "", "p 1"] {
             let text = serde_json::json!({"port": {"id": bad}}).to_string();
-            let one: OnePort = serde_json::from_str(&text).unwrap();
-            assert_eq!(one.port.port().unwrap_err(), bad);
+            let e = serde_json::from_str::<OnePort>(&text).err().unwrap();
+            assert!(e.to_string().contains(&format!("port ID {bad:?}")), "{e}");
         }
     }
 

@@ -448,6 +448,15 @@ impl EtcdClient {
                         }
                         answer => {
                             let token = answer?["token"].as_str().unwrap_or_default().to_owned();
+                            // It goes into every request's Authorization:
+                            // a line break there would add headers of the
+                            // member's making.
+                            if token.bytes().any(|b| !b.is_ascii_graphic()) {
+                                return Err(EtcdError::Refused {
+                                    status: 200,
+                                    message: "the sign-in answered a token that holds a space or a control character: refused".into(),
+                                });
+                            }
                             *self.token.borrow_mut() = Some(token.clone());
                             token
                         }

@@ -247,6 +247,57 @@ impl Cluster {
         }
     }
 
+    /// The pid of member `i`'s etcd, timeout(1)'s only child.
+    fn pid(&self, i: usize) -> String {
+        let timeout = self.members[i].process.as_ref().expect("a running member");
+        let children = format!("/proc/{0}/task/{0}/children", timeout.id());
+        let pid = std::fs::read_to_string(children).unwrap_or_default();
+        pid.split_whitespace().next().expect("etcd runs").to_owned()
+    }
+
+    /// Stops member `i` where it stands (SIGSTOP): its kernel still
+    /// accepts connections, its process answers none, as a wedged member.
+    pub fn freeze(&self, i: usize) {
+        let stopped = Command::new("kill").args(["-STOP", &self.pid(i)]).status();
+        assert!(stopped.unwrap().success());
+    }
+
+    /// Lets a frozen member `i` go on (SIGCONT).
+    pub fn thaw(&self, i: usize) {
+        let resumed = Command::new("kill").args(["-CONT", &self.pid(i)]).status();
+        assert!(resumed.unwrap().success());
+    }
+
+    /// The keys under `prefix` as the first running member other than
+    /// `apart` has them, read serializably (a member without a leader
+    /// still answers); `None` if none answers.
+    pub fn try_keys_apart_from(&self, apart: usize, prefix: &str) -> Option<Vec<String>> {
+        let mut end = prefix.as_bytes().to_vec();
+        *end.last_mut().unwrap() += 1;
+        let request = json!({
+            "key": encode(prefix.as_bytes()),
+            "range_end": encode(&end),
+            "keys_only": true,
+            "serializable": true,
+        });
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| *i != apart && m.process.is_some())
+            .find_map(|(_, m)| post(m.admin, "/v3/kv/range", &request))
+            .map(|answer| {
+                answer["kvs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|kv| {
+                        String::from_utf8_lossy(&decode(kv["key"].as_str().unwrap_or_default()))
+                            .into_owned()
+                    })
+                    .collect()
+            })
+    }
+
     /// Starts `members` again, on their data, and waits for them.
     pub fn restart(&mut self, members: &[usize]) {
         for i in members {

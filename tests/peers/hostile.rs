@@ -1,0 +1,263 @@
+//! Hostile peers: an answer far past its limit, pages whose links loop,
+//! a token or a port ID that would split a request, a resolver that maps
+//! `localhost` elsewhere; and binaries that never dump core.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::{is_root, temp_dir, PORT_ALLOCATOR};
+use crate::servers::{json_answer, Scripted};
+use crate::{config, env, neutron_ipam, run, secret_file};
+
+/// The most a run of ipam-da-neutron may take however large its peer's
+/// answer: docs/performance.md gives the figure this bounds.
+const PEAK_KIB: u64 = 40 * 1024;
+
+#[test]
+fn an_answer_of_60_mib_is_refused_within_the_stated_memory() {
+    let data = temp_dir("peers-huge");
+    // 60 MiB of ports, chunked, so that nothing says its size up front.
+    let controller = Scripted::start(|_request, out| {
+        let port = r#"{"id": "p", "name": "n", "device_id": "c1", "fixed_ips": [], "tags": ["cni-node=node-a"]},"#;
+        let mut chunk = String::from("{\"ports\": [");
+        while chunk.len() < 64 * 1024 {
+            chunk.push_str(port);
+        }
+        let _ = write!(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let mut sent = 0;
+        while sent < 60 << 20 {
+            if write!(out, "{:x}\r\n{chunk}\r\n", chunk.len()).is_err() {
+                return;
+            }
+            sent += chunk.len();
+            chunk = port.repeat(64 * 1024 / port.len());
+        }
+        let _ = write!(out, "1\r\n]\r\n0\r\n\r\n");
+    });
+    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
+    let ipam = neutron_ipam(&url, data.path(), json!({}));
+    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    let error = out.outcome.assert_error(11);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("a body over 4194304 bytes"),
+        "{error}"
+    );
+    assert!(
+        out.peak_kib < PEAK_KIB,
+        "peak {} KiB, over {PEAK_KIB}",
+        out.peak_kib
+    );
+    eprintln!("a 60 MiB answer refused: peak RSS {} KiB", out.peak_kib);
+}
+
+use std::io::Write;
+
+#[test]
+fn the_largest_answer_allowed_is_read_within_the_stated_memory() {
+    let data = temp_dir("peers-largest");
+    // Just under the limit: every port this node's, none of them c1's.
+    let controller = Scripted::start(|_request, out| {
+        let mut body = String::from("{\"ports\": [");
+        let mut i = 0;
+        while body.len() < (4 << 20) - 1024 {
+            body.push_str(&format!(
+                r#"{{"id": "port-{i}", "name": "peers/default/eth0", "network_id": "net-1", "device_id": "other-{i}", "device_owner": "compute:nova", "description": "", "fixed_ips": [{{"subnet_id": "s", "ip_address": "10.0.{}.{}"}}], "tags": ["cni-node=node-b"]}},"#,
+                (i / 250) % 250,
+                i % 250
+            ));
+            i += 1;
+        }
+        body.pop();
+        body.push_str("]}");
+        json_answer(out, "200 OK", &body);
+    });
+    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
+    let ipam = neutron_ipam(&url, data.path(), json!({}));
+    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    out.outcome.assert_silent_success();
+    assert!(
+        out.peak_kib < PEAK_KIB,
+        "peak {} KiB, over {PEAK_KIB}",
+        out.peak_kib
+    );
+    eprintln!("a 4 MiB answer read: peak RSS {} KiB", out.peak_kib);
+}
+
+#[test]
+fn pages_whose_next_links_alternate_are_refused() {
+    let data = temp_dir("peers-pages");
+    let controller = Scripted::start(move |request, out| {
+        let here = request
+            .head
+            .split("Host: ")
+            .nth(1)
+            .unwrap_or("")
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let next = if request.path.contains("marker=b") {
+            "a"
+        } else {
+            "b"
+        };
+        let body = json!({
+            "ports": [{"id": format!("p-{next}"), "device_id": "other"}],
+            "ports_links": [{"rel": "next", "href": format!("http://{here}/v2.0/ports?device_id=c1&marker={next}")}],
+        });
+        json_answer(out, "200 OK", &body.to_string());
+    });
+    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
+    let ipam = neutron_ipam(&url, data.path(), json!({}));
+    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    let error = out.outcome.assert_error(11);
+    assert!(
+        error["msg"].as_str().unwrap().contains("its links loop"),
+        "{error}"
+    );
+    // The first page, then b, then a: a again is refused unread.
+    assert_eq!(
+        controller.requests().len(),
+        3,
+        "{:?}",
+        controller.requests()
+    );
+    assert!(
+        out.took < Duration::from_secs(crate::TIMEOUT),
+        "{:?}",
+        out.took
+    );
+}
+
+#[test]
+fn a_port_id_or_a_keystone_token_that_would_split_a_request_is_refused() {
+    let data = temp_dir("peers-split");
+    let controller = Scripted::start(|request, out| {
+        if request.path.starts_with("/v3/auth/tokens") {
+            let body = r#"{"token": {"expires_at": "2099-01-01T00:00:00.000000Z"}}"#;
+            let _ = write!(
+                out,
+                "HTTP/1.1 201 Created\r\nX-Subject-Token: tok\rX-Injected: 1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        } else {
+            let body = json!({"ports": [{
+                "id": "p\r\nX-Injected: 1", "device_id": "c1", "device_owner": "cni:ipam-da-neutron",
+                "network_id": "net-1", "name": "peers/default/eth0",
+            }]});
+            json_answer(out, "200 OK", &body.to_string());
+        }
+    });
+    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
+    let ipam = neutron_ipam(&url, data.path(), json!({}));
+    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    let error = out.outcome.assert_error(11);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("port ID \"p\\r\\nX-Injected: 1\""),
+        "{error}"
+    );
+    let secret = secret_file(&data, "secret", "s3cret\n");
+    let auth = json!({"auth": {
+        "url": format!("http://127.0.0.1:{}/v3", controller.port()),
+        "applicationCredentialId": "cred-1",
+        "secretFile": secret,
+    }});
+    let ipam = neutron_ipam(&url, data.path(), auth);
+    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    let error = out.outcome.assert_error(11);
+    let msg = error["msg"].as_str().unwrap();
+    assert!(msg.contains("Keystone at http://127.0.0.1"), "{error}");
+    assert!(msg.contains("control character"), "{error}");
+    // Nothing the peers sent went out again: the port was not deleted,
+    // the token never sent.
+    let requests = controller.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| !r.head.contains("X-Injected") && r.method != "DELETE"),
+        "{requests:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs root, for a mount namespace with its own /etc/hosts"]
+fn localhost_is_the_loopback_whatever_the_hosts_file_says() {
+    assert!(is_root());
+    let data = temp_dir("peers-localhost");
+    // The controller on 127.0.0.1; a decoy on 127.0.0.2, the same port,
+    // where the hosts file sends localhost.
+    let real = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = real.local_addr().unwrap().port();
+    let decoy = TcpListener::bind(("127.0.0.2", port)).unwrap();
+    let answer = |_: &crate::servers::Request, out: &mut dyn Write| {
+        json_answer(out, "200 OK", r#"{"ports": []}"#)
+    };
+    let real = Scripted::start_on(real, answer);
+    let decoy = Scripted::start_on(decoy, answer);
+    let hosts = data.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.2 localhost\n").unwrap();
+    let token = secret_file(&data, "token", "tok-1\n");
+    let url = format!("http://localhost:{port}/v2.0");
+    let ipam = neutron_ipam(&url, data.path(), json!({"tokenFile": token}));
+    let script = format!(
+        "mount --bind {} /etc/hosts && getent hosts localhost >&2 && exec {PORT_ALLOCATOR}",
+        hosts.display()
+    );
+    let out = crate::common::run_program(
+        "unshare",
+        std::path::Path::new("/"),
+        &["-m", "sh", "-c", &script],
+        &env("DEL", "c1"),
+        &config(ipam, "DEL"),
+    );
+    out.assert_silent_success();
+    // The namespace's resolver did say 127.0.0.2.
+    assert!(out.stderr.starts_with("127.0.0.2"), "{out:?}");
+    assert_eq!(decoy.requests().len(), 0, "{:?}", decoy.requests());
+    let requests = real.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.head.contains("X-Auth-Token: tok-1")),
+        "{requests:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs strace"]
+fn no_binary_can_dump_core() {
+    use crate::common::{ALLOCATOR, PLUGIN, SELECTOR};
+    let docker = env!("CARGO_BIN_EXE_ipam-delegated-docker");
+    let dir = temp_dir("peers-dumpable");
+    for binary in [PLUGIN, SELECTOR, ALLOCATOR, PORT_ALLOCATOR, docker] {
+        let trace = dir.path().join("trace");
+        let out = crate::common::run_program(
+            "strace",
+            std::path::Path::new("/"),
+            &[
+                "-e",
+                "trace=prctl",
+                "-o",
+                trace.to_str().unwrap(),
+                binary,
+                "--version",
+            ],
+            &crate::plain_env(),
+            b"",
+        );
+        let traced = std::fs::read_to_string(&trace).unwrap_or_default();
+        assert!(
+            traced.contains("prctl(PR_SET_DUMPABLE, SUID_DUMP_DISABLE) = 0"),
+            "{binary}: {traced} {out:?}"
+        );
+    }
+}

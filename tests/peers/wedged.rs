@@ -1,0 +1,221 @@
+//! Wedged peers: a TLS port that accepts and never speaks, a TLS server
+//! that trickles its answer, a termination request during a wedged
+//! handshake, and one member of a real etcd cluster SIGSTOPped.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::etcd::{Certificates, Cluster};
+use crate::common::{temp_dir, ALLOCATOR, PORT_ALLOCATOR};
+use crate::servers::{trickling_tls, Silent};
+use crate::{
+    config, env, failed_in_time, finish, neutron_ipam, pool_ipam, run, secret_file, start, tls_of,
+};
+
+/// What each command answers when its peer cannot: STATUS says the
+/// plugin is not available (50, as CNI has it for STATUS), the others
+/// "try again later" (11).
+const COMMANDS: [(&str, u64); 5] = [
+    ("ADD", 11),
+    ("DEL", 11),
+    ("CHECK", 11),
+    ("GC", 11),
+    ("STATUS", 50),
+];
+
+#[test]
+#[ignore = "needs openssl"]
+fn every_command_of_ipam_da_pool_ends_in_time_at_an_etcd_that_accepts_and_never_speaks() {
+    let certificates = Certificates::make();
+    let silent = Silent::start();
+    let ipam = pool_ipam(
+        &[format!("https://127.0.0.1:{}", silent.port())],
+        &certificates,
+    );
+    for (command, code) in COMMANDS {
+        let out = run(
+            ALLOCATOR,
+            &env(command, "c1"),
+            &config(ipam.clone(), command),
+        );
+        let said = failed_in_time(&out, code, command);
+        assert!(said.contains("out of time"), "{command}: {said}");
+    }
+}
+
+#[test]
+#[ignore = "needs openssl"]
+fn every_command_of_ipam_da_neutron_ends_in_time_at_a_controller_or_keystone_that_never_speaks() {
+    let certificates = Certificates::make();
+    let data = temp_dir("peers-neutron");
+    let (controller, keystone) = (Silent::start(), Silent::start());
+    let url = format!("https://127.0.0.1:{}/v2.0", controller.port());
+    let secret = secret_file(&data, "secret", "s3cret\n");
+    let keystone_auth = json!({
+        "tls": tls_of(&certificates),
+        "auth": {
+            "url": format!("https://127.0.0.1:{}/v3", keystone.port()),
+            "applicationCredentialId": "cred-1",
+            "secretFile": secret,
+        },
+    });
+    for (silent, more) in [
+        ("the controller", json!({"tls": tls_of(&certificates)})),
+        ("Keystone", keystone_auth),
+    ] {
+        let ipam = neutron_ipam(&url, data.path(), more);
+        for (command, code) in COMMANDS {
+            let out = run(
+                PORT_ALLOCATOR,
+                &env(command, "c1"),
+                &config(ipam.clone(), command),
+            );
+            let said = failed_in_time(&out, code, command);
+            assert!(
+                said.contains("no answer within the timeout"),
+                "{silent}, {command}: {said}"
+            );
+            if silent == "Keystone" {
+                assert!(said.contains("Keystone at https://"), "{command}: {said}");
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs openssl"]
+fn a_tls_answer_trickled_a_byte_a_second_or_slower_ends_in_time() {
+    let certificates = Certificates::make();
+    let data = temp_dir("peers-trickle");
+    for every in [Duration::from_secs(1), Duration::from_millis(1500)] {
+        let port = trickling_tls(&certificates, every);
+        let pool = pool_ipam(&[format!("https://127.0.0.1:{port}")], &certificates);
+        let out = run(ALLOCATOR, &env("ADD", "c1"), &config(pool, "ADD"));
+        failed_in_time(&out, 11, &format!("ipam-da-pool, a byte each {every:?}"));
+        let url = format!("https://127.0.0.1:{port}/v2.0");
+        let neutron = neutron_ipam(&url, data.path(), json!({"tls": tls_of(&certificates)}));
+        let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(neutron, "DEL"));
+        failed_in_time(&out, 11, &format!("ipam-da-neutron, a byte each {every:?}"));
+    }
+}
+
+#[test]
+#[ignore = "needs openssl"]
+fn sigterm_during_a_wedged_handshake_ends_the_plugin_within_a_second() {
+    let certificates = Certificates::make();
+    let data = temp_dir("peers-sigterm");
+    let silent = Silent::start();
+    let mut pool = pool_ipam(
+        &[format!("https://127.0.0.1:{}", silent.port())],
+        &certificates,
+    );
+    // Far longer than the test waits: only the request can end it.
+    pool["pool"]["etcd"]["timeout"] = json!(60);
+    let url = format!("https://127.0.0.1:{}/v2.0", silent.port());
+    let mut neutron = neutron_ipam(&url, data.path(), json!({"tls": tls_of(&certificates)}));
+    neutron["neutron"]["timeout"] = json!(60);
+    for (program, ipam) in [(ALLOCATOR, pool), (PORT_ALLOCATOR, neutron)] {
+        for command in ["ADD", "DEL"] {
+            let started = Instant::now();
+            let child = start(program, &env(command, "c1"), &config(ipam.clone(), command));
+            std::thread::sleep(Duration::from_millis(700));
+            let signalled = Instant::now();
+            let killed = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let out = finish(child, started);
+            let after = signalled.elapsed();
+            assert!(
+                after < Duration::from_secs(1),
+                "{program} {command}: ended {after:?} after SIGTERM: {:?}",
+                out.outcome
+            );
+            let error = out.outcome.assert_error(105);
+            assert!(
+                error["msg"].as_str().unwrap().contains("signal 15"),
+                "{error}"
+            );
+        }
+    }
+}
+
+/// Whether node `node` is registered, as a member that is not `frozen`
+/// reads it (serializable: a member without a leader still answers);
+/// `None` if none answers.
+fn registered(cluster: &Cluster, frozen: usize, node: &str) -> Option<bool> {
+    let keys = cluster.try_keys_apart_from(frozen, &format!("/peers/nodes/{node}/"))?;
+    Some(keys.iter().any(|k| k.ends_with("/alive")))
+}
+
+#[test]
+#[ignore = "needs etcd-server and openssl"]
+fn one_wedged_member_of_three_is_passed_over_and_the_keeper_keeps_its_lease() {
+    let certificates = Certificates::make();
+    let cluster = Cluster::start(3, Some(&certificates));
+    let dir = temp_dir("peers-wedged");
+    let mut ipam = pool_ipam(&cluster.endpoints(), &certificates);
+    ipam["pool"]["nodeTTL"] = json!(3);
+    let conf = dir.path().join("peers.conf");
+    std::fs::write(&conf, config(ipam.clone(), "ADD")).unwrap();
+    let log = dir.path().join("keeper.log");
+    let mut keeper = crate::common::spawn_program(
+        ALLOCATOR,
+        std::path::Path::new("/"),
+        &["node-keeper", "--config", conf.to_str().unwrap()],
+        &crate::plain_env(),
+        std::process::Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while registered(&cluster, usize::MAX, "node-a") != Some(true) {
+        assert!(
+            Instant::now() < deadline,
+            "never registered: {:?}",
+            std::fs::read_to_string(&log)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let leader = cluster.leader();
+    // A follower first, then the leader: each wedged for three TTLs.
+    for (wedged, what) in [((leader + 1) % 3, "a follower"), (leader, "the leader")] {
+        cluster.freeze(wedged);
+        let frozen_at = Instant::now();
+        let mut added = 0;
+        while frozen_at.elapsed() < Duration::from_secs(9) {
+            let id = format!("{}-{added}", what.replace(' ', "-"));
+            let out = run(ALLOCATOR, &env("ADD", &id), &config(ipam.clone(), "ADD"));
+            // The leader's followers elect another first (about a second).
+            let electing = wedged == leader && frozen_at.elapsed() < Duration::from_secs(4);
+            if out.outcome.status.success() {
+                added += 1;
+                assert!(
+                    out.took < Duration::from_secs(crate::TIMEOUT + 1),
+                    "{what}: {:?}",
+                    out.took
+                );
+                run(ALLOCATOR, &env("DEL", &id), &config(ipam.clone(), "DEL"))
+                    .outcome
+                    .assert_silent_success();
+            } else {
+                assert!(electing, "{what} wedged: {:?}", out.outcome);
+            }
+            if let Some(alive) = registered(&cluster, wedged, "node-a") {
+                assert!(
+                    alive,
+                    "{what} wedged: node-a unregistered: {}",
+                    std::fs::read_to_string(&log).unwrap()
+                );
+            }
+        }
+        assert!(added >= 3, "{what} wedged: {added} ADDs");
+        cluster.thaw(wedged);
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &keeper.id().to_string()])
+        .status();
+    let _ = keeper.wait();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(!logged.contains("lease ended"), "{logged}");
+}
