@@ -8,12 +8,14 @@
 
 mod base64;
 mod settings;
+mod wire;
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::ClientConfig;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::{json, Value};
 
 use crate::cni::{self, code, Reportable};
@@ -21,7 +23,7 @@ use crate::http;
 use crate::http::client::{self as connection, Connection};
 use crate::http::socket::interrupted;
 use crate::signals::Interrupted;
-use base64::{decode, encode};
+use base64::encode;
 pub use settings::EtcdSettings;
 
 /// How the etcd cluster fails a call, or a client cannot be made.
@@ -99,13 +101,14 @@ impl Reportable for EtcdError {
     }
 }
 
-/// What a member's answer may be: a page of [`PREFIX_PAGE`] keys, with
-/// their values, base64 in JSON, is a few MiB; a larger one is a broken
-/// member.
+/// What a member's answer may be: a page of [`PREFIX_PAGE`] of the
+/// pools' records, with their values, base64 in JSON, is about 1.5 MiB,
+/// and one value at most etcd's request limit, 1.5 MiB; a larger answer
+/// is a broken member, refused before it takes the node's memory.
 const ANSWERS: http::Limits = http::Limits {
     line: 64 * 1024,
     headers: 128,
-    body: 64 << 20,
+    body: 16 << 20,
 };
 
 /// The least time one try at one member gets, within the call's timeout.
@@ -225,8 +228,8 @@ impl EtcdClient {
 
     /// The value of `key`, if it exists.
     pub fn get(&self, key: &[u8]) -> Result<Option<Kv>, EtcdError> {
-        let answer = self.call("/v3/kv/range", &json!({ "key": encode(key) }))?;
-        Ok(kvs(&answer)?.into_iter().next())
+        let answer: wire::Range = self.call("/v3/kv/range", &json!({ "key": encode(key) }))?;
+        Ok(self.kvs(answer)?.into_iter().next())
     }
 
     /// The values of `keys`, each if it exists, read in one request at
@@ -236,18 +239,12 @@ impl EtcdClient {
             .iter()
             .map(|key| json!({"request_range": {"key": encode(key)}}))
             .collect();
-        let answer = self.call("/v3/kv/txn", &json!({"success": ranges}))?;
-        let responses = answer["responses"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let answer: wire::Txn = self.call("/v3/kv/txn", &json!({"success": ranges}))?;
+        let mut ranges = answer.ranges();
         keys.iter()
-            .enumerate()
-            .map(|(i, _)| {
-                let range = responses
-                    .get(i)
-                    .map_or(&Value::Null, |r| &r["response_range"]);
-                Ok(kvs(range)?.into_iter().next())
+            .map(|_| match ranges.next().flatten() {
+                Some(range) => Ok(self.kvs(range)?.into_iter().next()),
+                None => Ok(None),
             })
             .collect()
     }
@@ -267,7 +264,8 @@ impl EtcdClient {
             "limit": limit.to_string(),
             "keys_only": keys_only,
         });
-        kvs(&self.call("/v3/kv/range", &request)?)
+        let answer: wire::Range = self.call("/v3/kv/range", &request)?;
+        self.kvs(answer)
     }
 
     /// Every key that starts with `prefix`, with its value, read a page
@@ -326,33 +324,32 @@ impl EtcdClient {
                 Op::Delete(key) => json!({"request_delete_range": {"key": encode(key)}}),
             })
             .collect();
-        let answer = self.call(
+        let answer: wire::Txn = self.call(
             "/v3/kv/txn",
             &json!({"compare": compare, "success": success}),
         )?;
-        // Protobuf's JSON leaves a false out.
-        Ok(answer
-            .get("succeeded")
-            .and_then(Value::as_bool)
-            .unwrap_or(false))
+        Ok(answer.succeeded)
     }
 
     /// A new lease of `ttl` seconds: its ID.
     pub fn grant_lease(&self, ttl: u64) -> Result<i64, EtcdError> {
-        let answer = self.call("/v3/lease/grant", &json!({"TTL": ttl.to_string()}))?;
-        int64(&answer["ID"])
+        let answer: wire::LeaseGrant =
+            self.call("/v3/lease/grant", &json!({"TTL": ttl.to_string()}))?;
+        answer
+            .id
+            .and_then(|id| id.value())
             .filter(|id| *id != 0)
-            .ok_or_else(|| self.unavailable(format!("a lease grant without an ID: {answer}")))
+            .ok_or_else(|| self.unavailable("a lease grant without an ID".into()))
     }
 
     /// Renews lease `id` for its TTL: the seconds it has now, or `None`
     /// if it is gone (expired, or revoked).
     pub fn keep_lease(&self, id: i64) -> Result<Option<u64>, EtcdError> {
         // A stream of one request: the gateway answers with one result.
-        let answer = self.call("/v3/lease/keepalive", &json!({"ID": id.to_string()}))?;
+        let answer: wire::KeepAlive =
+            self.call("/v3/lease/keepalive", &json!({"ID": id.to_string()}))?;
         // Protobuf's JSON leaves a TTL of 0 (the lease is gone) out.
-        let ttl = int64(&answer["result"]["TTL"]).unwrap_or(0);
-        Ok(u64::try_from(ttl).ok().filter(|ttl| *ttl > 0))
+        Ok(u64::try_from(answer.ttl()).ok().filter(|ttl| *ttl > 0))
     }
 
     /// How full the database of the member the client talks to is, and
@@ -360,8 +357,8 @@ impl EtcdClient {
     /// The quota is read from the member's metrics, `None` if they cannot
     /// be read.
     pub fn health(&self) -> Result<Health, EtcdError> {
-        let status = self.call("/v3/maintenance/status", &json!({}))?;
-        let alarms = self.call("/v3/maintenance/alarm", &json!({"action": "GET"}))?;
+        let status: wire::Status = self.call("/v3/maintenance/status", &json!({}))?;
+        let alarms: wire::Alarms = self.call("/v3/maintenance/alarm", &json!({"action": "GET"}))?;
         let endpoint = self
             .connection
             .borrow()
@@ -369,16 +366,19 @@ impl EtcdClient {
             .map_or(0, |(index, _)| *index);
         Ok(Health {
             endpoint: self.settings.endpoints[endpoint].to_string(),
-            db_size: int64(&status["dbSize"]).unwrap_or(0).max(0).unsigned_abs(),
+            db_size: status
+                .db_size
+                .and_then(|size| size.value())
+                .unwrap_or(0)
+                .max(0)
+                .unsigned_abs(),
             quota: self.quota(endpoint),
-            alarms: alarms["alarms"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
+            alarms: alarms
+                .alarms
+                .into_iter()
                 .map(|alarm| {
-                    let member = alarm["memberID"].as_str().unwrap_or("?");
-                    let kind = alarm["alarm"].as_str().unwrap_or("?");
+                    let member = alarm.member.as_deref().unwrap_or("?");
+                    let kind = alarm.alarm.as_deref().unwrap_or("?");
                     format!("{kind} (member {member})")
                 })
                 .collect(),
@@ -407,7 +407,7 @@ impl EtcdClient {
 
     /// Ends lease `id`, and with it the keys put under it.
     pub fn revoke_lease(&self, id: i64) -> Result<(), EtcdError> {
-        match self.call("/v3/lease/revoke", &json!({"ID": id.to_string()})) {
+        match self.call::<IgnoredAny>("/v3/lease/revoke", &json!({"ID": id.to_string()})) {
             // Gone already: what revoking it was for.
             Err(EtcdError::Refused { message, .. }) if message.contains("not found") => Ok(()),
             other => other.map(drop),
@@ -427,7 +427,7 @@ impl EtcdClient {
     /// first if there is none; a token the cluster says is no longer
     /// valid (etcd's simple tokens expire) is replaced by a new sign-in,
     /// once.
-    fn call(&self, path: &str, request: &Value) -> Result<Value, EtcdError> {
+    fn call<T: DeserializeOwned>(&self, path: &str, request: &Value) -> Result<T, EtcdError> {
         let body = request.to_string().into_bytes();
         let Some((user, password)) = &self.credentials else {
             return self.exchange(path, &body, None);
@@ -439,7 +439,11 @@ impl EtcdClient {
                 Some(token) => token,
                 None => {
                     let sign_in = json!({"name": user, "password": password}).to_string();
-                    match self.exchange("/v3/auth/authenticate", sign_in.as_bytes(), None) {
+                    match self.exchange::<wire::SignedIn>(
+                        "/v3/auth/authenticate",
+                        sign_in.as_bytes(),
+                        None,
+                    ) {
                         // Credentials for a cluster that asks for none.
                         Err(EtcdError::Refused { message, .. })
                             if message.contains("authentication is not enabled") =>
@@ -447,7 +451,7 @@ impl EtcdClient {
                             return self.exchange(path, &body, None);
                         }
                         answer => {
-                            let token = answer?["token"].as_str().unwrap_or_default().to_owned();
+                            let token = answer?.token;
                             // It goes into every request's Authorization:
                             // a line break there would add headers of the
                             // member's making.
@@ -475,7 +479,12 @@ impl EtcdClient {
 
     /// [`EtcdClient::call`]'s exchange with the cluster: `body` POSTed with
     /// `token`, if any.
-    fn exchange(&self, path: &str, body: &[u8], token: Option<&str>) -> Result<Value, EtcdError> {
+    fn exchange<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &[u8],
+        token: Option<&str>,
+    ) -> Result<T, EtcdError> {
         let deadline = Instant::now() + self.settings.timeout;
         let count = self.settings.endpoints.len();
         let mut first = self
@@ -523,14 +532,14 @@ impl EtcdClient {
 
     /// One try of a call at endpoint `index`, on its connection (opened if
     /// need be, dropped if it fails).
-    fn call_one(
+    fn call_one<T: DeserializeOwned>(
         &self,
         index: usize,
         path: &str,
         token: Option<&str>,
         body: &[u8],
         deadline: Instant,
-    ) -> Result<Value, EtcdError> {
+    ) -> Result<T, EtcdError> {
         let endpoint = &self.settings.endpoints[index];
         let mut slot = self.connection.borrow_mut();
         let kept = match slot.take() {
@@ -598,10 +607,15 @@ impl EtcdClient {
         self.answer(status, &answer)
     }
 
-    /// A gateway's answer: the JSON of a success, or which failure it is.
-    fn answer(&self, status: u16, body: &[u8]) -> Result<Value, EtcdError> {
-        let value: Value = match serde_json::from_slice(body) {
-            Ok(value) => value,
+    /// A gateway's answer: a success read as `T`, or which failure it is.
+    fn answer<T: DeserializeOwned>(&self, status: u16, body: &[u8]) -> Result<T, EtcdError> {
+        if status == 200 {
+            return serde_json::from_slice(body).map_err(|e| {
+                self.unavailable(format!("an answer of status 200 that is not etcd's ({e})"))
+            });
+        }
+        let failure: wire::Failure = match serde_json::from_slice(body) {
+            Ok(failure) => failure,
             // Not the gateway (a proxy's page, a gateway turned off):
             // a 4xx says no, which waiting would not change.
             Err(e) if (400..500).contains(&status) && ![408, 429].contains(&status) => {
@@ -618,16 +632,11 @@ impl EtcdClient {
                 )))
             }
         };
-        if status == 200 {
-            return Ok(value);
-        }
-        let message = value
-            .get("message")
-            .or_else(|| value.get("error"))
-            .and_then(Value::as_str)
-            .unwrap_or("no message")
-            .to_owned();
-        let code = value.get("code").and_then(Value::as_u64).unwrap_or(0);
+        let message = failure
+            .message
+            .or(failure.error)
+            .unwrap_or_else(|| "no message".into());
+        let code = failure.code.unwrap_or(0);
         // Not worth another member: the quota is the cluster's.
         if message.contains("database space exceeded") {
             return Err(EtcdError::NoSpace { message });
@@ -645,6 +654,15 @@ impl EtcdClient {
         } else {
             Err(EtcdError::Refused { status, message })
         }
+    }
+
+    /// The keys and values of a range's answer; one that is not base64
+    /// is a refusal.
+    fn kvs(&self, range: wire::Range) -> Result<Vec<Kv>, EtcdError> {
+        range.kvs().map_err(|message| EtcdError::Refused {
+            status: 200,
+            message,
+        })
     }
 
     fn unavailable(&self, reason: String) -> EtcdError {
@@ -673,15 +691,6 @@ fn invalid(reason: String) -> EtcdError {
     EtcdError::Settings(cni::Error::InvalidConfig(reason))
 }
 
-/// An int64 as protobuf's JSON writes it: a string of digits (or, from
-/// some encoders, a number).
-fn int64(value: &Value) -> Option<i64> {
-    match value {
-        Value::String(text) => text.parse().ok(),
-        other => other.as_i64(),
-    }
-}
-
 /// The key just after every key that starts with `prefix`.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
@@ -693,29 +702,6 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     }
     // Every key: etcd's "\0" range end.
     vec![0]
-}
-
-/// The key-values of a range's answer.
-fn kvs(answer: &Value) -> Result<Vec<Kv>, EtcdError> {
-    let Some(list) = answer.get("kvs").and_then(Value::as_array) else {
-        return Ok(Vec::new());
-    };
-    list.iter()
-        .map(|kv| {
-            let field = |name: &str| kv.get(name).and_then(Value::as_str).unwrap_or("");
-            let decoded = |name: &str| {
-                decode(field(name)).ok_or_else(|| EtcdError::Refused {
-                    status: 200,
-                    message: format!("a {name} that is not base64"),
-                })
-            };
-            Ok(Kv {
-                key: decoded("key")?,
-                value: decoded("value")?,
-                mod_revision: field("mod_revision").parse().unwrap_or(0),
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

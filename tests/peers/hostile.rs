@@ -261,3 +261,89 @@ fn no_binary_can_dump_core() {
         );
     }
 }
+
+/// The most a run of ipam-da-pool may take however large its etcd's
+/// answer: docs/performance.md gives the figure this bounds.
+const POOL_PEAK_KIB: u64 = 64 * 1024;
+
+/// A gateway that answers every request with a range of `size` bytes,
+/// chunked, of keys and values in base64.
+fn etcd_answering(size: usize) -> Scripted {
+    Scripted::start(move |_request, out| {
+        let kv = format!(
+            r#"{{"key":"L3BlZXJzL2tleQ==","value":"{}","mod_revision":"7"}},"#,
+            "QUJD".repeat(256)
+        );
+        let _ = write!(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        // A transaction's ranges: what a DEL reads first.
+        let head = "{\"succeeded\":true,\"responses\":[{\"response_range\":{\"kvs\":[";
+        let _ = write!(out, "{:x}\r\n{head}\r\n", head.len());
+        let chunk = kv.repeat(64 * 1024 / kv.len());
+        let mut sent = head.len();
+        while sent + chunk.len() + 2 < size {
+            if write!(out, "{:x}\r\n{chunk}\r\n", chunk.len()).is_err() {
+                return;
+            }
+            sent += chunk.len();
+        }
+        let last = format!("{}]}}}}]}}", kv.trim_end_matches(','));
+        let _ = write!(out, "{:x}\r\n{last}\r\n0\r\n\r\n", last.len());
+    })
+}
+
+#[test]
+fn an_etcd_answer_of_60_mib_is_refused_and_the_largest_allowed_read_within_the_stated_memory() {
+    let ipam = |port: u16| {
+        json!({
+            "type": "ipam-da-pool",
+            "pool": {
+                "node": "node-a",
+                "pools": {"shared": [{"subnet": "10.252.0.0/26"}]},
+                "default": "shared",
+                "etcd": {"endpoints": [format!("http://127.0.0.1:{port}")], "prefix": "/peers", "timeout": 10},
+            },
+        })
+    };
+    let huge = etcd_answering(60 << 20);
+    let out = run(
+        crate::common::ALLOCATOR,
+        &env("DEL", "c1"),
+        &config(ipam(huge.port()), "DEL"),
+    );
+    let error = out.outcome.assert_error(11);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("a body over 16777216 bytes"),
+        "{error}"
+    );
+    assert!(out.peak_kib < POOL_PEAK_KIB, "peak {} KiB", out.peak_kib);
+    eprintln!(
+        "a 60 MiB etcd answer refused: peak RSS {} KiB",
+        out.peak_kib
+    );
+    // Just under the limit: read whole, whatever the allocator then makes
+    // of records that are not its own.
+    let largest = etcd_answering((16 << 20) - 4096);
+    let out = run(
+        crate::common::ALLOCATOR,
+        &env("DEL", "c1"),
+        &config(ipam(largest.port()), "DEL"),
+    );
+    assert!(
+        !out.outcome.stdout.is_empty() || out.outcome.status.success(),
+        "{:?}",
+        out.outcome
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.outcome.stdout).contains("a body over"),
+        "{:?}",
+        out.outcome
+    );
+    assert!(out.peak_kib < POOL_PEAK_KIB, "peak {} KiB", out.peak_kib);
+    eprintln!(
+        "a 16 MiB etcd answer read: peak RSS {} KiB, {:?} in {:?}: {:?}",
+        out.peak_kib, out.outcome, out.took, largest.requests().iter().map(|r| r.path.clone()).collect::<Vec<_>>()
+    );
+}
