@@ -421,11 +421,15 @@ fn a_token_file_is_sent_and_a_wrong_or_loose_one_refused() {
     net.extra = json!({});
     net.run("ADD", "c-t3", net.config().as_bytes())
         .assert_error(5);
-    // One others may read is refused before any call.
-    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // One its group may read is refused before any call.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap();
     net.extra = json!({"tokenFile": token});
     let loose = net.run("ADD", "c-t4", net.config().as_bytes());
-    says(&loose, 7, "others may read");
+    says(
+        &loose,
+        7,
+        "its group or other users may read or write it (mode 640)",
+    );
     assert_eq!(net.ports(&neutron).len(), 1);
 }
 

@@ -344,6 +344,13 @@ fn an_etcd_answer_of_60_mib_is_refused_and_the_largest_allowed_read_within_the_s
     assert!(out.peak_kib < POOL_PEAK_KIB, "peak {} KiB", out.peak_kib);
     eprintln!(
         "a 16 MiB etcd answer read: peak RSS {} KiB, {:?} in {:?}: {:?}",
-        out.peak_kib, out.outcome, out.took, largest.requests().iter().map(|r| r.path.clone()).collect::<Vec<_>>()
+        out.peak_kib,
+        out.outcome,
+        out.took,
+        largest
+            .requests()
+            .iter()
+            .map(|r| r.path.clone())
+            .collect::<Vec<_>>()
     );
 }

@@ -403,7 +403,7 @@ fn a_cluster_with_authentication_signs_in_again_when_its_tokens_expire_and_refus
         (
             as_user("ipam", &open, "node-a"),
             7,
-            "others may read or write it (mode 644)",
+            "its group or other users may read or write it (mode 644)",
         ),
     ] {
         let started = std::time::Instant::now();
