@@ -13,6 +13,10 @@ use std::path::Path;
 /// file that grows without end must not hold the plugin.
 pub const MAX: u64 = 64 * 1024;
 
+/// What a secret given as a symbolic link is told.
+const LINK: &str =
+    "it is a symbolic link: give the file it points to, which no other user can change";
+
 /// The secret in `file`; the error names the file and what is wrong.
 pub fn read(file: &Path) -> Result<String, String> {
     let said = |what: String| format!("{}: {what}", file.display());
@@ -41,34 +45,23 @@ pub fn read(file: &Path) -> Result<String, String> {
 }
 
 /// `file` opened, and checked as it was opened (not by its name again,
-/// which another process may have changed meanwhile).
+/// which another process may have changed meanwhile). What is not a
+/// regular file by its name is not even opened: opening a device may do
+/// something.
 fn open(file: &Path) -> Result<File, String> {
+    let named = std::fs::symlink_metadata(file).map_err(|e| e.to_string())?;
+    regular(named.file_type())?;
     let opened = OpenOptions::new()
         .read(true)
-        // A FIFO opens at once, and is refused below.
+        // Swapped for a link or a FIFO since: refused, not waited on.
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(file)
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => {
-                "it is a symbolic link: give the file it points to, which no other user can change"
-                    .to_owned()
-            }
+            Some(libc::ELOOP) => LINK.to_owned(),
             _ => e.to_string(),
         })?;
     let metadata = opened.metadata().map_err(|e| e.to_string())?;
-    let kind = metadata.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_dir() {
-            "a directory"
-        } else if kind.is_socket() {
-            "a socket"
-        } else {
-            "a device"
-        };
-        return Err(format!("it is {what}, not a regular file"));
-    }
+    regular(metadata.file_type())?;
     let user = crate::sys::euid();
     if metadata.uid() != user {
         return Err(format!(
@@ -89,6 +82,26 @@ fn open(file: &Path) -> Result<File, String> {
         ));
     }
     Ok(opened)
+}
+
+/// Refused unless a regular file, saying what it is.
+fn regular(kind: std::fs::FileType) -> Result<(), String> {
+    if kind.is_file() {
+        return Ok(());
+    }
+    if kind.is_symlink() {
+        return Err(LINK.to_owned());
+    }
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    };
+    Err(format!("it is {what}, not a regular file"))
 }
 
 #[cfg(test)]

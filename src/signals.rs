@@ -48,6 +48,10 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// The last one's signal number.
 static LAST: AtomicI32 = AtomicI32::new(0);
 
+/// How many of them the plugin has taken in hand: a wait on a peer ends
+/// at any request past these.
+static IN_HAND: AtomicUsize = AtomicUsize::new(0);
+
 /// The signalfd, once [`watch`] has made it; the error's OS code if it
 /// could not be made.
 static SIGNALS: OnceLock<Result<OwnedFd, i32>> = OnceLock::new();
@@ -132,6 +136,23 @@ pub fn counted() -> usize {
 pub fn received(count: usize) -> Option<i32> {
     drain();
     (COUNT.load(Ordering::SeqCst) >= count).then(|| LAST.load(Ordering::SeqCst))
+}
+
+/// The signal of a termination request the plugin has not taken in hand,
+/// if one has come: every wait on a peer (etcd, the controller, Keystone)
+/// ends at it, however many there are, until the plugin takes it in hand.
+pub fn pending() -> Option<i32> {
+    drain();
+    (COUNT.load(Ordering::SeqCst) > IN_HAND.load(Ordering::SeqCst))
+        .then(|| LAST.load(Ordering::SeqCst))
+}
+
+/// Takes the requests that have come in hand: the work that answers them
+/// (a keeper withdrawing its registration, an ADD giving back what it
+/// made) waits on its peers again, until another request comes.
+pub fn take_in_hand() {
+    drain();
+    IN_HAND.store(COUNT.load(Ordering::SeqCst), Ordering::SeqCst);
 }
 
 /// Counts the requests waiting in the signalfd.

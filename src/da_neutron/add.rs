@@ -62,6 +62,9 @@ pub fn add(env: &Environment, net: &NetConf, settings: &Settings) -> Result<Vec<
             // What this ADD made is given back, with time of its own (the
             // failure may have been the timeout); a port an earlier ADD
             // made stays for the DEL the runtime sends after a failure.
+            // Not stopped by a termination request that stopped the ADD:
+            // a second one stops it.
+            crate::signals::take_in_hand();
             let undo = controller.renewed();
             for id in made {
                 if let Err(failed) = undo.delete_port(&id) {

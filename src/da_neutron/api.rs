@@ -34,11 +34,16 @@ pub const ANSWERS: Limits = Limits {
     body: 4 << 20,
 };
 
-/// The most pages one listing reads, and the most ports it keeps: with
-/// [`ANSWERS`], a bound on what a listing holds at once, whatever the
-/// controller's links say.
-const MAX_PAGES: usize = 64;
-const MAX_PORTS: usize = 16_384;
+/// The most pages one listing reads, and the most ports it keeps and
+/// bytes of their text: with [`ANSWERS`] and the caps on each list of an
+/// answer, a bound on what a listing holds, whatever the controller's
+/// links say. A listing keeps only the ports its filters select, as a
+/// controller that ignores them (Mizar-MP's) lists every port it has;
+/// `show` keeps every node's, a cluster's worth: a thousand nodes of
+/// sixty attachments.
+const MAX_PAGES: usize = 1024;
+const MAX_PORTS: usize = 65_536;
+const MAX_KEPT_BYTES: usize = 32 << 20;
 
 /// How long to wait between two reads of a port whose addresses are not
 /// filled yet (a controller that fills them later, as Mizar-MP's does).
@@ -205,7 +210,9 @@ impl Controller {
                     reason: format!("none within the timeout of {:?}", self.timeout),
                 });
             }
-            std::thread::sleep(POLL_EVERY);
+            // Cut short by a termination request, which the next read
+            // then answers.
+            crate::signals::wait(POLL_EVERY);
             created = self
                 .port(&created.id)?
                 .ok_or_else(|| NeutronError::Missing {
@@ -231,21 +238,13 @@ impl Controller {
         };
         let call = "listing ports";
         let mut ports = Vec::new();
+        let mut kept = 0;
         let mut seen = HashSet::new();
         // Page by page where the controller pages (pagination_max_limit),
         // each within the one deadline: a port left off a listing is one
         // GC would never give back. A link already read is a loop, and
         // past the caps a controller that never ends.
         loop {
-            if seen.len() == MAX_PAGES || ports.len() > MAX_PORTS {
-                return Err(NeutronError::Unreachable {
-                    peer: self.peer(),
-                    call: call.into(),
-                    reason: format!(
-                        "more than {MAX_PAGES} pages or {MAX_PORTS} ports in one listing"
-                    ),
-                });
-            }
             seen.insert(path.clone());
             let answer = self.call("GET", &path, None, call)?;
             if answer.status != 200 {
@@ -253,11 +252,22 @@ impl Controller {
             }
             let page: wire::PortPage = self.read(call, &answer)?;
             let count = page.ports.len();
-            ports.extend(page.ports);
+            for port in page.ports.into_iter().filter(|p| selected(p, filters)) {
+                kept += port.size();
+                ports.push(port);
+            }
+            if ports.len() > MAX_PORTS || kept > MAX_KEPT_BYTES {
+                return Err(NeutronError::Unreachable {
+                    peer: self.peer(),
+                    call: call.into(),
+                    reason: format!(
+                        "more than {MAX_PORTS} ports or {MAX_KEPT_BYTES} bytes of them in one listing"
+                    ),
+                });
+            }
             let next = page
                 .ports_links
                 .into_iter()
-                .flatten()
                 .filter(|link| link.rel.as_deref() == Some("next"))
                 .find_map(|link| self.path_of(link.href.as_deref()?));
             match next {
@@ -268,6 +278,13 @@ impl Controller {
                         peer: self.peer(),
                         call: call.into(),
                         reason: format!("its next page {next:?} was read already: its links loop"),
+                    })
+                }
+                Some(_) if seen.len() == MAX_PAGES => {
+                    return Err(NeutronError::Unreachable {
+                        peer: self.peer(),
+                        call: call.into(),
+                        reason: format!("more than {MAX_PAGES} pages in one listing"),
                     })
                 }
                 Some(next) => path = next,
@@ -440,7 +457,12 @@ impl Controller {
                     tracing::debug!(method, path, status = answer.status, "controller answered");
                     return Ok(answer);
                 }
-                Err(e) if tries == 0 || Instant::now() >= self.deadline => {
+                // A termination request is not an idle connection's end.
+                Err(e)
+                    if tries == 0
+                        || Instant::now() >= self.deadline
+                        || interrupted(&e).is_some() =>
+                {
                     return Err(self.unreachable(call, &e))
                 }
                 Err(_) => {}
@@ -570,6 +592,21 @@ pub fn message_of(answer: &Answer) -> (String, String) {
     (kind, message)
 }
 
+/// Whether `port` is one that `filters` select, as the controller would:
+/// a key it cannot judge selects every port.
+fn selected(port: &Port, filters: &[(&str, &str)]) -> bool {
+    filters.iter().all(|(key, value)| match *key {
+        "device_id" => port.device_id == *value,
+        "device_owner" => port.device_owner == *value,
+        "description" => port.description == *value,
+        // Every tag of the comma-separated list.
+        "tags" => value
+            .split(',')
+            .all(|tag| port.tags.iter().any(|t| t == tag)),
+        _ => true,
+    })
+}
+
 /// The beginning of a body, as text, for a message.
 fn excerpt(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
@@ -594,6 +631,29 @@ fn encode(text: &str) -> String {
         }
     }
     encoded
+}
+
+impl Port {
+    /// About how many bytes it takes, its text and its addresses.
+    fn size(&self) -> usize {
+        let text = [
+            &self.id,
+            &self.name,
+            &self.network_id,
+            &self.device_id,
+            &self.device_owner,
+            &self.description,
+        ];
+        std::mem::size_of::<Port>()
+            + text.iter().map(|t| t.len()).sum::<usize>()
+            + self.tags.iter().map(|t| t.len() + 24).sum::<usize>()
+            + self
+                .fixed_ips
+                .iter()
+                .map(|(s, _)| s.len() + 48)
+                .sum::<usize>()
+            + self.created_at.as_ref().map_or(0, String::len)
+    }
 }
 
 impl Subnet {
@@ -624,6 +684,43 @@ mod tests {
     fn a_query_value_is_encoded() {
         assert_eq!(encode("cni-net=a b,c/d"), "cni-net%3Da%20b%2Cc%2Fd");
         assert_eq!(encode("binding:host_id"), "binding%3Ahost_id");
+    }
+
+    #[test]
+    fn a_listing_keeps_what_its_filters_select_as_the_controller_would() {
+        let port = Port {
+            id: "p".into(),
+            name: "n/default/eth0".into(),
+            network_id: "net".into(),
+            device_id: "c1".into(),
+            device_owner: "cni:ipam-da-neutron".into(),
+            description: "ipam-da-neutron cni-node=a cni-network=n".into(),
+            fixed_ips: vec![],
+            tags: vec!["cni-node=a".into(), "cni-network=n".into()],
+            created_at: None,
+        };
+        for (filters, kept) in [
+            (
+                vec![("device_id", "c1"), ("device_owner", "cni:ipam-da-neutron")],
+                true,
+            ),
+            (vec![("device_id", "c2")], false),
+            (vec![("device_owner", "compute:nova")], false),
+            (vec![("tags", "cni-node=a,cni-network=n")], true),
+            (vec![("tags", "cni-node=a,cni-network=m")], false),
+            (
+                vec![("description", "ipam-da-neutron cni-node=a cni-network=n")],
+                true,
+            ),
+            (
+                vec![("description", "ipam-da-neutron cni-node=b cni-network=n")],
+                false,
+            ),
+            (vec![("fields", "id")], true),
+        ] {
+            assert_eq!(selected(&port, &filters), kept, "{filters:?}");
+        }
+        assert!(port.size() > std::mem::size_of::<Port>() + 40);
     }
 
     #[test]

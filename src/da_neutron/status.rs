@@ -12,11 +12,15 @@ use super::settings::{Pool, Settings};
 
 /// Runs STATUS.
 pub fn status(settings: &Settings) -> Result<(), NeutronError> {
-    let not_available = |e: NeutronError| NeutronError::NotAvailable(e.to_string());
+    // A termination request that stopped it keeps its own code.
+    let not_available = |e: NeutronError| match e {
+        NeutronError::Interrupted(_) => e,
+        other => NeutronError::NotAvailable(other.to_string()),
+    };
     // Keystone out of reach is the controller out of reach; a mistake in
     // the settings keeps its code.
     let controller = Controller::open(settings).map_err(|e| match e {
-        NeutronError::Config(_) => e,
+        NeutronError::Config(_) | NeutronError::Interrupted(_) => e,
         other => not_available(other),
     })?;
     let mut networks: Vec<&str> = settings

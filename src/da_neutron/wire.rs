@@ -10,6 +10,15 @@ use serde::{Deserialize, Serialize};
 use super::api::{Free, Port, Subnet};
 use super::settings::is_id;
 use crate::addr::Addr;
+use crate::http::capped::at_most;
+
+/// The most ports one page may list.
+const PORTS: usize = 65_536;
+/// The most of each list inside a port or a subnet: a port has an
+/// address or two and its marks, a subnet a few pools and routes.
+const INNER: usize = 16;
+/// The most subnets one answer may list.
+const SUBNETS: usize = 4096;
 
 /// `{"port": {…}}`: one port, made or read.
 #[derive(Deserialize)]
@@ -21,9 +30,10 @@ pub struct OnePort {
 /// made a [`Port`] as it is read (no page of [`PortWire`]s beside them).
 #[derive(Deserialize)]
 pub struct PortPage {
+    #[serde(deserialize_with = "at_most::<_, _, PORTS>")]
     pub ports: Vec<Port>,
-    #[serde(default)]
-    pub ports_links: Option<Vec<Link>>,
+    #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
+    pub ports_links: Vec<Link>,
 }
 
 /// A link of a paged listing (`rel` "next" or "previous").
@@ -44,8 +54,10 @@ pub struct PortWire {
     device_id: Option<String>,
     device_owner: Option<String>,
     description: Option<String>,
-    fixed_ips: Option<Vec<FixedIp>>,
-    tags: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
+    fixed_ips: Vec<FixedIp>,
+    #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
+    tags: Vec<String>,
     created_at: Option<String>,
 }
 
@@ -68,9 +80,20 @@ impl TryFrom<PortWire> for Port {
                 wire.id
             ));
         }
+        // A subnet's ID is sent back in `/subnets/ID`, as a port's is.
+        if let Some(bad) = wire
+            .fixed_ips
+            .iter()
+            .filter_map(|ip| ip.subnet_id.as_deref())
+            .find(|id| !is_id(id))
+        {
+            return Err(format!(
+                "port {} with a subnet ID {bad:?} that is not one (letters, digits, '-', '_', '.'): refused",
+                wire.id
+            ));
+        }
         let fixed_ips = wire
             .fixed_ips
-            .unwrap_or_default()
             .into_iter()
             .filter_map(|ip| {
                 let address = ip.ip_address?.parse().ok()?;
@@ -85,7 +108,7 @@ impl TryFrom<PortWire> for Port {
             device_owner: wire.device_owner.unwrap_or_default(),
             description: wire.description.unwrap_or_default(),
             fixed_ips,
-            tags: wire.tags.unwrap_or_default(),
+            tags: wire.tags,
             created_at: wire.created_at,
         })
     }
@@ -100,6 +123,7 @@ pub struct OneSubnet {
 /// `{"subnets": […]}`.
 #[derive(Deserialize)]
 pub struct SubnetList {
+    #[serde(deserialize_with = "at_most::<_, _, SUBNETS>")]
     pub subnets: Vec<SubnetWire>,
 }
 
@@ -111,21 +135,26 @@ pub struct SubnetWire {
     network_id: Option<String>,
     cidr: Option<String>,
     gateway_ip: Option<String>,
-    allocation_pools: Option<Vec<AllocationPool>>,
-    host_routes: Option<Vec<HostRoute>>,
-    dns_nameservers: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
+    allocation_pools: Vec<AllocationPool>,
+    #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
+    host_routes: Vec<HostRoute>,
+    #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
+    dns_nameservers: Vec<String>,
 }
 
+/// A range of a subnet's; one that lacks an end is passed over.
 #[derive(Deserialize, Serialize)]
 struct AllocationPool {
-    start: String,
-    end: String,
+    start: Option<String>,
+    end: Option<String>,
 }
 
+/// A route of a subnet's; one that lacks a part is passed over.
 #[derive(Deserialize, Serialize)]
 struct HostRoute {
-    destination: String,
-    nexthop: String,
+    destination: Option<String>,
+    nexthop: Option<String>,
 }
 
 impl SubnetWire {
@@ -141,16 +170,14 @@ impl SubnetWire {
             allocation_pools: self
                 .allocation_pools
                 .iter()
-                .flatten()
-                .filter_map(|p| Some((address(&p.start)?, address(&p.end)?)))
+                .filter_map(|p| Some((address(p.start.as_deref()?)?, address(p.end.as_deref()?)?)))
                 .collect(),
             host_routes: self
                 .host_routes
                 .iter()
-                .flatten()
-                .map(|r| (r.destination.clone(), r.nexthop.clone()))
+                .filter_map(|r| Some((r.destination.clone()?, r.nexthop.clone()?)))
                 .collect(),
-            dns_nameservers: self.dns_nameservers.clone().unwrap_or_default(),
+            dns_nameservers: self.dns_nameservers.clone(),
         })
     }
 }
@@ -163,7 +190,8 @@ pub struct Availability {
 
 #[derive(Deserialize)]
 struct AvailabilityOf {
-    subnet_ip_availability: Option<Vec<SubnetAvailability>>,
+    #[serde(default, deserialize_with = "at_most::<_, _, SUBNETS>")]
+    subnet_ip_availability: Vec<SubnetAvailability>,
 }
 
 #[derive(Deserialize)]
@@ -198,7 +226,6 @@ impl Availability {
     pub fn free(self) -> Vec<Free> {
         let subnets = self.network_ip_availability.subnet_ip_availability;
         subnets
-            .unwrap_or_default()
             .into_iter()
             .map(|s| Free {
                 subnet_id: s.subnet_id.unwrap_or_default(),
@@ -276,6 +303,13 @@ mod tests {
         assert_eq!(port.name, "");
         assert_eq!(port.fixed_ips.len(), 1);
         assert_eq!(port.tags, ["a"]);
+        let text = serde_json::json!({"port": {"id": "p", "fixed_ips": [
+            {"subnet_id": "../networks/n", "ip_address": "10.0.0.5"},
+        ]}});
+        let e = serde_json::from_str::<OnePort>(&text.to_string())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("subnet ID \"../networks/n\""), "{e}");
         for bad in ["p\r\nX-Injected: 1", "../ports", "", "p 1"] {
             let text = serde_json::json!({"port": {"id": bad}}).to_string();
             let e = serde_json::from_str::<OnePort>(&text).err().unwrap();

@@ -8,12 +8,17 @@ use super::search;
 use super::settings::{invalid, Settings};
 use super::sticky::ended_holds;
 use super::store::Store;
+use crate::cni::{code, Reportable};
 use crate::pools::Pool;
 
 /// STATUS: the store answers, and every pool the configuration defines or
-/// names as a default has a free address; else why not, as code 50.
+/// names as a default has a free address; else why not, as code 50. A
+/// termination request that stopped it keeps its own code.
 pub(super) fn status(store: &dyn Store, settings: &Settings) -> Result<(), PoolError> {
-    ready(store, settings).map_err(|e| PoolError::NotAvailable(e.to_string()))
+    ready(store, settings).map_err(|e| match e.code() {
+        code::INTERRUPTED => e,
+        _ => PoolError::NotAvailable(e.to_string()),
+    })
 }
 
 fn ready(store: &dyn Store, settings: &Settings) -> Result<(), PoolError> {

@@ -117,6 +117,10 @@ const MIN_TRY: Duration = Duration::from_millis(500);
 /// How many keys one read of [`EtcdClient::with_prefix`] asks for.
 const PREFIX_PAGE: usize = 4096;
 
+/// The most pages [`EtcdClient::with_prefix`] reads: 4 million keys, 30
+/// times a 90 %-full /16.
+const PREFIX_PAGES: usize = 1024;
+
 /// How long a call waits before it tries every endpoint again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
@@ -278,18 +282,33 @@ impl EtcdClient {
         let end = prefix_end(prefix);
         let mut found = Vec::new();
         let mut from = prefix.to_vec();
-        loop {
+        for _ in 0..PREFIX_PAGES {
             let page = self.range(&from, &end, PREFIX_PAGE, false)?;
             let more = page.len() == PREFIX_PAGE;
             if let Some(last) = page.last() {
-                from = last.key.clone();
-                from.push(0);
+                let mut next = last.key.clone();
+                next.push(0);
+                // A member that answers the same page again, or an earlier
+                // one, would be read for ever.
+                if next <= from {
+                    return Err(EtcdError::Refused {
+                        status: 200,
+                        message: "a page of keys that does not move past the last one read".into(),
+                    });
+                }
+                from = next;
             }
             found.extend(page);
             if !more {
                 return Ok(found);
             }
         }
+        Err(EtcdError::Refused {
+            status: 200,
+            message: format!(
+                "more than {PREFIX_PAGES} pages of {PREFIX_PAGE} keys under one prefix"
+            ),
+        })
     }
 
     /// Runs `ops` if every one of `compares` holds, all or nothing:
@@ -377,7 +396,7 @@ impl EtcdClient {
                 .alarms
                 .into_iter()
                 .map(|alarm| {
-                    let member = alarm.member.as_deref().unwrap_or("?");
+                    let member = alarm.member.map_or("?".into(), |m| m.to_string());
                     let kind = alarm.alarm.as_deref().unwrap_or("?");
                     format!("{kind} (member {member})")
                 })
@@ -494,8 +513,10 @@ impl EtcdClient {
             .map(|(index, _)| *index)
             .or(self.answered.get())
             .unwrap_or(std::process::id() as usize % count);
+        // What the tries said, kept across rounds.
+        let mut last_error = String::from("no endpoint tried");
+        let mut tried = false;
         loop {
-            let mut last_error = String::from("no endpoint tried");
             // What waiting will not mend: TLS, or the scheme, refused.
             let mut settled = Vec::new();
             for index in (0..count).map(|i| (first + i) % count) {
@@ -506,7 +527,15 @@ impl EtcdClient {
                 let share = (self.settings.timeout / 4).max(MIN_TRY);
                 let try_deadline = deadline.min(Instant::now() + share);
                 match self.call_one(index, path, token, body, try_deadline) {
-                    Err(EtcdError::Unavailable { reason, .. }) => last_error = reason,
+                    // Running out of time says less than what came before
+                    // it (an answer over its limit, a refusal).
+                    Err(EtcdError::Unavailable { reason, .. })
+                        if !(reason.ends_with("out of time") && tried) =>
+                    {
+                        last_error = reason;
+                        tried = true;
+                    }
+                    Err(EtcdError::Unavailable { .. }) => {}
                     // Perhaps this member's certificate only: the next.
                     Err(tls @ (EtcdError::Tls { .. } | EtcdError::Scheme { .. })) => {
                         settled.push(tls)
@@ -525,7 +554,9 @@ impl EtcdClient {
             if pause < RETRY_PAUSE {
                 return Err(self.unavailable(last_error));
             }
-            std::thread::sleep(pause);
+            // A termination request cuts the pause short; the next try's
+            // connection then says so.
+            crate::signals::wait(pause);
             first = (first + 1) % count;
         }
     }
@@ -632,11 +663,7 @@ impl EtcdClient {
                 )))
             }
         };
-        let message = failure
-            .message
-            .or(failure.error)
-            .unwrap_or_else(|| "no message".into());
-        let code = failure.code.unwrap_or(0);
+        let (message, code) = failure.said();
         // Not worth another member: the quota is the cluster's.
         if message.contains("database space exceeded") {
             return Err(EtcdError::NoSpace { message });
@@ -836,6 +863,33 @@ mod tests {
                 "POST /v3/kv/range HTTP/1.1 Authorization: new2",
             ]
         );
+    }
+
+    #[test]
+    fn pages_under_a_prefix_that_do_not_move_on_are_refused() {
+        // Every page the same: a full page of one key.
+        let kv = format!(
+            r#"{{"key":"{}","value":"","mod_revision":"2"}}"#,
+            encode(b"/p/k")
+        );
+        let body = format!(r#"{{"kvs":[{}]}}"#, vec![kv; PREFIX_PAGE].join(","));
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let seen = std::sync::Arc::default();
+        let port = answering_in_turn(
+            vec![Box::leak(answer.into_bytes().into_boxed_slice())],
+            seen,
+        );
+        let settings =
+            EtcdSettings::parse(&json!({"endpoints": [format!("127.0.0.1:{port}")], "timeout": 5}))
+                .unwrap();
+        let error = EtcdClient::new(settings)
+            .unwrap()
+            .with_prefix(b"/p/")
+            .unwrap_err();
+        assert!(error.to_string().contains("does not move past"), "{error}");
     }
 
     #[test]

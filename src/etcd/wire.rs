@@ -7,6 +7,13 @@ use serde::Deserialize;
 
 use super::base64::decode;
 use super::Kv;
+use crate::http::capped::at_most;
+
+/// The most keys one answer may hold: every range asks for a page of at
+/// most 4,096, or for one key.
+const KEYS: usize = 8192;
+/// The most of any other list: a transaction's requests, the alarms.
+const OTHERS: usize = 1024;
 
 /// An int64 as protobuf's JSON writes it: a string of digits (or, from
 /// some encoders, a number).
@@ -30,7 +37,7 @@ impl Int64 {
 /// A range's answer.
 #[derive(Deserialize)]
 pub struct Range {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "at_most::<_, _, KEYS>")]
     kvs: Vec<KvWire>,
 }
 
@@ -68,7 +75,7 @@ impl Range {
 pub struct Txn {
     #[serde(default)]
     pub succeeded: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "at_most::<_, _, OTHERS>")]
     responses: Vec<TxnResponse>,
 }
 
@@ -121,7 +128,7 @@ pub struct Status {
 /// The cluster's alarms.
 #[derive(Deserialize)]
 pub struct Alarms {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "at_most::<_, _, OTHERS>")]
     pub alarms: Vec<Alarm>,
 }
 
@@ -129,8 +136,26 @@ pub struct Alarms {
 #[derive(Deserialize)]
 pub struct Alarm {
     #[serde(rename = "memberID")]
-    pub member: Option<String>,
+    pub member: Option<Word>,
     pub alarm: Option<String>,
+}
+
+/// A uint64 or a name, as text: the gateway writes a member's ID as a
+/// string of digits, some encoders as a number.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Word {
+    Text(String),
+    Number(u64),
+}
+
+impl std::fmt::Display for Word {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Word::Text(text) => f.write_str(text),
+            Word::Number(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 /// A sign-in's answer.
@@ -140,12 +165,39 @@ pub struct SignedIn {
     pub token: String,
 }
 
-/// A failure's body: grpc-gateway's `{"error"|"message", "code"}`.
+/// A failure's body: grpc-gateway's `{"error"|"message", "code"}`, or a
+/// stream's `{"error": {"message", "grpc_code"}}`.
 #[derive(Deserialize)]
 pub struct Failure {
-    pub message: Option<String>,
-    pub error: Option<String>,
-    pub code: Option<u64>,
+    message: Option<String>,
+    error: Option<Said>,
+    code: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Said {
+    Text(String),
+    Object {
+        message: Option<String>,
+        grpc_code: Option<u64>,
+    },
+}
+
+impl Failure {
+    /// Its message ("no message" if none) and its gRPC code (0 if none).
+    pub fn said(self) -> (String, u64) {
+        let (inner, inner_code) = match self.error {
+            Some(Said::Text(text)) => (Some(text), None),
+            Some(Said::Object { message, grpc_code }) => (message, grpc_code),
+            None => (None, None),
+        };
+        let message = self
+            .message
+            .or(inner)
+            .unwrap_or_else(|| "no message".into());
+        (message, self.code.or(inner_code).unwrap_or(0))
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! chunked, on a connection that may be kept alive; every line, header
 //! count and body bounded.
 
+pub mod capped;
 pub mod client;
 pub mod socket;
 pub mod tls;

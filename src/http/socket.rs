@@ -3,7 +3,9 @@
 //! rustls, so that the TLS handshake and each of the many socket reads a
 //! TLS record may take are bounded as plain TCP's are: a peer that
 //! accepts and never speaks, or trickles its answer a byte at a time,
-//! cannot hold a call past its deadline.
+//! cannot hold a call past its deadline. A termination request the
+//! plugin has not taken in hand ([`signals::pending`]) ends every wait,
+//! the ones after it too, until the plugin takes it in hand.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,21 +20,14 @@ use crate::sys::{self, pollfd};
 pub struct Socket {
     tcp: TcpStream,
     deadline: Instant,
-    /// How many termination requests had come when the deadline was
-    /// set: only a later one stops a wait (a keeper that stops on one
-    /// still unregisters its node after it).
-    requests: usize,
 }
 
 impl Socket {
     /// Connects to `address` before `deadline`.
     pub fn connect(address: &SocketAddr, deadline: Instant) -> io::Result<Socket> {
+        stopped("connecting to a peer")?;
         let tcp = sys::connect_started(address)?;
-        let socket = Socket {
-            tcp,
-            deadline,
-            requests: signals::counted(),
-        };
+        let socket = Socket { tcp, deadline };
         // Writable once connected, or once the connection failed.
         socket.wait(libc::POLLOUT)?;
         if let Some(failed) = socket.tcp.take_error()? {
@@ -45,7 +40,6 @@ impl Socket {
     /// Bounds what follows by `deadline`, the next request's.
     pub fn set_deadline(&mut self, deadline: Instant) {
         self.deadline = deadline;
-        self.requests = signals::counted();
     }
 
     /// Waits until the socket is ready for `events` (or has failed), the
@@ -53,18 +47,13 @@ impl Socket {
     /// error holding [`Interrupted`]).
     fn wait(&self, events: libc::c_short) -> io::Result<()> {
         loop {
+            stopped("waiting for a peer (etcd, the controller, Keystone)")?;
             let left = remaining(self.deadline)?;
             let mut fds = [
                 pollfd(Some(self.tcp.as_raw_fd()), events),
                 pollfd(signals::fd().map(|fd| fd.as_raw_fd()), libc::POLLIN),
             ];
             sys::poll(&mut fds, Some(left))?;
-            if let Some(signal) = signals::received(self.requests + 1) {
-                return Err(io::Error::other(Interrupted {
-                    signal,
-                    during: "waiting for a peer (etcd, the controller, Keystone)",
-                }));
-            }
             if fds[0].revents != 0 {
                 return Ok(());
             }
@@ -104,6 +93,15 @@ impl Socket {
                 done => return done,
             }
         }
+    }
+}
+
+/// An error holding [`Interrupted`] if a termination request is pending,
+/// said to have come while `during`.
+pub fn stopped(during: &'static str) -> io::Result<()> {
+    match signals::pending() {
+        Some(signal) => Err(io::Error::other(Interrupted { signal, during })),
+        None => Ok(()),
     }
 }
 
@@ -148,7 +146,7 @@ mod tests {
             .unwrap();
         let address = listener.local_addr().unwrap();
         let started = Instant::now();
-        let mut socket = Socket::connect(&address, started + Duration::from_millis(300)).unwrap();
+        let mut socket = Socket::connect(&address, started + Duration::from_secs(1)).unwrap();
         let (mut peer, _) = listener.accept().unwrap();
         socket.write_all(b"ping").unwrap();
         let mut got = [0; 4];
@@ -159,7 +157,7 @@ mod tests {
         // Nothing more comes: the read ends at the deadline.
         let e = socket.read(&mut got).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
-        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(started.elapsed() < Duration::from_secs(4));
         // A new deadline, a new wait.
         socket.set_deadline(Instant::now() + Duration::from_secs(5));
         peer.write_all(b"more").unwrap();

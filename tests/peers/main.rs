@@ -189,8 +189,13 @@ pub fn finish(mut child: Child, started: Instant) -> Run {
 /// Asserts that `run` failed with `code` within the timeout and a second,
 /// and returns its message.
 pub fn failed_in_time(run: &Run, code: u64, what: &str) -> String {
+    failed_within(run, code, what, TIMEOUT)
+}
+
+/// As [`failed_in_time`], for a configuration's `timeout` of its own.
+pub fn failed_within(run: &Run, code: u64, what: &str, timeout: u64) -> String {
     let error = run.outcome.assert_error(code);
-    let bound = Duration::from_secs(TIMEOUT + 1);
+    let bound = Duration::from_secs(timeout + 1);
     assert!(
         run.took < bound,
         "{what}: took {:?}, over {bound:?}: {error}",

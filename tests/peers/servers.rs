@@ -5,8 +5,9 @@
 //! answer a byte at a time, and a plain HTTP server whose answers a test
 //! writes, each request it read kept for the test to look at.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,21 +17,41 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use crate::common::etcd::Certificates;
 
-/// A port whose kernel accepts connections (into its backlog) and whose
-/// process never reads or answers one.
+/// A server that accepts connections and reads what comes, never
+/// answering: to its clients, a wedged process behind a live kernel.
 pub struct Silent {
-    listener: TcpListener,
+    port: u16,
+    received: Arc<AtomicUsize>,
 }
 
 impl Silent {
     pub fn start() -> Silent {
-        Silent {
-            listener: TcpListener::bind("127.0.0.1:0").unwrap(),
-        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let received = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&received);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let counted = Arc::clone(&counted);
+                std::thread::spawn(move || {
+                    let mut buffer = [0; 4096];
+                    while let Ok(read @ 1..) = stream.read(&mut buffer) {
+                        counted.fetch_add(read, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        Silent { port, received }
     }
 
     pub fn port(&self) -> u16 {
-        self.listener.local_addr().unwrap().port()
+        self.port
+    }
+
+    /// How many bytes its clients have sent: a TLS client's hello, say.
+    pub fn received(&self) -> usize {
+        self.received.load(Ordering::SeqCst)
     }
 }
 

@@ -97,8 +97,13 @@ pub fn keep(
                 RETRY
             }
         };
-        signals::wait(pause);
+        // A request that came during a call was read by it: not waited for.
+        if signals::received(1).is_none() {
+            signals::wait(pause);
+        }
     }
+    // Withdrawing answers the request: its calls are not stopped by it.
+    signals::take_in_hand();
     let mut said = "no registration of its own to withdraw";
     if let Some(id) = lease {
         // Withdrawn only if it is this keeper's: another's stays.
