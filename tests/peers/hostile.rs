@@ -9,11 +9,19 @@ use serde_json::json;
 
 use crate::common::{is_root, temp_dir, PORT_ALLOCATOR};
 use crate::servers::{json_answer, Scripted};
-use crate::{config, env, neutron_ipam, run, secret_file};
+use crate::{config, env, neutron_ipam, plain_pool_ipam, run, secret_file};
 
 /// The most a run of ipam-da-neutron may take however large its peer's
 /// answer: docs/performance.md gives the figure this bounds.
 const PEAK_KIB: u64 = 80 * 1024;
+
+/// A DEL of container c1 by ipam-da-neutron at `controller`, its data in
+/// `data`.
+fn del_at(controller: &Scripted, data: &crate::common::TempDir) -> crate::Run {
+    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
+    let ipam = neutron_ipam(&url, data.path(), json!({}));
+    run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"))
+}
 
 #[test]
 fn an_answer_of_60_mib_is_refused_within_the_stated_memory() {
@@ -36,9 +44,7 @@ fn an_answer_of_60_mib_is_refused_within_the_stated_memory() {
         }
         let _ = write!(out, "1\r\n]\r\n0\r\n\r\n");
     });
-    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
-    let ipam = neutron_ipam(&url, data.path(), json!({}));
-    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    let out = del_at(&controller, &data);
     let error = out.outcome.assert_error(11);
     assert!(
         error["msg"]
@@ -86,16 +92,7 @@ fn paging_controller(ours: bool, described: usize) -> Scripted {
         body.pop();
         body.push_str("], \"ports_links\": [");
         if page < 14 {
-            let here = request
-                .head
-                .split("Host: ")
-                .nth(1)
-                .unwrap_or("")
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_owned();
+            let here = request.host();
             body.push_str(&format!(
                 r#"{{"rel": "next", "href": "http://{here}/v2.0/ports?device_owner=x&marker={}"}}"#,
                 page + 1
@@ -174,16 +171,7 @@ fn the_largest_listings_allowed_are_read_within_the_stated_memory() {
 fn pages_whose_next_links_alternate_are_refused() {
     let data = temp_dir("peers-pages");
     let controller = Scripted::start(move |request, out| {
-        let here = request
-            .head
-            .split("Host: ")
-            .nth(1)
-            .unwrap_or("")
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned();
+        let here = request.host();
         let next = if request.path.contains("marker=b") {
             "a"
         } else {
@@ -195,9 +183,7 @@ fn pages_whose_next_links_alternate_are_refused() {
         });
         json_answer(out, "200 OK", &body.to_string());
     });
-    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
-    let ipam = neutron_ipam(&url, data.path(), json!({}));
-    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    let out = del_at(&controller, &data);
     let error = out.outcome.assert_error(11);
     assert!(
         error["msg"].as_str().unwrap().contains("its links loop"),
@@ -236,9 +222,7 @@ fn a_port_id_or_a_keystone_token_that_would_split_a_request_is_refused() {
             json_answer(out, "200 OK", &body.to_string());
         }
     });
-    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
-    let ipam = neutron_ipam(&url, data.path(), json!({}));
-    let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
+    let out = del_at(&controller, &data);
     let error = out.outcome.assert_error(11);
     assert!(
         error["msg"]
@@ -253,6 +237,7 @@ fn a_port_id_or_a_keystone_token_that_would_split_a_request_is_refused() {
         "applicationCredentialId": "cred-1",
         "secretFile": secret,
     }});
+    let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
     let ipam = neutron_ipam(&url, data.path(), auth);
     let out = run(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
     let error = out.outcome.assert_error(11);
@@ -376,15 +361,9 @@ fn etcd_answering(size: usize) -> Scripted {
 #[test]
 fn an_etcd_answer_of_60_mib_is_refused_and_the_largest_allowed_read_within_the_stated_memory() {
     let ipam = |port: u16| {
-        json!({
-            "type": "ipam-da-pool",
-            "pool": {
-                "node": "node-a",
-                "pools": {"shared": [{"subnet": "10.252.0.0/26"}]},
-                "default": "shared",
-                "etcd": {"endpoints": [format!("http://127.0.0.1:{port}")], "prefix": "/peers", "timeout": 10},
-            },
-        })
+        let mut ipam = plain_pool_ipam(&[format!("http://127.0.0.1:{port}")]);
+        ipam["pool"]["etcd"]["timeout"] = json!(10);
+        ipam
     };
     let huge = etcd_answering(60 << 20);
     let out = run(

@@ -80,18 +80,21 @@ pub fn config(ipam: Value, command: &str) -> Vec<u8> {
 /// of `certificates` (with its client certificate) for https ones.
 pub fn pool_ipam(endpoints: &[String], certificates: &Certificates) -> Value {
     let file = |name: &str| certificates.file(name).display().to_string();
+    let mut ipam = plain_pool_ipam(endpoints);
+    ipam["pool"]["etcd"]["tls"] =
+        json!({"ca": file("ca.pem"), "cert": file("client.pem"), "key": file("client.key")});
+    ipam
+}
+
+/// `ipam` of ipam-da-pool on plain-HTTP etcd endpoints `endpoints`.
+pub fn plain_pool_ipam(endpoints: &[String]) -> Value {
     json!({
         "type": "ipam-da-pool",
         "pool": {
             "node": "node-a",
             "pools": {"shared": [{"subnet": "10.252.0.0/26"}]},
             "default": "shared",
-            "etcd": {
-                "endpoints": endpoints,
-                "prefix": "/peers",
-                "timeout": TIMEOUT,
-                "tls": {"ca": file("ca.pem"), "cert": file("client.pem"), "key": file("client.key")},
-            },
+            "etcd": {"endpoints": endpoints, "prefix": "/peers", "timeout": TIMEOUT},
         },
     })
 }

@@ -64,6 +64,14 @@ pub struct Request {
     pub head: String,
 }
 
+impl Request {
+    /// Its Host header's value: where a link back to the server points.
+    pub fn host(&self) -> &str {
+        let after = self.head.split("Host: ").nth(1).unwrap_or("");
+        after.lines().next().unwrap_or("").trim()
+    }
+}
+
 /// What a scripted server answers a request with: it writes the whole
 /// answer, status line first, on the connection.
 pub type Script = dyn Fn(&Request, &mut dyn Write) + Send + Sync;
