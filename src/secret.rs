@@ -46,8 +46,8 @@ pub fn read(file: &Path) -> Result<String, String> {
 
 /// `file` opened, and checked as it was opened (not by its name again,
 /// which another process may have changed meanwhile). What is not a
-/// regular file by its name is not even opened: opening a device may do
-/// something.
+/// regular file by its name is refused before it is opened, since opening
+/// a device may do something; one swapped in between is refused after.
 fn open(file: &Path) -> Result<File, String> {
     let named = std::fs::symlink_metadata(file).map_err(|e| e.to_string())?;
     regular(named.file_type())?;
@@ -62,6 +62,9 @@ fn open(file: &Path) -> Result<File, String> {
         })?;
     let metadata = opened.metadata().map_err(|e| e.to_string())?;
     regular(metadata.file_type())?;
+    if (metadata.dev(), metadata.ino()) != (named.dev(), named.ino()) {
+        return Err("it was replaced while it was opened".into());
+    }
     let user = crate::sys::euid();
     if metadata.uid() != user {
         return Err(format!(

@@ -147,12 +147,16 @@ pub fn pending() -> Option<i32> {
         .then(|| LAST.load(Ordering::SeqCst))
 }
 
-/// Takes the requests that have come in hand: the work that answers them
-/// (a keeper withdrawing its registration, an ADD giving back what it
-/// made) waits on its peers again, until another request comes.
+/// Takes the first request not in hand yet, if one has come, in hand:
+/// the work that answers it (a keeper withdrawing its registration, an
+/// ADD giving back what it made) waits on its peers again, until another
+/// request comes (a second one already come stops it at once).
 pub fn take_in_hand() {
     drain();
-    IN_HAND.store(COUNT.load(Ordering::SeqCst), Ordering::SeqCst);
+    let come = COUNT.load(Ordering::SeqCst);
+    let _ = IN_HAND.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
+        Some((taken + 1).min(come))
+    });
 }
 
 /// Counts the requests waiting in the signalfd.

@@ -471,7 +471,9 @@ fn parse_pools(value: &Value) -> Result<BTreeMap<String, Pool>, NeutronError> {
 /// are UUIDs, other controllers' may be other names, but none of them has
 /// a character a path or a query would have to escape.
 pub fn is_id(text: &str) -> bool {
+    // `.` and `..` would name a path's own directory or its parent.
     !text.is_empty()
+        && !text.chars().all(|c| c == '.')
         && text.len() <= 255
         && text
             .chars()

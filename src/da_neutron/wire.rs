@@ -14,9 +14,9 @@ use crate::http::capped::at_most;
 
 /// The most ports one page may list.
 const PORTS: usize = 65_536;
-/// The most of each list inside a port or a subnet: a port has an
-/// address or two and its marks, a subnet a few pools and routes.
-const INNER: usize = 16;
+/// The most of each list inside a port or a subnet: Neutron allows 50
+/// tags, and 20 host routes by default; a port has an address or two.
+const INNER: usize = 256;
 /// The most subnets one answer may list.
 const SUBNETS: usize = 4096;
 
@@ -84,11 +84,11 @@ impl TryFrom<PortWire> for Port {
         if let Some(bad) = wire
             .fixed_ips
             .iter()
-            .filter_map(|ip| ip.subnet_id.as_deref())
+            .map(|ip| ip.subnet_id.as_deref().unwrap_or_default())
             .find(|id| !is_id(id))
         {
             return Err(format!(
-                "port {} with a subnet ID {bad:?} that is not one (letters, digits, '-', '_', '.'): refused",
+                "port {} with an address whose subnet ID {bad:?} is not one (letters, digits, '-', '_', '.'): refused",
                 wire.id
             ));
         }
@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn a_port_is_read_with_what_it_lacks_empty_and_a_bad_id_refused() {
         let one: OnePort = serde_json::from_str(
-            r#"{"port": {"id": "p-1", "name": null, "fixed_ips": [{"subnet_id": "s", "ip_address": "10.0.0.5"}, {"ip_address": "garbage"}], "tags": ["a"], "extra": {"deep": [1, 2, 3]}}}"#,
+            r#"{"port": {"id": "p-1", "name": null, "fixed_ips": [{"subnet_id": "s", "ip_address": "10.0.0.5"}, {"subnet_id": "s", "ip_address": "garbage"}], "tags": ["a"], "extra": {"deep": [1, 2, 3]}}}"#,
         )
         .unwrap();
         let port = one.port;
@@ -310,7 +310,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("subnet ID \"../networks/n\""), "{e}");
-        for bad in ["p\r\nX-Injected: 1", "../ports", "", "p 1"] {
+        for bad in ["p\r\nX-Injected: 1", "../ports", "", "p 1", "..", "."] {
             let text = serde_json::json!({"port": {"id": bad}}).to_string();
             let e = serde_json::from_str::<OnePort>(&text).err().unwrap();
             assert!(e.to_string().contains(&format!("port ID {bad:?}")), "{e}");

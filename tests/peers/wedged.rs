@@ -181,13 +181,7 @@ fn sigterm_while_a_kept_connection_waits_is_not_taken_for_the_connections_end() 
     ipam["neutron"]["timeout"] = json!(60);
     let started = Instant::now();
     let child = start(PORT_ALLOCATOR, &env("DEL", "c1"), &config(ipam, "DEL"));
-    while !controller.requests().iter().any(|r| r.method == "DELETE") {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no DELETE sent"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until_sent(&controller, "DELETE", started);
     let out = terminated_within_a_second(child, started);
     out.outcome.assert_error(105);
     // Not sent again on a new connection, as an idle one's end would be.
@@ -197,6 +191,84 @@ fn sigterm_while_a_kept_connection_waits_is_not_taken_for_the_connections_end() 
         .filter(|r| r.method == "DELETE")
         .count();
     assert_eq!(deletes, 1);
+}
+
+/// A controller that makes the port an ADD asks for, without addresses,
+/// and never answers a read of it again; that deletes it when asked if
+/// `deletes`, else never answers that either.
+fn controller_that_stalls_after_the_post(deletes: bool) -> Scripted {
+    Scripted::start(move |request, out| match request.method.as_str() {
+        "POST" => {
+            let port = json!({"port": {
+                "id": "p-1", "device_id": "c1", "device_owner": "cni:ipam-da-neutron",
+                "network_id": "net-1", "name": "peers/default/eth0", "fixed_ips": [],
+                "tags": ["cni-node=node-a", "cni-network=peers"],
+            }});
+            json_answer(out, "201 Created", &port.to_string());
+        }
+        "DELETE" if deletes => {
+            let _ = write!(out, "HTTP/1.1 204 No Content\r\n\r\n");
+        }
+        "GET" if request.path.contains("/ports?") => json_answer(out, "200 OK", r#"{"ports": []}"#),
+        _ => std::thread::sleep(Duration::from_secs(120)),
+    })
+}
+
+/// Waits until `controller` has been sent a `method` request.
+fn until_sent(controller: &Scripted, method: &str, started: Instant) {
+    while !controller.requests().iter().any(|r| r.method == method) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no {method} sent"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_add_stopped_by_sigterm_gives_back_its_port_unless_a_second_one_comes() {
+    let data = temp_dir("peers-sigterm-undo");
+    for second in [false, true] {
+        let controller = controller_that_stalls_after_the_post(!second);
+        let url = format!("http://127.0.0.1:{}/v2.0", controller.port());
+        let mut ipam = neutron_ipam(&url, data.path(), json!({}));
+        ipam["neutron"]["timeout"] = json!(60);
+        let started = Instant::now();
+        let child = start(PORT_ALLOCATOR, &env("ADD", "c1"), &config(ipam, "ADD"));
+        // The port made, its addresses awaited.
+        while controller
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET")
+            .count()
+            < 2
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{:?}",
+                controller.requests()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid = child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        if !second {
+            // The first request stops the ADD, not its giving back.
+            let out = finish(child, started);
+            out.outcome.assert_error(105);
+            assert!(controller
+                .requests()
+                .iter()
+                .any(|r| r.method == "DELETE" && r.path.ends_with("/ports/p-1")));
+            continue;
+        }
+        // A second one, during the giving back, stops that too.
+        until_sent(&controller, "DELETE", started);
+        let out = terminated_within_a_second(child, started);
+        out.outcome.assert_error(105);
+    }
 }
 
 /// Sends `child`, started at `started`, SIGTERM, and asserts that it

@@ -483,9 +483,18 @@ impl Store for EtcdStore {
         loop {
             let page = self.client.range(&read_from, &end, PAGE, true)?;
             if let Some(last) = page.last() {
-                // The next page starts after this one, whatever its keys.
-                read_from = last.key.clone();
-                read_from.push(0);
+                // The next page starts after this one, whatever its keys;
+                // a member that answers a page of keys outside the range
+                // asked, or the same page again, would be read for ever.
+                let mut next = last.key.clone();
+                next.push(0);
+                if next <= read_from || last.key >= end {
+                    return Err(PoolError::Etcd(EtcdError::Refused {
+                        status: 200,
+                        message: "a page of keys outside the range asked for".into(),
+                    }));
+                }
+                read_from = next;
             }
             // An IPv6 key can sort between two IPv4 ones ("2001:…" after
             // "200.…"): the other family's keys are not this search's.
