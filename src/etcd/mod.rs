@@ -514,8 +514,7 @@ impl EtcdClient {
             .or(self.answered.get())
             .unwrap_or(std::process::id() as usize % count);
         // What the tries said, kept across rounds.
-        let mut last_error = String::from("no endpoint tried");
-        let mut tried = false;
+        let mut last_error: Option<String> = None;
         loop {
             // What waiting will not mend: TLS, or the scheme, refused.
             let mut settled = Vec::new();
@@ -530,10 +529,9 @@ impl EtcdClient {
                     // Running out of time says less than what came before
                     // it (an answer over its limit, a refusal).
                     Err(EtcdError::Unavailable { reason, .. })
-                        if !(reason.ends_with("out of time") && tried) =>
+                        if !(reason.ends_with("out of time") && last_error.is_some()) =>
                     {
-                        last_error = reason;
-                        tried = true;
+                        last_error = Some(reason);
                     }
                     Err(EtcdError::Unavailable { .. }) => {}
                     // Perhaps this member's certificate only: the next.
@@ -552,7 +550,9 @@ impl EtcdClient {
                 .saturating_duration_since(Instant::now())
                 .min(RETRY_PAUSE);
             if pause < RETRY_PAUSE {
-                return Err(self.unavailable(last_error));
+                return Err(
+                    self.unavailable(last_error.unwrap_or_else(|| "no endpoint tried".into()))
+                );
             }
             // A termination request cuts the pause short; the next try's
             // connection then says so.

@@ -346,7 +346,7 @@ mod tests {
             .unwrap_err();
             assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
             assert!(
-                started.elapsed() < Duration::from_millis(1500),
+                started.elapsed() < Duration::from_secs(3),
                 "{:?}",
                 started.elapsed()
             );

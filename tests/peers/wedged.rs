@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::common::etcd::{Certificates, Cluster};
-use crate::common::{temp_dir, ALLOCATOR, PORT_ALLOCATOR};
+use crate::common::{temp_dir, with_state_dir, Stack, ALLOCATOR, PLUGIN, PORT_ALLOCATOR};
 use crate::servers::{json_answer, trickling_tls, Scripted, Silent};
 use crate::{
     config, env, failed_in_time, failed_within, finish, neutron_ipam, pool_ipam, run, secret_file,
@@ -43,6 +43,23 @@ fn every_command_of_ipam_da_pool_ends_in_time_at_an_etcd_that_accepts_and_never_
         let said = failed_in_time(&out, code, command);
         assert!(said.contains("out of time"), "{command}: {said}");
     }
+    // Under ipam-delegated, as a runtime runs it: the delegate's error
+    // passed on as it is, the delegate named on stderr; the ADD's rollback
+    // (a DEL, which waits on etcd too) takes a timeout more.
+    let stack = Stack::new().with_pool_plugins();
+    let mut delegated = ipam.clone();
+    delegated["type"] = json!("ipam-delegated");
+    delegated["delegates"] = json!(["ipam-da-pool"]);
+    let input = String::from_utf8(config(delegated, "ADD")).unwrap();
+    let input = with_state_dir(&stack, &input);
+    let out = run(PLUGIN, &stack.env("ADD"), input.as_bytes());
+    let said = failed_within(&out, 11, "ADD through ipam-delegated", 2 * crate::TIMEOUT);
+    assert!(said.contains("out of time"), "{said}");
+    assert!(
+        out.outcome.stderr.contains("ipam-da-pool"),
+        "{}",
+        out.outcome.stderr
+    );
 }
 
 #[test]
@@ -290,6 +307,17 @@ fn terminated_within_a_second(child: std::process::Child, started: Instant) -> c
     out
 }
 
+/// A process killed when the test ends, however it ends: a keeper left
+/// behind by a failed assertion would renew for ever.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Whether node `node` is registered, as a member that is not `frozen`
 /// reads it (serializable: a member without a leader still answers);
 /// `None` if none answers.
@@ -312,13 +340,13 @@ fn one_wedged_member_of_three_is_passed_over_and_the_keeper_keeps_its_lease() {
     let conf = dir.path().join("peers.conf");
     std::fs::write(&conf, config(ipam.clone(), "ADD")).unwrap();
     let log = dir.path().join("keeper.log");
-    let mut keeper = crate::common::spawn_program(
+    let mut keeper = Stopped(crate::common::spawn_program(
         ALLOCATOR,
         std::path::Path::new("/"),
         &["node-keeper", "--config", conf.to_str().unwrap()],
         &crate::plain_env(),
         std::process::Stdio::from(std::fs::File::create(&log).unwrap()),
-    );
+    ));
     let deadline = Instant::now() + Duration::from_secs(20);
     while registered(&cluster, usize::MAX, "node-a") != Some(true) {
         assert!(
@@ -364,9 +392,9 @@ fn one_wedged_member_of_three_is_passed_over_and_the_keeper_keeps_its_lease() {
         cluster.thaw(wedged);
     }
     let _ = std::process::Command::new("kill")
-        .args(["-TERM", &keeper.id().to_string()])
+        .args(["-TERM", &keeper.0.id().to_string()])
         .status();
-    let _ = keeper.wait();
+    let _ = keeper.0.wait();
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(!logged.contains("lease ended"), "{logged}");
 }
