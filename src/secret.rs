@@ -20,16 +20,7 @@ const LINK: &str =
 /// The secret in `file`; the error names the file and what is wrong.
 pub fn read(file: &Path) -> Result<String, String> {
     let said = |what: String| format!("{}: {what}", file.display());
-    let mut opened = open(file).map_err(said)?;
-    let mut text = String::new();
-    // The file may grow after the check: never past the limit.
-    (&mut opened)
-        .take(MAX + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| said(e.to_string()))?;
-    if text.len() as u64 > MAX {
-        return Err(said(format!("it is larger than {MAX} bytes")));
-    }
+    let text = open(file).and_then(read_bounded).map_err(said)?;
     // A file written by `echo` ends with a newline the secret does not have.
     let secret = text.strip_suffix('\n').unwrap_or(&text);
     if secret.is_empty() {
@@ -44,6 +35,20 @@ pub fn read(file: &Path) -> Result<String, String> {
     Ok(secret.to_owned())
 }
 
+/// At most [`MAX`] bytes of `input`, as text; more is refused. The file
+/// was checked for its size, but may grow after the check.
+fn read_bounded(input: impl Read) -> Result<String, String> {
+    let mut text = String::new();
+    input
+        .take(MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX {
+        return Err(format!("it is larger than {MAX} bytes"));
+    }
+    Ok(text)
+}
+
 /// `file` opened, and checked as it was opened (not by its name again,
 /// which another process may have changed meanwhile). What is not a
 /// regular file by its name is refused before it is opened, since opening
@@ -51,6 +56,11 @@ pub fn read(file: &Path) -> Result<String, String> {
 fn open(file: &Path) -> Result<File, String> {
     let named = std::fs::symlink_metadata(file).map_err(|e| e.to_string())?;
     regular(named.file_type())?;
+    open_as_found(file, &named)
+}
+
+/// `file` opened, and refused unless it is still what `named` found.
+fn open_as_found(file: &Path, named: &std::fs::Metadata) -> Result<File, String> {
     let opened = OpenOptions::new()
         .read(true)
         // Swapped for a link or a FIFO since: refused, not waited on.
@@ -170,8 +180,45 @@ mod tests {
         let e = read(tmp.path()).unwrap_err();
         assert!(e.contains("a directory"), "{e}");
 
+        let largest = secret_file(tmp.path(), &"x".repeat(MAX as usize), 0o600);
+        assert_eq!(read(&largest).unwrap().len() as u64, MAX);
         let huge = secret_file(tmp.path(), &"x".repeat(MAX as usize + 1), 0o600);
         let e = read(&huge).unwrap_err();
+        // Refused by its size as opened, before a byte is read.
+        assert!(e.contains("it is 65537 bytes, larger than 65536"), "{e}");
+    }
+
+    #[test]
+    fn a_link_or_a_fifo_swapped_in_after_the_check_is_refused_without_waiting() {
+        let tmp = tempfile::tempdir().unwrap();
+        let checked = secret_file(tmp.path(), "secret\n", 0o600);
+        let named = std::fs::symlink_metadata(&checked).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&checked, &link).unwrap();
+        let e = open_as_found(&link, &named).unwrap_err();
+        assert!(e.contains("give the file it points to"), "{e}");
+        // Nobody writes to it: opened without O_NONBLOCK, it would wait.
+        let fifo = tmp.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .args(["-m", "600"])
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = open_as_found(&fifo, &named).unwrap_err();
+        assert!(e.contains("a FIFO"), "{e}");
+        let other = tmp.path().join("other");
+        std::fs::copy(&checked, &other).unwrap();
+        let e = open_as_found(&other, &named).unwrap_err();
+        assert!(e.contains("replaced"), "{e}");
+        assert!(open_as_found(&checked, &named).is_ok());
+    }
+
+    #[test]
+    fn a_file_that_grew_past_its_check_is_read_no_further_than_the_limit() {
+        let exactly = read_bounded(std::io::repeat(b'x').take(MAX)).unwrap();
+        assert_eq!(exactly.len() as u64, MAX);
+        let e = read_bounded(std::io::repeat(b'x')).unwrap_err();
         assert!(e.contains("larger than 65536"), "{e}");
     }
 

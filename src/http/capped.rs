@@ -62,5 +62,10 @@ mod tests {
         assert!(read(r#"{}"#).unwrap().is_empty());
         let e = read(r#"{"items": [1, 2, 3, 4]}"#).unwrap_err();
         assert!(e.to_string().contains("more than 3 items"), "{e}");
+        let e = read(r#"{"items": "1, 2"}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("expected a list of at most 3 items"),
+            "{e}"
+        );
     }
 }

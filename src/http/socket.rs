@@ -140,6 +140,30 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_the_peer_ended_fails_at_once_not_at_the_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let started = Instant::now();
+        let mut socket = Socket::connect(&address, started + Duration::from_secs(20)).unwrap();
+        drop(listener.accept().unwrap());
+        // The first writes may be taken before the peer's reset comes back.
+        let error = loop {
+            match socket.write_all(b"x") {
+                Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            matches!(
+                error.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
     fn reads_and_writes_go_through_and_a_silent_peer_times_out() {
         let listener = TcpListener::bind("[::1]:0")
             .or_else(|_| TcpListener::bind("127.0.0.1:0"))
