@@ -1,9 +1,11 @@
-//! The verdict on a run. From the history: no address is held by two
-//! attachments at once, where an attachment holds its address from its
-//! ADD's successful answer until its DEL starts (an ADD that failed or was
-//! killed holds nothing); an overlap in which one of the two is on a node
-//! reclaim fenced meanwhile is the price of reclaim, counted apart. From
-//! the stores at the end: they hold exactly the live attachments.
+//! The verdict on what the runtimes saw (the store's own history is
+//! `store_rules`'): no address is held by two attachments at once, where
+//! an attachment holds its address from its ADD's successful answer until
+//! its DEL starts (an overlap in which one of the two is on a node reclaim
+//! fenced meanwhile is the price of reclaim, counted apart); no ADD
+//! succeeds on a node once its fence is seen; no fence of a node nothing
+//! cut off; every operation ends within its bound; and at the end the
+//! store's attachments are exactly the live ones.
 
 use std::collections::BTreeMap;
 
@@ -214,6 +216,16 @@ pub fn unexplained_fences(history: &History, dead_for: u64, renewal: u64) -> Vec
                     && to.saturating_add(renewal) >= fence.at
             })
         })
+        .collect()
+}
+
+/// Every operation that ran past its bound (`bound` of its command, ms),
+/// whatever the fault.
+pub fn overdue<'h>(history: &'h History, bound: &dyn Fn(&str) -> u64) -> Vec<&'h Operation> {
+    history
+        .operations
+        .iter()
+        .filter(|op| op.end.saturating_sub(op.start) > bound(&op.command))
         .collect()
 }
 
@@ -470,6 +482,24 @@ mod tests {
                 ("n4".to_owned(), 21_000)
             ]
         );
+    }
+
+    #[test]
+    fn an_operation_past_its_bound_is_overdue() {
+        let history = History {
+            operations: vec![
+                op("n1", "ADD", "a", 0, 18_000, "10.0.0.2"),
+                op("n1", "ADD", "b", 0, 18_001, "10.0.0.3"),
+                op("n1", "DEL", "a", 20_000, 30_001, ""),
+            ],
+            events: vec![],
+        };
+        let bound = |command: &str| if command == "ADD" { 18_000 } else { 10_000 };
+        let found: Vec<&str> = overdue(&history, &bound)
+            .iter()
+            .map(|op| op.container.as_str())
+            .collect();
+        assert_eq!(found, ["b", "a"]);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The faults, from a seeded schedule, each logged with its time as it
 //! starts (and, if it lasts, as it ends): two threads, one for faults
-//! that last (a partition, a keeper frozen, an etcd member down, quorum
-//! lost, a full database, a second keeper, a skewed clock), one at a time,
-//! and one for the instant ones (a plugin killed mid-command, a
-//! compaction, a re-pin through the installer); and the operator's
-//! reclaim, run every few seconds with a short --dead-for, whose fencing
-//! the orchestrator answers by freeing the fenced node's workloads.
+//! that last (a partition, a keeper frozen, an etcd member killed or
+//! paused, quorum lost, a full database, a second keeper, a clock skewed
+//! forward or back), one at a time, every kind once in a seeded order
+//! first and then at random, so that every run has each; and one for the
+//! instant ones (a plugin killed mid-command, a compaction, a re-pin
+//! through the installer); and the operator's reclaim, run every few
+//! seconds with a short --dead-for, whose fencing the orchestrator
+//! answers by freeing the fenced node's workloads.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -22,6 +24,40 @@ pub const NODE_TTL: u64 = 6;
 /// reclaim's --dead-for, in seconds.
 pub const DEAD_FOR: u64 = 4;
 
+/// Each kind of lasting fault: its event, and the event that ends it.
+pub const LASTING: [(&str, &str); 9] = [
+    ("partition", "healed"),
+    ("keeper-stopped", "keeper-resumed"),
+    ("member-killed", "member-restarted"),
+    ("member-paused", "member-resumed"),
+    ("quorum-lost", "quorum-back"),
+    ("nospace", "space-back"),
+    ("second-keeper", "second-keeper-stopped"),
+    ("clock-ahead", "clock-right"),
+    ("clock-behind", "clock-right"),
+];
+
+/// Every kind of fault a run must have at least once (a fence by reclaim
+/// is counted as "reclaim").
+pub const KINDS: [&str; 16] = [
+    "partition",
+    "keeper-stopped",
+    "member-killed",
+    "member-paused",
+    "quorum-lost",
+    "nospace",
+    "second-keeper",
+    "clock-ahead",
+    "clock-behind",
+    "kill-add",
+    "kill-del",
+    "kill-check",
+    "kill-gc",
+    "compaction",
+    "re-pin",
+    "reclaim",
+];
+
 /// Sleeps `millis`, or less if the world stops meanwhile.
 fn pause(world: &World, millis: u64) {
     let mut left = millis;
@@ -32,60 +68,75 @@ fn pause(world: &World, millis: u64) {
     }
 }
 
-/// Faults that last, one at a time, until the world stops.
+/// Faults that last, one at a time, until the world stops: every kind
+/// once, in a seeded order, then at random.
 pub fn lasting(world: &World, seed: u64) {
     let mut rng = Rng::new(seed);
+    let mut first: Vec<usize> = (0..LASTING.len()).collect();
+    for i in (1..first.len()).rev() {
+        first.swap(i, rng.below(i as u64 + 1) as usize);
+    }
     while !world.stopping() {
         pause(world, 500 + rng.below(1_500));
         if world.stopping() {
             return;
         }
         let node = &world.nodes[rng.below(world.nodes.len() as u64) as usize];
-        match rng.below(7) {
-            0 => {
-                // Past the TTL, and sometimes past reclaim's --dead-for.
-                // Past the TTL; half of them long enough to be reclaimed.
-                let millis = (NODE_TTL + 1 + rng.below(2 * DEAD_FOR + 6)) * 1_000;
+        let (kind, ends, first_round) = match first.pop() {
+            Some(kind) => (LASTING[kind].0, LASTING[kind].1, true),
+            None => {
+                let (kind, ends) = LASTING[rng.below(LASTING.len() as u64) as usize];
+                (kind, ends, false)
+            }
+        };
+        match kind {
+            "partition" | "keeper-stopped" => {
+                // Past the TTL; half of them long enough to be reclaimed,
+                // and the first partition always.
+                let seconds = if kind == "partition" && first_round {
+                    NODE_TTL + DEAD_FOR + 4 + rng.below(6)
+                } else {
+                    NODE_TTL + 1 + rng.below(2 * DEAD_FOR + 6)
+                };
+                let millis = seconds * 1_000;
                 world
                     .recorder
-                    .event("partition", &node.name, &format!("{millis} ms"));
-                node.set_cut(true);
+                    .event(kind, &node.name, &format!("{millis} ms"));
+                if kind == "partition" {
+                    node.set_cut(true);
+                } else {
+                    node.signal_keeper("STOP");
+                }
                 pause(world, millis);
-                node.set_cut(false);
-                world.recorder.event("healed", &node.name, "");
+                if kind == "partition" {
+                    node.set_cut(false);
+                } else {
+                    node.signal_keeper("CONT");
+                }
+                world.recorder.event(ends, &node.name, "");
             }
-            1 => {
-                let millis = (NODE_TTL + 1 + rng.below(2 * DEAD_FOR + 6)) * 1_000;
-                world
-                    .recorder
-                    .event("keeper-stopped", &node.name, &format!("{millis} ms"));
-                node.signal_keeper("STOP");
-                pause(world, millis);
-                node.signal_keeper("CONT");
-                world.recorder.event("keeper-resumed", &node.name, "");
-            }
-            2 => {
+            "member-killed" | "member-paused" => {
                 let mut cluster = lock(&world.cluster);
                 let member = rng.below(cluster.size() as u64) as usize;
-                world
-                    .recorder
-                    .event("member-killed", &format!("m{member}"), "");
-                cluster.kill(member);
+                world.recorder.event(kind, &format!("m{member}"), "");
+                if kind == "member-killed" {
+                    cluster.kill(member);
+                } else {
+                    // Its kernel still takes connections; it answers nothing.
+                    cluster.pause(member, true);
+                }
                 drop(cluster);
-                pause(world, 1_000 + rng.below(2_000));
+                pause(world, 1_000 + rng.below(3_000));
                 let mut cluster = lock(&world.cluster);
+                cluster.pause(member, false);
                 cluster.restart(member);
-                world
-                    .recorder
-                    .event("member-restarted", &format!("m{member}"), "");
+                world.recorder.event(ends, &format!("m{member}"), "");
             }
-            3 => {
+            "quorum-lost" => {
                 let mut cluster = lock(&world.cluster);
                 let spared = rng.below(cluster.size() as u64) as usize;
                 let killed: Vec<usize> = (0..cluster.size()).filter(|m| *m != spared).collect();
-                world
-                    .recorder
-                    .event("quorum-lost", &format!("{killed:?}"), "");
+                world.recorder.event(kind, &format!("{killed:?}"), "");
                 for member in &killed {
                     cluster.kill(*member);
                 }
@@ -95,33 +146,31 @@ pub fn lasting(world: &World, seed: u64) {
                 for member in &killed {
                     cluster.restart(*member);
                 }
-                world.recorder.event("quorum-back", "", "");
+                world.recorder.event(ends, "", "");
             }
-            4 => {
-                world.recorder.event("nospace", "", "");
+            "nospace" => {
+                world.recorder.event(kind, "", "");
                 fill(world);
-                pause(world, 1_000 + rng.below(2_000));
+                pause(world, 2_000 + rng.below(2_000));
                 clear(world);
-                world.recorder.event("space-back", "", "");
+                world.recorder.event(ends, "", "");
             }
-            5 => {
-                world.recorder.event("second-keeper", &node.name, "");
+            "second-keeper" => {
+                world.recorder.event(kind, &node.name, "");
                 node.start_keeper(&world.bin);
                 pause(world, 2_000 + rng.below(3_000));
                 node.stop_other_keepers();
-                world
-                    .recorder
-                    .event("second-keeper-stopped", &node.name, "");
+                world.recorder.event(ends, &node.name, "");
             }
             _ => {
                 let minutes = 1 + rng.below(9);
-                let sign = if rng.below(2) == 0 { "+" } else { "-" };
+                let sign = if kind == "clock-ahead" { "+" } else { "-" };
                 let offset = format!("{sign}{minutes}m");
-                world.recorder.event("clock-skewed", &node.name, &offset);
+                world.recorder.event(kind, &node.name, &offset);
                 *lock(&node.skew) = Some(offset);
                 pause(world, 3_000 + rng.below(5_000));
                 *lock(&node.skew) = None;
-                world.recorder.event("clock-right", &node.name, "");
+                world.recorder.event(ends, &node.name, "");
             }
         }
     }
@@ -143,20 +192,12 @@ pub fn instant(world: &World, seed: u64) {
                 *lock(&node.kill_next) = Some(kill);
             }
             17 | 18 => {
-                let cluster = lock(&world.cluster);
-                let status = cluster.etcdctl(&["endpoint", "status", "-w", "json"]);
-                drop(cluster);
-                let text = String::from_utf8_lossy(&status.stdout);
-                let revision = text
-                    .split("\"revision\":")
-                    .nth(1)
-                    .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-                    .and_then(|r| r.parse::<u64>().ok());
-                if let Some(revision) = revision {
+                // No further than the checker's watchers have read.
+                let client = lock(&world.cluster).client();
+                if let Some(revision) = world.watchers.compact(&client, false) {
                     world
                         .recorder
                         .event("compaction", "", &revision.to_string());
-                    let _ = lock(&world.cluster).etcdctl(&["compact", &revision.to_string()]);
                 }
             }
             _ => {
@@ -245,7 +286,8 @@ pub fn see_fences(world: &World) -> bool {
 
 /// The nodes with a fence on etcd, if etcd answers.
 fn fences(world: &World) -> Option<Vec<String>> {
-    let out = lock(&world.cluster).etcdctl(&["get", "--prefix", "--keys-only", "/chaos/nodes/"]);
+    let client = lock(&world.cluster).client();
+    let out = client.etcdctl(&["get", "--prefix", "--keys-only", "/chaos/nodes/"]);
     if !out.status.success() {
         return None;
     }
@@ -270,20 +312,14 @@ fn fill(world: &World) {
     }
 }
 
-/// Clears a full database: the junk deleted, compacted, defragmented, the
-/// alarm disarmed.
+/// Clears a full database: the junk deleted, compacted (no further than
+/// the checker's watchers have read: its mark deleted, since etcd refuses
+/// puts), defragmented, the alarm disarmed, the mark written back.
 pub fn clear(world: &World) {
-    let cluster = lock(&world.cluster);
+    let cluster = lock(&world.cluster).client();
     let _ = cluster.etcdctl(&["del", "--prefix", "/chaos-junk/"]);
-    let status = cluster.etcdctl(&["endpoint", "status", "-w", "json"]);
-    let text = String::from_utf8_lossy(&status.stdout);
-    if let Some(revision) = text
-        .split("\"revision\":")
-        .nth(1)
-        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-    {
-        let _ = cluster.etcdctl(&["compact", revision]);
-    }
+    let _ = world.watchers.compact(&cluster, true);
     let _ = cluster.etcdctl(&["defrag"]);
     let _ = cluster.etcdctl(&["alarm", "disarm"]);
+    let _ = cluster.etcdctl(&["put", crate::etcd_history::MARK, "mark"]);
 }

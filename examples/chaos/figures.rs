@@ -4,18 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::faults::{KINDS, LASTING};
 use crate::history::History;
-
-/// Each lasting fault's start, and the event that ends it.
-const LASTING: [(&str, &str); 7] = [
-    ("partition", "healed"),
-    ("keeper-stopped", "keeper-resumed"),
-    ("member-killed", "member-restarted"),
-    ("quorum-lost", "quorum-back"),
-    ("nospace", "space-back"),
-    ("second-keeper", "second-keeper-stopped"),
-    ("clock-skewed", "clock-right"),
-];
 
 /// How many faults of each kind (a fence by reclaim counted as
 /// "reclaim"; the end of a lasting fault, a fence seen and a readmission,
@@ -34,6 +24,16 @@ pub fn faults(history: &History) -> BTreeMap<String, usize> {
         *kinds.entry(kind.to_owned()).or_default() += 1;
     }
     kinds
+}
+
+/// The kinds of fault every run must have and this one (`counted`) did
+/// not.
+pub fn missing(counted: &BTreeMap<String, usize>) -> Vec<&'static str> {
+    KINDS
+        .iter()
+        .copied()
+        .filter(|kind| counted.get(*kind).copied().unwrap_or(0) == 0)
+        .collect()
 }
 
 /// Operations that succeeded per second, among those that ended before
@@ -128,6 +128,16 @@ mod tests {
                 ("reclaim".to_owned(), 1)
             ]
         );
+    }
+
+    #[test]
+    fn a_kind_of_fault_the_run_did_not_have_is_missing() {
+        let mut counted: BTreeMap<String, usize> =
+            KINDS.iter().map(|k| (k.to_string(), 1)).collect();
+        assert_eq!(missing(&counted), Vec::<&str>::new());
+        counted.remove("clock-behind");
+        counted.insert("quorum-lost".into(), 0);
+        assert_eq!(missing(&counted), ["quorum-lost", "clock-behind"]);
     }
 
     #[test]

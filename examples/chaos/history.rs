@@ -74,6 +74,11 @@ impl Recorder {
         }
     }
 
+    /// When the run began.
+    pub fn began(&self) -> Instant {
+        self.began
+    }
+
     /// Milliseconds since the run began.
     pub fn now(&self) -> u64 {
         self.began.elapsed().as_millis() as u64

@@ -1,35 +1,41 @@
 //! The fault-injection run: `.ci/chaos [SECONDS] [SEED]`. Four nodes, each
 //! a network namespace with its own pinned name, state and keeper, run
 //! ADD, CHECK, DEL and GC through the release build of ipam-delegated over
-//! [ipam-ds-static, ipam-da-pool] on a 3-member etcd cluster, while faults
-//! from a seeded schedule break things; then every fault is undone, every
-//! node settled, and the checker reads the history and the stores: no
-//! address held twice (but where reclaim fenced a node: the price of
-//! reclaim, counted apart), nothing leaked, `ipam-da-pool check` clean.
-//! Prints a summary line; exits 1 on any violation, naming it, the
-//! history kept. Needs root, etcd-server, etcd-client, iproute2,
-//! util-linux (nsenter), procps (pkill) and faketime.
+//! [ipam-ds-static, ipam-da-pool] on a 3-member etcd cluster with TLS,
+//! while faults from a seeded schedule break things and watchers record
+//! etcd's own history of the network; then every fault is undone, every
+//! node's DELs settled, the store read, the final GC run, the store read
+//! again, and the checker judges the store's history and snapshots (read
+//! with etcdctl, never through the binaries judged) and the runtimes'
+//! history: see `store_rules` and `checker`. Prints a summary line; exits
+//! 1 on any violation, naming it, the history kept. Needs root,
+//! etcd-server, etcd-client, openssl, iproute2, util-linux (nsenter),
+//! procps (pkill) and faketime.
 
 mod checker;
 mod cluster;
+mod etcd_history;
 mod faults;
 mod figures;
 mod history;
 mod nodes;
+mod store_rules;
 mod workload;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use cluster::Cluster;
+use etcd_history::{Snapshot, Watchers};
 use history::{lock, Recorder};
-use nodes::{run, Node};
+use nodes::Node;
+use store_rules::{Rules, Violation};
 use workload::Runtime;
 
 /// How many nodes.
@@ -40,6 +46,17 @@ const WORKLOADS: usize = 12;
 
 /// The pool: 10.212.0.0/23.
 const POOL: &str = "10.212.0.0/23";
+
+/// The store's prefix, as the watchers read it.
+const PREFIX: &str = "/chaos/";
+
+/// ipam.timeout and ipam.pool.stickyFor, in seconds.
+const TIMEOUT: u64 = 8;
+const STICKY_FOR: u64 = 20;
+
+/// How long past its bound an operation may run, ms: the plugin's own
+/// start and end, on a loaded machine.
+const OVERDUE_SLACK: u64 = 2_000;
 
 /// A small pseudo-random sequence (xorshift): the same seed, the same
 /// schedule.
@@ -71,6 +88,8 @@ pub struct World {
     /// Each sticky workload, and where a container of it runs.
     pub workloads: Mutex<BTreeMap<String, Option<(String, String)>>>,
     pub cluster: Mutex<Cluster>,
+    /// etcd's own history of the store, as the checker reads it.
+    pub watchers: Arc<Watchers>,
     /// Held while the fences are read, and while a node is readmitted.
     pub fencing: Mutex<()>,
     /// The start of the first reclaim since the fences were last read.
@@ -138,13 +157,13 @@ fn network() -> Value {
         "ipam": {
             "type": "ipam-delegated",
             "delegates": ["ipam-ds-static", "ipam-da-pool"],
-            "timeout": 8,
+            "timeout": TIMEOUT,
             "static": {"default": [{"name": "chaos"}]},
             "pool": {
                 "etcd": {"endpoints": [], "prefix": "/chaos", "timeout": 2},
                 "pools": {"chaos": [{"subnet": POOL}]},
                 "sticky": ["K8S_POD_NAMESPACE", "K8S_POD_NAME"],
-                "stickyFor": "20s",
+                "stickyFor": format!("{STICKY_FOR}s"),
                 "nodeTTL": faults::NODE_TTL,
                 "gcGraceSeconds": 0,
             },
@@ -192,13 +211,25 @@ fn main() -> ExitCode {
     );
 
     let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
-    let cluster = Cluster::start(&dir.join("etcd"), 3, &ports, 32 << 20, seconds + 900);
+    let gateways: Vec<String> = (0..NODES).map(nodes::gateway).collect();
+    let cluster = Cluster::start(
+        &dir.join("etcd"),
+        3,
+        &ports,
+        &gateways,
+        32 << 20,
+        seconds + 900,
+    );
+    // From the cluster's first revision on.
+    let watchers = Watchers::start(&cluster, PREFIX, recorder.began());
+    let _ = cluster.etcdctl(&["put", etcd_history::MARK, "mark"]);
     let clients: Vec<u16> = ports.iter().step_by(2).copied().collect();
     let nodes: Vec<Node> = (0..NODES)
-        .map(|i| Node::make(i, &tag, &dir, &network(), &clients, &bin))
+        .map(|i| Node::make(i, &tag, &dir, &network(), &clients, &cluster.tls, &bin))
         .collect();
     let mut operator = network();
     operator["ipam"]["pool"]["etcd"]["endpoints"] = json!(cluster.endpoints("127.0.0.1"));
+    operator["ipam"]["pool"]["etcd"]["tls"] = nodes::tls_settings(&cluster.tls);
     operator["ipam"]["pool"]["node"] = json!("operator");
     let operator_config = dir.join("operator.conf");
     std::fs::write(&operator_config, operator.to_string()).expect("the operator's configuration");
@@ -213,6 +244,7 @@ fn main() -> ExitCode {
                 .collect(),
         ),
         cluster: Mutex::new(cluster),
+        watchers,
         fencing: Mutex::new(()),
         reclaim_since: Mutex::new(None),
         stop: AtomicBool::new(false),
@@ -250,10 +282,24 @@ fn main() -> ExitCode {
     let mut trouble = undo_faults(&world);
     let mut runtimes = runtimes;
     for runtime in &mut runtimes {
-        runtime.settle();
+        runtime.settle_dels();
+    }
+    // What the DELs left, before GC frees what killed commands left.
+    let before_gc = read_store(&world, &mut trouble);
+    for runtime in &mut runtimes {
+        runtime.settle_gc();
         trouble.append(&mut runtime.trouble);
     }
-    let verdict = judge(&world, &runtimes, trouble, seed, faulty_until);
+    let after_gc = read_store(&world, &mut trouble);
+    world.watchers.stop();
+    let verdict = judge(
+        &world,
+        &runtimes,
+        trouble,
+        seed,
+        faulty_until,
+        (&before_gc, &after_gc),
+    );
     match verdict {
         true => {
             drop(world);
@@ -307,6 +353,7 @@ fn undo_faults(world: &World) -> Vec<String> {
     {
         let mut cluster = lock(&world.cluster);
         for member in 0..cluster.size() {
+            cluster.pause(member, false);
             cluster.restart(member);
         }
         assert!(
@@ -332,48 +379,145 @@ fn undo_faults(world: &World) -> Vec<String> {
     trouble
 }
 
-/// Reads the history and the stores: whether all is well, said.
+/// The store as etcd has it now, once the watchers have read up to now
+/// (a mark written, and seen); what fails is trouble.
+fn read_store(world: &World, trouble: &mut Vec<String>) -> Snapshot {
+    let cluster = lock(&world.cluster);
+    let put = cluster.etcdctl(&["put", etcd_history::MARK, "mark", "-w", "json"]);
+    let revision = serde_json::from_slice::<Value>(&put.stdout)
+        .ok()
+        .and_then(|v| v["header"]["revision"].as_u64());
+    if !revision.is_some_and(|r| world.watchers.wait_for(r, Duration::from_secs(30))) {
+        trouble.push("the watchers did not read the store's history up to its end".to_owned());
+    }
+    etcd_history::snapshot(&cluster, PREFIX).unwrap_or_else(|| {
+        trouble.push("the store could not be read once the faults were undone".to_owned());
+        Snapshot::new()
+    })
+}
+
+/// Whether `node`'s clock was skewed `at` (ms).
+fn skewed(history: &history::History, node: &str, at: u64) -> bool {
+    history
+        .events
+        .iter()
+        .filter(|e| e.target == node && e.kind.starts_with("clock-") && e.kind != "clock-right")
+        .any(|start| {
+            let end = history
+                .events
+                .iter()
+                .filter(|e| e.kind == "clock-right" && e.target == node && e.at >= start.at)
+                .map(|e| e.at)
+                .min()
+                .unwrap_or(u64::MAX);
+            start.at <= at && at <= end
+        })
+}
+
+/// Judges the run from the runtimes' history, etcd's history of the
+/// store, and the store before and after the final GC: whether all is
+/// well, said.
 fn judge(
     world: &World,
     runtimes: &[Runtime],
     trouble: Vec<String>,
     seed: u64,
     faulty_until: u64,
+    (before_gc, after_gc): (&Snapshot, &Snapshot),
 ) -> bool {
     let history = world.recorder.history();
+    let changes = world.watchers.changes();
     let mut violations = trouble;
+    violations.extend(world.watchers.trouble());
+    let rules = Rules {
+        network: format!("{PREFIX}networks/chaos/"),
+        nodes: format!("{PREFIX}nodes/"),
+        dead_for: faults::DEAD_FOR * 1_000,
+        dead_for_slack: 1_000,
+        sticky_for: STICKY_FOR * 1_000,
+        sticky_slack: 10_000,
+    };
+    let end = world.recorder.now();
+    let mut found: Vec<Violation> = store_rules::judge(
+        &changes,
+        &rules,
+        &|node, at| skewed(&history, node, at),
+        end,
+    );
+    found.extend(store_rules::unrecorded_answers(&history, &changes, &rules));
+    found.extend(store_rules::left_by_dels(
+        before_gc, &changes, &history, &rules,
+    ));
+    found.extend(store_rules::inconsistencies(after_gc, &rules));
+
     let overlaps = checker::overlaps(&history);
     let reclaimed = overlaps.iter().filter(|o| o.reclaimed).count();
     for overlap in overlaps.iter().filter(|o| !o.reclaimed) {
-        violations.push(format!(
-            "doubled: {} held by {} ({}) from {} ms and by {} ({}) from {} ms",
-            overlap.first.address,
-            overlap.first.container,
-            overlap.first.node,
-            overlap.first.from,
-            overlap.second.container,
-            overlap.second.node,
-            overlap.second.from
-        ));
+        found.push(Violation {
+            kind: "doubled",
+            what: format!(
+                "doubled: {} answered to {} ({}) from {} ms and to {} ({}) from {} ms",
+                overlap.first.address,
+                overlap.first.container,
+                overlap.first.node,
+                overlap.first.from,
+                overlap.second.container,
+                overlap.second.node,
+                overlap.second.from
+            ),
+        });
+        let found = found.last_mut().expect("just pushed");
         for line in checker::around(
             &history,
             &[&overlap.first.container, &overlap.second.container],
         ) {
-            violations.push(format!("    {line}"));
+            found.what.push_str(&format!("\n    {line}"));
         }
     }
     for add in checker::adds_through_fences(&history) {
-        violations.push(format!("an ADD through a fence: {add:?}"));
+        found.push(Violation {
+            kind: "through-fence",
+            what: format!("an ADD through a fence: {add:?}"),
+        });
     }
     // A fence needs the registration gone for --dead-for; a keeper back
     // registers its node again within a renewal, a TTL at most.
     let unexplained =
         checker::unexplained_fences(&history, faults::DEAD_FOR * 1_000, faults::NODE_TTL * 1_000);
     for fence in &unexplained {
-        violations.push(format!(
-            "reclaimed a live node: {} fenced at {} ms, its link up and its keeper running",
-            fence.node, fence.at
-        ));
+        found.push(Violation {
+            kind: "live-reclaimed",
+            what: format!(
+                "reclaimed a live node: {} fenced at {} ms, its link up and its keeper running",
+                fence.node, fence.at
+            ),
+        });
+    }
+    // An ADD may run its delegate and then undo it, each within the
+    // timeout; the other commands run their delegates once.
+    let bound = |command: &str| {
+        let calls = if command == "ADD" { 2 } else { 1 };
+        calls * TIMEOUT * 1_000 + OVERDUE_SLACK
+    };
+    for op in checker::overdue(&history, &bound) {
+        let faults: Vec<String> = history
+            .events
+            .iter()
+            .filter(|e| e.at + 1_000 >= op.start && e.at <= op.end)
+            .map(|e| format!("{} {}", e.kind, e.target))
+            .collect();
+        found.push(Violation {
+            kind: "overdue",
+            what: format!(
+                "overdue: {} of {} on {} took {} ms (bound {} ms), during: {}",
+                op.command,
+                op.container,
+                op.node,
+                op.end - op.start,
+                bound(&op.command),
+                faults.join(", ")
+            ),
+        });
     }
     for event in history
         .events
@@ -382,86 +526,60 @@ fn judge(
     {
         violations.push(format!("an installer renamed {}", event.target));
     }
-    // The stores: exactly the live attachments.
+    // The store's attachments: exactly the live ones, as their ADDs gave.
     let live: BTreeMap<String, Vec<String>> = runtimes.iter().flat_map(Runtime::live).collect();
-    let show = run(
-        world.bin.join("ipam-da-pool").to_str().unwrap(),
-        &[
-            "show",
-            "--config",
-            world.operator_config.to_str().unwrap(),
-            "--addresses",
-            "--json",
-        ],
-    );
-    let shown: Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
-    let mut stored: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut sticky = 0;
-    for held in shown["pools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|p| p["addresses"].as_array().cloned().unwrap_or_default())
-    {
-        let container = held["containerID"].as_str().unwrap_or_default();
-        let address = held["address"].as_str().unwrap_or_default().to_owned();
-        if container.is_empty() {
-            sticky += 1;
+    let stored = store_rules::attachments(after_gc, &rules);
+    for (container, difference) in checker::differences(&live, &stored) {
+        let kind = if difference.starts_with("leaked") {
+            "leaked"
         } else {
-            stored
-                .entry(container.to_owned())
-                .or_default()
-                .push(address);
+            "lost"
+        };
+        let mut what = difference;
+        for line in checker::around(&history, &[&container]) {
+            what.push_str(&format!("\n    {line}"));
         }
+        found.push(Violation { kind, what });
     }
-    if !show.status.success() {
-        violations.push(format!("show failed: {show:?}"));
-    }
-    let differences = checker::differences(&live, &stored);
-    let count = |what: &str| {
-        differences
-            .iter()
-            .filter(|(_, d)| d.starts_with(what))
-            .count()
-    };
-    let (leaked, lost) = (count("leaked"), count("lost"));
-    for (container, difference) in &differences {
-        violations.push(difference.clone());
-        for line in checker::around(&history, &[container]) {
-            violations.push(format!("    {line}"));
-        }
-    }
-    let check = run(
-        world.bin.join("ipam-da-pool").to_str().unwrap(),
-        &[
-            "check",
-            "--config",
-            world.operator_config.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    let report: Value = serde_json::from_slice(&check.stdout).unwrap_or_default();
-    for finding in report["findings"].as_array().into_iter().flatten() {
-        violations.push(format!("check: {finding}"));
-    }
-    if report.is_null() {
-        violations.push(format!("check failed: {check:?}"));
-    }
+    let sticky = after_gc
+        .keys()
+        .filter(|k| k.starts_with(&format!("{}holds/", rules.network)))
+        .count();
 
     let kinds = figures::faults(&history);
+    let missing = figures::missing(&kinds);
+    if !missing.is_empty() {
+        violations.push(format!(
+            "the run lacked a kind of fault: {}",
+            missing.join(", ")
+        ));
+    }
     let faults: usize = kinds.values().sum();
     let operations = history.operations.len();
     let (during, between) = figures::throughput(&history, faulty_until);
     let listed: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    let doubled = overlaps.len() - reclaimed;
+    let count = |kind: &str| found.iter().filter(|v| v.kind == kind).count();
+    for violation in &found {
+        eprintln!("{}: {}", violation.kind, violation.what);
+    }
     for violation in &violations {
         eprintln!("{violation}");
     }
     println!(
-        "chaos seed={seed} {operations} operations ({during:.1}/s succeeded during lasting faults, {between:.1}/s between them), {faults} faults ({}), doubled {doubled}, leaked {leaked}, lost {lost}, live nodes reclaimed {}; {reclaimed} overlap(s) on nodes reclaim fenced (its price), {} live attachment(s), {sticky} address(es) kept by holds",
+        "chaos seed={seed} {operations} operations ({during:.1}/s succeeded during lasting faults, {between:.1}/s between them), {faults} faults ({}), {} store revisions read; doubled {}, leaked {}, lost {}, through fences {}, early fences {}, live nodes reclaimed {}, left by DELs {}, unrecorded answers {}, holds outliving stickyFor {}, overdue {}; {reclaimed} overlap(s) on nodes reclaim fenced (its price), {} live attachment(s), {sticky} hold(s)",
         listed.join(", "),
-        unexplained.len(),
+        changes.last().map_or(0, |c| c.revision),
+        count("doubled"),
+        count("leaked"),
+        count("lost"),
+        count("through-fence"),
+        count("early-fence"),
+        count("live-reclaimed"),
+        count("left-by-del"),
+        count("unrecorded"),
+        count("sticky"),
+        count("overdue"),
         live.len()
     );
-    violations.is_empty()
+    violations.is_empty() && found.is_empty()
 }

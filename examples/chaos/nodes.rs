@@ -12,7 +12,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::cluster::Tls;
 use crate::history::lock;
+
+/// `ipam.pool.etcd.tls` for a client of the run's cluster.
+pub fn tls_settings(tls: &Tls) -> Value {
+    json!({"ca": tls.ca, "cert": tls.cert, "key": tls.key})
+}
 
 /// How a fault asks to kill a node's next operation.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +65,12 @@ pub struct Ran {
     pub kill: Option<Kill>,
 }
 
+/// The address node `index` reaches the etcd members at: the root side
+/// of its veth.
+pub fn gateway(index: usize) -> String {
+    format!("10.211.{index}.1")
+}
+
 /// Runs `program` with `args`, saying what failed.
 pub fn run(program: &str, args: &[&str]) -> Output {
     Command::new(program)
@@ -76,20 +88,22 @@ pub fn must(program: &str, args: &[&str]) {
 impl Node {
     /// Node `index` of the run `tag`: its namespace and veth made, its
     /// configuration written under `dir`, its name pinned, its keeper
-    /// started. `pool` and `endpoints_port`s describe the network.
+    /// started. `network` and the members' client `ports` (with `tls`)
+    /// describe the network.
     pub fn make(
         index: usize,
         tag: &str,
         dir: &Path,
         network: &Value,
         ports: &[u16],
+        tls: &Tls,
         bin: &Path,
     ) -> Node {
         let name = format!("node-{index}");
         let netns = format!("chaos-{tag}-{index}");
         let veth = format!("cx{tag}{index}");
         let inside = format!("{veth}p");
-        let (gateway, address) = (format!("10.211.{index}.1"), format!("10.211.{index}.2"));
+        let (gateway, address) = (gateway(index), format!("10.211.{index}.2"));
         must("ip", &["netns", "add", &netns]);
         must(
             "ip",
@@ -118,10 +132,11 @@ impl Node {
         let mut config = network.clone();
         let endpoints: Vec<String> = ports
             .iter()
-            .map(|p| format!("http://{gateway}:{p}"))
+            .map(|p| format!("https://{gateway}:{p}"))
             .collect();
         config["ipam"]["stateDir"] = json!(dir.join("state"));
         config["ipam"]["pool"]["etcd"]["endpoints"] = json!(endpoints);
+        config["ipam"]["pool"]["etcd"]["tls"] = tls_settings(tls);
         config["ipam"]["pool"]["nodeNameFile"] = json!(node_name_file);
         let config_file = dir.join("chaos.conf");
         std::fs::write(&config_file, config.to_string()).unwrap();

@@ -4,9 +4,9 @@
 //! node to node as a StatefulSet's pods do (one container of a workload at
 //! a time, the next only once the last one's DEL succeeded), and ADDs
 //! that ask for an address. A failed or killed ADD is followed by a DEL,
-//! retried until it succeeds; a node reclaim fenced tries one more ADD
-//! (which must be refused), is drained (every container deleted) and then
-//! readmitted.
+//! retried until it succeeds; a node reclaim fenced tries one more ADD of
+//! each kind (which the fence must refuse), is drained (every container
+//! deleted) and then readmitted.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -65,8 +65,10 @@ impl<'w> Runtime<'w> {
         while !self.world.stopping() {
             if self.node.fenced.load(Ordering::SeqCst) {
                 // A kubelet that has not heard of the fence still starts
-                // pods: the fence must refuse its ADD.
-                self.add();
+                // pods: the fence must refuse each kind of ADD.
+                for roll in [0, 5, 9] {
+                    self.add_as(roll);
+                }
                 self.drain_and_readmit(None);
                 continue;
             }
@@ -97,12 +99,17 @@ impl<'w> Runtime<'w> {
         }
     }
 
-    /// The end of the run: every container to delete deleted, the node
-    /// readmitted if it is fenced, and a GC with the runtime's true list;
-    /// what keeps failing for a minute is trouble.
-    pub fn settle(&mut self) {
+    /// The end of the run, first: every container to delete deleted, the
+    /// node readmitted if it is fenced; what keeps failing for a minute is
+    /// trouble.
+    pub fn settle_dels(&mut self) {
+        self.drain_and_readmit(Some(Instant::now() + SETTLING));
+    }
+
+    /// The end of the run, last: a GC with the runtime's true list; one
+    /// that keeps failing for a minute is trouble.
+    pub fn settle_gc(&mut self) {
         let give_up = Instant::now() + SETTLING;
-        self.drain_and_readmit(Some(give_up));
         while !self.gc() {
             if Instant::now() > give_up {
                 self.trouble.push(format!(
@@ -204,10 +211,17 @@ impl<'w> Runtime<'w> {
     /// An ADD of a new container: plain, of a sticky workload that runs
     /// nowhere, or asking for an address.
     fn add(&mut self) {
+        let roll = self.rng.below(10);
+        self.add_as(roll);
+    }
+
+    /// An ADD of a new container as `roll` (below 10) says: below 4 of a
+    /// sticky workload (if one runs nowhere), 9 asking for an address,
+    /// plain otherwise.
+    fn add_as(&mut self, roll: u64) {
         self.made += 1;
         let id = format!("{}-c{}", self.node.name, self.made);
         let mut args = String::from("IgnoreUnknown=1");
-        let roll = self.rng.below(10);
         let workload = if roll < 4 {
             self.world.take_workload(&self.node.name, &id)
         } else {

@@ -1,0 +1,791 @@
+//! The verdict on the store, from etcd's own history of the run's prefix
+//! (read by the watchers, never by the code judged), replayed revision by
+//! revision, and from snapshots of it:
+//! - an address record written over another owner's (doubled);
+//! - a claim by a node while its fence stands (an ADD through a fence),
+//!   whether the harness saw the fence or not;
+//! - a fence written when the node's registration had been gone for less
+//!   than `--dead-for`, or while it was there;
+//! - an attachment whose record lists an address whose record names
+//!   another, or none;
+//! - a workload's hold kept past `stickyFor` (and a slack) once released;
+//! - a successful ADD whose answer no record of it ever listed;
+//! - at a point in time: a record a successful DEL should have freed; and
+//!   every address record listed by its owner, every listed address
+//!   recorded (leaked, lost).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::etcd_history::{Change, Snapshot};
+use crate::history::History;
+
+/// What the rules need to know of the run.
+pub struct Rules {
+    /// The store's keys of the network: `PREFIX/networks/NETWORK/`.
+    pub network: String,
+    /// The nodes' keys: `PREFIX/nodes/`.
+    pub nodes: String,
+    /// reclaim's `--dead-for`, ms.
+    pub dead_for: u64,
+    /// How much sooner than `--dead-for` a fence may seem, ms: the two
+    /// changes are dated as the watchers received them.
+    pub dead_for_slack: u64,
+    /// `ipam.pool.stickyFor`, ms.
+    pub sticky_for: u64,
+    /// How long after `stickyFor` a released hold may stay, ms: an ended
+    /// hold is removed by the next GC (or full pool) of any node.
+    pub sticky_slack: u64,
+}
+
+/// One violation: its kind, for the summary's counts, and what it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    pub kind: &'static str,
+    pub what: String,
+}
+
+fn violation(kind: &'static str, what: String) -> Violation {
+    Violation { kind, what }
+}
+
+/// What a key of the store is.
+#[derive(Debug, PartialEq)]
+enum Key<'a> {
+    Address(&'a str),
+    /// An attachment's record, under its node.
+    Attachment {
+        node: &'a str,
+        id: &'a str,
+    },
+    Hold(&'a str),
+    /// `PREFIX/nodes/NODE/WHICH`: alive, fenced, gone, seen.
+    Node {
+        node: &'a str,
+        which: &'a str,
+    },
+    /// Hints, notes of a full pool, marks: judged by nothing.
+    Other,
+}
+
+impl Rules {
+    fn key<'a>(&self, key: &'a str) -> Key<'a> {
+        if let Some(rest) = key.strip_prefix(&self.network) {
+            if let Some(address) = rest.strip_prefix("addresses/") {
+                return Key::Address(address);
+            }
+            if let Some(hold) = rest.strip_prefix("holds/") {
+                return Key::Hold(hold);
+            }
+            if let Some((node, name)) = rest
+                .strip_prefix("nodes/")
+                .and_then(|r| r.split_once("/attachments/"))
+            {
+                let id = name.split(':').next().unwrap_or(name);
+                return Key::Attachment { node, id };
+            }
+        } else if let Some((node, which)) = key
+            .strip_prefix(&self.nodes)
+            .and_then(|r| r.split_once('/'))
+        {
+            return Key::Node { node, which };
+        }
+        Key::Other
+    }
+}
+
+/// The name an address's key has: IPv4's dotted quads of three digits,
+/// IPv6's eight groups in full, so that the keys sort as the addresses do.
+fn key_name(address: &str) -> String {
+    match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => {
+            let [a, b, c, d] = v4.octets();
+            format!("{a:03}.{b:03}.{c:03}.{d:03}")
+        }
+        Ok(std::net::IpAddr::V6(v6)) => {
+            let groups: Vec<String> = v6.segments().iter().map(|g| format!("{g:04x}")).collect();
+            groups.join(":")
+        }
+        Err(_) => address.to_owned(),
+    }
+}
+
+/// A record's JSON, or null.
+fn json(value: &[u8]) -> Value {
+    serde_json::from_slice(value).unwrap_or(Value::Null)
+}
+
+fn text<'a>(record: &'a Value, field: &str) -> &'a str {
+    record[field].as_str().unwrap_or_default()
+}
+
+/// Whom an address record names: (container ID, workload, interface).
+fn owner(record: &Value) -> (String, String, String) {
+    (
+        text(record, "containerID").to_owned(),
+        text(record, "workload").to_owned(),
+        text(record, "ifname").to_owned(),
+    )
+}
+
+/// The addresses an attachment's or a hold's record lists.
+fn listed(record: &Value) -> Vec<String> {
+    record["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["address"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Whether address record `record` names the attachment or hold `holder`
+/// (its workload's, if its addresses follow one).
+fn names(record: &Value, holder: &Value) -> bool {
+    let (id, workload, ifname) = owner(record);
+    if ifname != text(holder, "ifname") {
+        return false;
+    }
+    match text(holder, "workload") {
+        "" => workload.is_empty() && id == text(holder, "containerID"),
+        theirs => workload == theirs,
+    }
+}
+
+/// Replays `changes` (by revision) and judges each as it comes; `skewed`
+/// says whether a node's clock was skewed at a time (its holds' times are
+/// its clock's, so not judged then); `end` is when the history ends, ms.
+pub fn judge(
+    changes: &[Change],
+    rules: &Rules,
+    skewed: &dyn Fn(&str, u64) -> bool,
+    end: u64,
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut state: BTreeMap<&str, Value> = BTreeMap::new();
+    // When each node's registration went, while it is gone.
+    let mut unregistered: BTreeMap<&str, u64> = BTreeMap::new();
+    // Each released hold: when, and by which node.
+    let mut released: BTreeMap<&str, (u64, String)> = BTreeMap::new();
+    let outlived = |key: &str, (at, node): &(u64, String), now: u64| {
+        (now.saturating_sub(*at) > rules.sticky_for + rules.sticky_slack && !skewed(node, *at))
+            .then(|| {
+                violation(
+                    "sticky",
+                    format!(
+                        "the hold {key} outlived stickyFor: released by {node} at {at} ms, still there at {now} ms"
+                    ),
+                )
+            })
+    };
+    let mut i = 0;
+    while i < changes.len() {
+        let revision = changes[i].revision;
+        let group: Vec<&Change> = changes[i..]
+            .iter()
+            .take_while(|c| c.revision == revision)
+            .collect();
+        i += group.len();
+        let at = group[0].at;
+        // Judged against the store before the revision.
+        for change in &group {
+            let Some(value) = &change.value else { continue };
+            let record = json(value);
+            let claimer = match rules.key(&change.key) {
+                Key::Attachment { node, .. } => Some(node.to_owned()),
+                Key::Address(_) => Some(text(&record, "node").to_owned()),
+                Key::Hold(_) if record["containerID"].is_string() => {
+                    Some(text(&record, "node").to_owned())
+                }
+                _ => None,
+            };
+            if let Some(node) = claimer {
+                let fence = format!("{}{node}/fenced", rules.nodes);
+                if state.contains_key(fence.as_str()) {
+                    found.push(violation(
+                        "through-fence",
+                        format!(
+                            "a claim through {node}'s fence: {} at revision {revision} ({at} ms)",
+                            change.key
+                        ),
+                    ));
+                }
+            }
+            match rules.key(&change.key) {
+                Key::Address(address) => {
+                    if let Some(before) = state.get(change.key.as_str()) {
+                        if owner(before) != owner(&record) {
+                            found.push(violation(
+                                "doubled",
+                                format!(
+                                    "doubled: {address}'s record of {before} written over by {record} at revision {revision} ({at} ms)"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Key::Node {
+                    node,
+                    which: "fenced",
+                } if !state.contains_key(change.key.as_str()) => {
+                    let alive = format!("{}{node}/alive", rules.nodes);
+                    if state.contains_key(alive.as_str()) {
+                        found.push(violation(
+                            "early-fence",
+                            format!(
+                                "{node} fenced at revision {revision} ({at} ms) while registered"
+                            ),
+                        ));
+                    } else if let Some(gone) = unregistered.get(node) {
+                        if at + rules.dead_for_slack < gone + rules.dead_for {
+                            found.push(violation(
+                                "early-fence",
+                                format!(
+                                    "{node} fenced at {at} ms (revision {revision}), its registration gone only since {gone} ms"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for change in &group {
+            match &change.value {
+                Some(value) => {
+                    state.insert(&change.key, json(value));
+                }
+                None => {
+                    state.remove(change.key.as_str());
+                }
+            }
+            match (rules.key(&change.key), &change.value) {
+                (
+                    Key::Node {
+                        node,
+                        which: "alive",
+                    },
+                    None,
+                ) => {
+                    unregistered.insert(node, at);
+                }
+                (
+                    Key::Node {
+                        node,
+                        which: "alive",
+                    },
+                    Some(_),
+                ) => {
+                    unregistered.remove(node);
+                }
+                (Key::Hold(_), value) => {
+                    let record = value.as_deref().map(json).unwrap_or(Value::Null);
+                    let free = record["containerID"].is_null() && record["until"].is_u64();
+                    if value.is_some() && free {
+                        released
+                            .entry(&change.key)
+                            .or_insert((at, text(&record, "node").to_owned()));
+                    } else if let Some(release) = released.remove(change.key.as_str()) {
+                        found.extend(outlived(&change.key, &release, at));
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Judged against the store after the revision: a claim writes the
+        // attachment and its addresses at once.
+        for change in &group {
+            let (Key::Attachment { .. }, Some(value)) = (rules.key(&change.key), &change.value)
+            else {
+                continue;
+            };
+            let attachment = json(value);
+            for address in listed(&attachment) {
+                let key = format!("{}addresses/{}", rules.network, key_name(&address));
+                match state.get(key.as_str()) {
+                    Some(record) if names(record, &attachment) => {}
+                    Some(record) => found.push(violation(
+                        "doubled",
+                        format!(
+                            "doubled: {} lists {address}, whose record names another ({record}) at revision {revision} ({at} ms)",
+                            change.key
+                        ),
+                    )),
+                    None => found.push(violation(
+                        "lost",
+                        format!(
+                            "{} lists {address}, which has no record at revision {revision} ({at} ms)",
+                            change.key
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+    for (key, release) in &released {
+        found.extend(outlived(key, release, end));
+    }
+    found
+}
+
+/// Each successful ADD whose answer no record of its attachment ever
+/// listed: an address it was never given.
+pub fn unrecorded_answers(history: &History, changes: &[Change], rules: &Rules) -> Vec<Violation> {
+    let mut lists: BTreeMap<&str, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for change in changes {
+        if let (Key::Attachment { id, .. }, Some(value)) = (rules.key(&change.key), &change.value) {
+            let mut addresses = listed(&json(value));
+            addresses.sort();
+            lists.entry(id).or_default().insert(addresses);
+        }
+    }
+    history
+        .operations
+        .iter()
+        .filter(|op| op.command == "ADD" && op.succeeded())
+        .filter(|op| {
+            let mut answer = op.addresses.clone();
+            answer.sort();
+            !lists
+                .get(op.container.as_str())
+                .is_some_and(|l| l.contains(&answer))
+        })
+        .map(|op| {
+            violation(
+                "unrecorded",
+                format!(
+                    "the ADD of {} on {} answered {}, which no record of it ever listed",
+                    op.container,
+                    op.node,
+                    op.addresses.join(", ")
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Each record in `snapshot` that a successful DEL should have freed: an
+/// attachment's record, or an address record naming its container, last
+/// written before a DEL of that container that succeeded began (`times`:
+/// each revision's time, ms). A record a killed command left afterwards
+/// is the next DEL's or GC's.
+pub fn left_by_dels(
+    snapshot: &Snapshot,
+    changes: &[Change],
+    history: &History,
+    rules: &Rules,
+) -> Vec<Violation> {
+    let times: BTreeMap<u64, u64> = changes.iter().map(|c| (c.revision, c.at)).collect();
+    let mut dels: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for del in history
+        .operations
+        .iter()
+        .filter(|op| op.command == "DEL" && op.succeeded())
+    {
+        dels.entry(&del.container).or_default().push(del.start);
+    }
+    let mut found = Vec::new();
+    for (key, (value, revision)) in snapshot {
+        let container = match rules.key(key) {
+            Key::Attachment { id, .. } => id.to_owned(),
+            Key::Address(_) => text(&json(value), "containerID").to_owned(),
+            _ => continue,
+        };
+        let Some(written) = times.get(revision) else {
+            continue;
+        };
+        if let Some(del) = dels
+            .get(container.as_str())
+            .into_iter()
+            .flatten()
+            .find(|start| **start > *written)
+        {
+            found.push(violation(
+                "left-by-del",
+                format!(
+                    "a DEL of {container} that began at {del} ms answered success, but left {key} (written at {written} ms)"
+                ),
+            ));
+        }
+    }
+    found
+}
+
+/// How the records in `snapshot` disagree among themselves: an address
+/// record that its attachment (or its workload's hold) does not list
+/// (leaked), an address an attachment or hold lists with no record naming
+/// it (lost).
+pub fn inconsistencies(snapshot: &Snapshot, rules: &Rules) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut holders: Vec<(&str, Value)> = Vec::new();
+    for (key, (value, _)) in snapshot {
+        if matches!(rules.key(key), Key::Attachment { .. } | Key::Hold(_)) {
+            holders.push((key, json(value)));
+        }
+    }
+    for (key, holder) in &holders {
+        for address in listed(holder) {
+            let record = snapshot
+                .get(&format!(
+                    "{}addresses/{}",
+                    rules.network,
+                    key_name(&address)
+                ))
+                .map(|(v, _)| json(v));
+            if !record.as_ref().is_some_and(|r| names(r, holder)) {
+                found.push(violation(
+                    "lost",
+                    format!(
+                        "lost: {key} lists {address}, whose record is {}",
+                        record.map_or("missing".to_owned(), |r| r.to_string())
+                    ),
+                ));
+            }
+        }
+    }
+    for (key, (value, _)) in snapshot {
+        let Key::Address(address) = rules.key(key) else {
+            continue;
+        };
+        let record = json(value);
+        let listed_by = holders.iter().any(|(k, holder)| {
+            names(&record, holder)
+                // A workload's addresses are its hold's; its container's
+                // record lists them too.
+                && (text(&record, "workload").is_empty() || matches!(rules.key(k), Key::Hold(_)))
+                && listed(holder).iter().any(|a| key_name(a) == address)
+        });
+        if !listed_by {
+            found.push(violation(
+                "leaked",
+                format!("leaked: {address}'s record ({record}) is listed by no attachment or hold"),
+            ));
+        }
+    }
+    found
+}
+
+/// The containers whose attachment records are in `snapshot`, each with
+/// the addresses it lists.
+pub fn attachments(snapshot: &Snapshot, rules: &Rules) -> BTreeMap<String, Vec<String>> {
+    snapshot
+        .iter()
+        .filter_map(|(key, (value, _))| match rules.key(key) {
+            Key::Attachment { id, .. } => Some((id.to_owned(), listed(&json(value)))),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Operation;
+    use serde_json::json;
+
+    fn rules() -> Rules {
+        Rules {
+            network: "/p/networks/n/".into(),
+            nodes: "/p/nodes/".into(),
+            dead_for: 4_000,
+            dead_for_slack: 1_000,
+            sticky_for: 20_000,
+            sticky_slack: 10_000,
+        }
+    }
+
+    fn put(revision: u64, at: u64, key: &str, value: Value) -> Change {
+        Change {
+            revision,
+            key: key.into(),
+            value: Some(value.to_string().into_bytes()),
+            at,
+        }
+    }
+
+    fn del(revision: u64, at: u64, key: &str) -> Change {
+        Change {
+            revision,
+            key: key.into(),
+            value: None,
+            at,
+        }
+    }
+
+    /// A claim of `address` by container `id` on `node`, at `revision`.
+    fn claim(revision: u64, at: u64, node: &str, id: &str, address: &str) -> Vec<Change> {
+        vec![
+            put(
+                revision,
+                at,
+                &format!("/p/networks/n/nodes/{node}/attachments/{id}:eth0"),
+                json!({"containerID": id, "ifname": "eth0", "node": node,
+                       "addresses": [{"pool": "a", "address": address}]}),
+            ),
+            put(
+                revision,
+                at,
+                &format!("/p/networks/n/addresses/{}", key_name(address)),
+                json!({"containerID": id, "ifname": "eth0", "node": node, "pool": "a"}),
+            ),
+        ]
+    }
+
+    fn release(revision: u64, at: u64, node: &str, id: &str, address: &str) -> Vec<Change> {
+        vec![
+            del(
+                revision,
+                at,
+                &format!("/p/networks/n/nodes/{node}/attachments/{id}:eth0"),
+            ),
+            del(
+                revision,
+                at,
+                &format!("/p/networks/n/addresses/{}", key_name(address)),
+            ),
+        ]
+    }
+
+    fn kinds(found: &[Violation]) -> Vec<&str> {
+        found.iter().map(|v| v.kind).collect()
+    }
+
+    fn never(_: &str, _: u64) -> bool {
+        false
+    }
+
+    #[test]
+    fn addresses_are_named_as_their_keys_sort() {
+        assert_eq!(key_name("10.0.0.2"), "010.000.000.002");
+        assert_eq!(
+            key_name("fd00::1"),
+            "fd00:0000:0000:0000:0000:0000:0000:0001"
+        );
+    }
+
+    #[test]
+    fn an_address_claimed_again_after_its_release_is_no_violation() {
+        let changes = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            release(3, 20, "n1", "a", "10.0.0.2"),
+            claim(4, 30, "n2", "b", "10.0.0.2"),
+        ]
+        .concat();
+        assert_eq!(judge(&changes, &rules(), &never, 40), []);
+    }
+
+    #[test]
+    fn an_address_record_written_over_anothers_is_doubled() {
+        let changes = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            claim(3, 20, "n2", "b", "10.0.0.2"),
+        ]
+        .concat();
+        let found = judge(&changes, &rules(), &never, 40);
+        assert_eq!(kinds(&found), ["doubled"], "{found:?}");
+        assert!(found[0].what.contains("010.000.000.002"));
+    }
+
+    #[test]
+    fn an_attachment_listing_anothers_address_is_doubled_and_one_without_a_record_lost() {
+        let mut changes = claim(2, 10, "n1", "a", "10.0.0.2");
+        changes.push(put(
+            3,
+            20,
+            "/p/networks/n/nodes/n2/attachments/b:eth0",
+            json!({"containerID": "b", "ifname": "eth0", "node": "n2",
+                   "addresses": [{"pool": "a", "address": "10.0.0.2"}]}),
+        ));
+        changes.push(put(
+            4,
+            30,
+            "/p/networks/n/nodes/n2/attachments/c:eth0",
+            json!({"containerID": "c", "ifname": "eth0", "node": "n2",
+                   "addresses": [{"pool": "a", "address": "10.0.0.3"}]}),
+        ));
+        assert_eq!(
+            kinds(&judge(&changes, &rules(), &never, 40)),
+            ["doubled", "lost"]
+        );
+    }
+
+    #[test]
+    fn a_claim_while_the_nodes_fence_stands_is_flagged_seen_or_not() {
+        let fence = "/p/nodes/n1/fenced";
+        let changes = [
+            vec![
+                put(1, 0, "/p/nodes/n1/alive", json!({})),
+                del(2, 1_000, "/p/nodes/n1/alive"),
+            ],
+            claim(3, 5_500, "n1", "before", "10.0.0.2"),
+            vec![put(4, 6_000, fence, json!({"node": "n1"}))],
+            claim(5, 6_010, "n1", "through", "10.0.0.3"),
+            claim(6, 6_020, "n2", "elsewhere", "10.0.0.4"),
+            vec![del(7, 9_000, fence)],
+            claim(8, 9_010, "n1", "after", "10.0.0.5"),
+        ]
+        .concat();
+        let found = judge(&changes, &rules(), &never, 10_000);
+        assert_eq!(kinds(&found), ["through-fence", "through-fence"]);
+        assert!(
+            found.iter().all(|v| v.what.contains("through")),
+            "{found:?}"
+        );
+        // A sticky claim takes over its workload's hold: the hold's write
+        // is the claim.
+        let hold = put(
+            5,
+            6_010,
+            "/p/networks/n/holds/db%2Fw:eth0",
+            json!({"workload": "db/w", "ifname": "eth0", "node": "n1", "containerID": "x",
+                   "addresses": [], "stickyFor": 20}),
+        );
+        let mut sticky = changes[..5].to_vec();
+        sticky.push(hold);
+        assert_eq!(
+            kinds(&judge(&sticky, &rules(), &never, 10_000)),
+            ["through-fence"]
+        );
+    }
+
+    #[test]
+    fn a_fence_sooner_than_dead_for_or_of_a_registered_node_is_flagged() {
+        let fence = |revision, at| put(revision, at, "/p/nodes/n1/fenced", json!({}));
+        let gone = [
+            put(1, 0, "/p/nodes/n1/alive", json!({})),
+            del(2, 10_000, "/p/nodes/n1/alive"),
+        ];
+        // 4 s less the slack after its registration went: in time.
+        let on_time = [gone.to_vec(), vec![fence(3, 13_000)]].concat();
+        assert_eq!(judge(&on_time, &rules(), &never, 20_000), []);
+        let early = [gone.to_vec(), vec![fence(3, 12_500)]].concat();
+        assert_eq!(
+            kinds(&judge(&early, &rules(), &never, 20_000)),
+            ["early-fence"]
+        );
+        let registered = [gone[..1].to_vec(), vec![fence(3, 12_500)]].concat();
+        let found = judge(&registered, &rules(), &never, 20_000);
+        assert!(found[0].what.contains("while registered"), "{found:?}");
+        // A fence written again over itself is not a new one.
+        let again = [on_time.clone(), vec![fence(4, 13_001)]].concat();
+        assert_eq!(judge(&again, &rules(), &never, 20_000), []);
+    }
+
+    #[test]
+    fn a_released_hold_kept_past_sticky_for_and_its_slack_is_flagged() {
+        let key = "/p/networks/n/holds/db%2Fw:eth0";
+        let released = |revision, at| {
+            put(
+                revision,
+                at,
+                key,
+                json!({"workload": "db/w", "ifname": "eth0", "node": "n1", "containerID": null,
+                       "until": 100, "addresses": [], "stickyFor": 20}),
+            )
+        };
+        let ended_in_time = [released(2, 1_000), del(3, 30_000, key)];
+        assert_eq!(judge(&ended_in_time, &rules(), &never, 60_000), []);
+        let kept = [released(2, 1_000), del(3, 32_000, key)];
+        assert_eq!(kinds(&judge(&kept, &rules(), &never, 60_000)), ["sticky"]);
+        // Never ended: judged at the end.
+        assert_eq!(
+            kinds(&judge(&[released(2, 1_000)], &rules(), &never, 60_000)),
+            ["sticky"]
+        );
+        assert_eq!(judge(&[released(2, 1_000)], &rules(), &never, 30_000), []);
+        // Released by a node whose clock was skewed: its times are wrong.
+        let skewed = |node: &str, at: u64| node == "n1" && at == 1_000;
+        assert_eq!(judge(&kept, &rules(), &skewed, 60_000), []);
+    }
+
+    fn op(command: &str, container: &str, start: u64, addresses: &[&str]) -> Operation {
+        Operation {
+            node: "n1".into(),
+            command: command.into(),
+            container: container.into(),
+            workload: None,
+            start,
+            end: start + 5,
+            status: Some(0),
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            said: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_add_answering_an_address_its_records_never_listed_is_flagged() {
+        let changes = claim(2, 10, "n1", "a", "10.0.0.2");
+        let history = History {
+            operations: vec![
+                op("ADD", "a", 0, &["10.0.0.2"]),
+                op("ADD", "b", 0, &["10.0.0.3"]),
+            ],
+            events: vec![],
+        };
+        let found = unrecorded_answers(&history, &changes, &rules());
+        assert_eq!(kinds(&found), ["unrecorded"]);
+        assert!(found[0].what.contains("ADD of b"));
+    }
+
+    fn snapshot_of(changes: &[Change]) -> Snapshot {
+        changes
+            .iter()
+            .filter_map(|c| Some((c.key.clone(), (c.value.clone()?, c.revision))))
+            .collect()
+    }
+
+    #[test]
+    fn a_record_left_by_a_successful_del_is_flagged_unless_written_after_it_began() {
+        // a's DEL began after its claim landed: it should have freed it.
+        // b's claim landed after its DEL began (an ADD killed alone, its
+        // delegate finishing): the next DEL's or GC's.
+        let changes = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            claim(3, 120, "n1", "b", "10.0.0.3"),
+        ]
+        .concat();
+        let history = History {
+            operations: vec![op("DEL", "a", 50, &[]), op("DEL", "b", 100, &[])],
+            events: vec![],
+        };
+        let found = left_by_dels(&snapshot_of(&changes), &changes, &history, &rules());
+        assert_eq!(kinds(&found), ["left-by-del", "left-by-del"]);
+        assert!(found.iter().all(|v| v.what.contains("DEL of a")));
+    }
+
+    #[test]
+    fn records_that_disagree_are_leaked_or_lost() {
+        let hold = json!({"workload": "db/w", "ifname": "eth0", "node": "n1", "containerID": null,
+                          "until": 100, "addresses": [{"pool": "a", "address": "10.0.0.5"}], "stickyFor": 20});
+        let consistent = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            vec![
+                put(3, 20, "/p/networks/n/holds/db%2Fw:eth0", hold),
+                put(
+                    3,
+                    20,
+                    "/p/networks/n/addresses/010.000.000.005",
+                    json!({"workload": "db/w", "ifname": "eth0", "node": "n1", "pool": "a"}),
+                ),
+            ],
+        ]
+        .concat();
+        assert_eq!(inconsistencies(&snapshot_of(&consistent), &rules()), []);
+        // An address record whose attachment is gone; a workload's whose
+        // hold is gone; an attachment whose address record is gone.
+        let mut broken = snapshot_of(&consistent);
+        broken.remove("/p/networks/n/nodes/n1/attachments/a:eth0");
+        broken.remove("/p/networks/n/holds/db%2Fw:eth0");
+        let claimed = claim(4, 30, "n1", "c", "10.0.0.7");
+        broken.insert(
+            claimed[0].key.clone(),
+            (claimed[0].value.clone().unwrap(), 4),
+        );
+        let found = inconsistencies(&broken, &rules());
+        assert_eq!(kinds(&found), ["lost", "leaked", "leaked"], "{found:?}");
+        assert_eq!(
+            attachments(&broken, &rules()),
+            [("c".to_owned(), vec!["10.0.0.7".to_owned()])].into()
+        );
+    }
+}
