@@ -1,7 +1,7 @@
 //! The faults, from a seeded schedule, each logged with its time as it
 //! starts (and, if it lasts, as it ends): two threads, one for faults
 //! that last (a partition, a keeper frozen, an etcd member killed or
-//! paused, quorum lost, a full database, a second keeper, a clock skewed
+//! paused or trickling its answers, quorum lost, a full database, a second keeper, a clock skewed
 //! forward or back), one at a time, every kind once in a seeded order
 //! first and then at random, so that every run has each; and one for the
 //! instant ones (a plugin killed mid-command, a compaction, a re-pin
@@ -25,11 +25,12 @@ pub const NODE_TTL: u64 = 6;
 pub const DEAD_FOR: u64 = 4;
 
 /// Each kind of lasting fault: its event, and the event that ends it.
-pub const LASTING: [(&str, &str); 9] = [
+pub const LASTING: [(&str, &str); 10] = [
     ("partition", "healed"),
     ("keeper-stopped", "keeper-resumed"),
     ("member-killed", "member-restarted"),
     ("member-paused", "member-resumed"),
+    ("trickle", "trickle-stopped"),
     ("quorum-lost", "quorum-back"),
     ("nospace", "space-back"),
     ("second-keeper", "second-keeper-stopped"),
@@ -39,11 +40,12 @@ pub const LASTING: [(&str, &str); 9] = [
 
 /// Every kind of fault a run must have at least once (a fence by reclaim
 /// is counted as "reclaim").
-pub const KINDS: [&str; 16] = [
+pub const KINDS: [&str; 17] = [
     "partition",
     "keeper-stopped",
     "member-killed",
     "member-paused",
+    "trickle",
     "quorum-lost",
     "nospace",
     "second-keeper",
@@ -131,6 +133,14 @@ pub fn lasting(world: &World, seed: u64) {
                 cluster.pause(member, false);
                 cluster.restart(member);
                 world.recorder.event(ends, &format!("m{member}"), "");
+            }
+            "trickle" => {
+                // The first member's answers, as the nodes reach it.
+                world.recorder.event(kind, "m0", "");
+                world.relay.trickle(true);
+                pause(world, 2_000 + rng.below(3_000));
+                world.relay.trickle(false);
+                world.recorder.event(ends, "m0", "");
             }
             "quorum-lost" => {
                 let mut cluster = lock(&world.cluster);

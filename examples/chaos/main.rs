@@ -19,6 +19,7 @@ mod faults;
 mod figures;
 mod history;
 mod nodes;
+mod relay;
 mod store_rules;
 mod workload;
 
@@ -76,6 +77,16 @@ impl Rng {
     }
 }
 
+/// Where a sticky workload runs, if it does, and until when it rests
+/// once its container is gone (ms since the run began): a workload away
+/// for longer than `stickyFor` finds its hold ended.
+#[derive(Debug, Default)]
+pub struct Placement {
+    /// The node and container it runs as.
+    pub running: Option<(String, String)>,
+    pub rests_until: u64,
+}
+
 /// Everything the threads of a run share.
 pub struct World {
     pub nodes: Vec<Node>,
@@ -86,10 +97,12 @@ pub struct World {
     pub operator_config: PathBuf,
     pub recorder: Recorder,
     /// Each sticky workload, and where a container of it runs.
-    pub workloads: Mutex<BTreeMap<String, Option<(String, String)>>>,
+    pub workloads: Mutex<BTreeMap<String, Placement>>,
     pub cluster: Mutex<Cluster>,
     /// etcd's own history of the store, as the checker reads it.
     pub watchers: Arc<Watchers>,
+    /// The relay the first node reaches the first member through.
+    pub relay: relay::Relay,
     /// Held while the fences are read, and while a node is readmitted.
     pub fencing: Mutex<()>,
     /// The start of the first reclaim since the fences were last read.
@@ -103,26 +116,32 @@ impl World {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// A workload that runs nowhere, now bound to `container` of `node`.
+    /// A workload that runs nowhere and has rested, now bound to
+    /// `container` of `node`.
     pub fn take_workload(&self, node: &str, container: &str) -> Option<String> {
+        let now = self.recorder.now();
         let mut workloads = lock(&self.workloads);
-        let (name, running) = workloads
+        let (name, placement) = workloads
             .iter_mut()
-            .find(|(_, running)| running.is_none())?;
-        *running = Some((node.to_owned(), container.to_owned()));
+            .find(|(_, p)| p.running.is_none() && p.rests_until <= now)?;
+        placement.running = Some((node.to_owned(), container.to_owned()));
         Some(name.clone())
     }
 
-    /// `container` of `node` is deleted: its workload may start again,
-    /// unless it has been freed and started elsewhere meanwhile.
-    pub fn free_workload(&self, workload: &str, node: &str, container: &str) {
+    /// `container` of `node` is deleted: its workload may start again
+    /// once it has rested `rest` ms, unless it has been freed and started
+    /// elsewhere meanwhile.
+    pub fn free_workload(&self, workload: &str, node: &str, container: &str, rest: u64) {
+        let now = self.recorder.now();
         let mut workloads = lock(&self.workloads);
-        if let Some(running) = workloads.get_mut(workload) {
-            if running
+        if let Some(placement) = workloads.get_mut(workload) {
+            if placement
+                .running
                 .as_ref()
                 .is_some_and(|(n, c)| n == node && c == container)
             {
-                *running = None;
+                placement.running = None;
+                placement.rests_until = now + rest;
             }
         }
     }
@@ -223,9 +242,18 @@ fn main() -> ExitCode {
     // From the cluster's first revision on.
     let watchers = Watchers::start(&cluster, PREFIX, recorder.began());
     let _ = cluster.etcdctl(&["put", etcd_history::MARK, "mark"]);
+    // The first node reaches the first member through a relay that may
+    // trickle (the others directly: a relay costs every call a little).
     let clients: Vec<u16> = ports.iter().step_by(2).copied().collect();
+    let relay = relay::Relay::start(free_port(), clients[0]);
+    let relayed: Vec<u16> = std::iter::once(relay.port)
+        .chain(clients[1..].iter().copied())
+        .collect();
     let nodes: Vec<Node> = (0..NODES)
-        .map(|i| Node::make(i, &tag, &dir, &network(), &clients, &cluster.tls, &bin))
+        .map(|i| {
+            let ports = if i == 0 { &relayed } else { &clients };
+            Node::make(i, &tag, &dir, &network(), ports, &cluster.tls, &bin)
+        })
         .collect();
     let mut operator = network();
     operator["ipam"]["pool"]["etcd"]["endpoints"] = json!(cluster.endpoints("127.0.0.1"));
@@ -240,11 +268,12 @@ fn main() -> ExitCode {
         recorder,
         workloads: Mutex::new(
             (0..WORKLOADS)
-                .map(|i| (format!("db/web-{i}"), None))
+                .map(|i| (format!("db/web-{i}"), Placement::default()))
                 .collect(),
         ),
         cluster: Mutex::new(cluster),
         watchers,
+        relay,
         fencing: Mutex::new(()),
         reclaim_since: Mutex::new(None),
         stop: AtomicBool::new(false),
@@ -292,6 +321,7 @@ fn main() -> ExitCode {
     }
     let after_gc = read_store(&world, &mut trouble);
     world.watchers.stop();
+    keep_store_history(&world.watchers.changes(), &dir.join("store.jsonl"));
     let verdict = judge(
         &world,
         &runtimes,
@@ -361,6 +391,7 @@ fn undo_faults(world: &World) -> Vec<String> {
             "etcd is not healthy again"
         );
     }
+    world.relay.trickle(false);
     faults::clear(world);
     // A fence the last reclaims made and no reading saw.
     let mut trouble = Vec::new();
@@ -396,21 +427,42 @@ fn read_store(world: &World, trouble: &mut Vec<String>) -> Snapshot {
     })
 }
 
-/// Whether `node`'s clock was skewed `at` (ms).
-fn skewed(history: &history::History, node: &str, at: u64) -> bool {
+/// Writes etcd's history of the store to `path`, a JSON line per change,
+/// to be read again with the run's history should it fail.
+fn keep_store_history(changes: &[etcd_history::Change], path: &Path) {
+    use std::io::Write;
+    let Ok(file) = std::fs::File::create(path) else {
+        return;
+    };
+    let mut file = std::io::BufWriter::new(file);
+    for change in changes {
+        let value = change
+            .value
+            .as_ref()
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        let line = json!({"revision": change.revision, "at": change.at, "key": change.key, "value": value});
+        // Kept for reading only: a line not written is no verdict lost.
+        let _ = writeln!(file, "{line}");
+    }
+}
+
+/// Whether `node`'s clock (any node's, if `None`) was skewed at some
+/// time from `from` to `to` (ms).
+fn skewed(history: &history::History, node: Option<&str>, from: u64, to: u64) -> bool {
     history
         .events
         .iter()
-        .filter(|e| e.target == node && e.kind.starts_with("clock-") && e.kind != "clock-right")
+        .filter(|e| node.is_none_or(|n| e.target == n))
+        .filter(|e| e.kind.starts_with("clock-") && e.kind != "clock-right")
         .any(|start| {
             let end = history
                 .events
                 .iter()
-                .filter(|e| e.kind == "clock-right" && e.target == node && e.at >= start.at)
+                .filter(|e| e.kind == "clock-right" && e.target == start.target && e.at >= start.at)
                 .map(|e| e.at)
                 .min()
                 .unwrap_or(u64::MAX);
-            start.at <= at && at <= end
+            start.at <= to && from <= end
         })
 }
 
@@ -436,12 +488,13 @@ fn judge(
         dead_for_slack: 1_000,
         sticky_for: STICKY_FOR * 1_000,
         sticky_slack: 10_000,
+        sticky_early: 2_000,
     };
     let end = world.recorder.now();
     let mut found: Vec<Violation> = store_rules::judge(
         &changes,
         &rules,
-        &|node, at| skewed(&history, node, at),
+        &|node, from, to| skewed(&history, node, from, to),
         end,
     );
     found.extend(store_rules::unrecorded_answers(&history, &changes, &rules));
@@ -560,7 +613,10 @@ fn judge(
     let listed: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let count = |kind: &str| found.iter().filter(|v| v.kind == kind).count();
     for violation in &found {
-        eprintln!("{}: {}", violation.kind, violation.what);
+        match violation.what.starts_with(violation.kind) {
+            true => eprintln!("{}", violation.what),
+            false => eprintln!("{}: {}", violation.kind, violation.what),
+        }
     }
     for violation in &violations {
         eprintln!("{violation}");

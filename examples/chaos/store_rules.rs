@@ -8,7 +8,8 @@
 //!   than `--dead-for`, or while it was there;
 //! - an attachment whose record lists an address whose record names
 //!   another, or none;
-//! - a workload's hold kept past `stickyFor` (and a slack) once released;
+//! - a workload's hold kept past `stickyFor` (and a slack) once released,
+//!   ended before `stickyFor`, or taken over with other addresses;
 //! - a successful ADD whose answer no record of it ever listed;
 //! - at a point in time: a record a successful DEL should have freed; and
 //!   every address record listed by its owner, every listed address
@@ -37,6 +38,9 @@ pub struct Rules {
     /// How long after `stickyFor` a released hold may stay, ms: an ended
     /// hold is removed by the next GC (or full pool) of any node.
     pub sticky_slack: u64,
+    /// How much sooner than `stickyFor` a released hold may end, ms: its
+    /// end is written in whole seconds.
+    pub sticky_early: u64,
 }
 
 /// One violation: its kind, for the summary's counts, and what it is.
@@ -152,23 +156,23 @@ fn names(record: &Value, holder: &Value) -> bool {
     }
 }
 
-/// Replays `changes` (by revision) and judges each as it comes; `skewed`
-/// says whether a node's clock was skewed at a time (its holds' times are
-/// its clock's, so not judged then); `end` is when the history ends, ms.
-pub fn judge(
-    changes: &[Change],
-    rules: &Rules,
-    skewed: &dyn Fn(&str, u64) -> bool,
-    end: u64,
-) -> Vec<Violation> {
+/// Whether a node's clock (any node's, if none is named) was skewed at
+/// some time from one time to another, ms: holds' times are by the clocks
+/// of the nodes that write and end them, so not judged then.
+pub type Skewed<'a> = &'a dyn Fn(Option<&str>, u64, u64) -> bool;
+
+/// Replays `changes` (by revision) and judges each as it comes; `end` is
+/// when the history ends, ms.
+pub fn judge(changes: &[Change], rules: &Rules, skewed: Skewed, end: u64) -> Vec<Violation> {
     let mut found = Vec::new();
     let mut state: BTreeMap<&str, Value> = BTreeMap::new();
     // When each node's registration went, while it is gone.
     let mut unregistered: BTreeMap<&str, u64> = BTreeMap::new();
-    // Each released hold: when, and by which node.
-    let mut released: BTreeMap<&str, (u64, String)> = BTreeMap::new();
-    let outlived = |key: &str, (at, node): &(u64, String), now: u64| {
-        (now.saturating_sub(*at) > rules.sticky_for + rules.sticky_slack && !skewed(node, *at))
+    // Each released hold: when, by which node, and what it keeps.
+    let mut released: BTreeMap<&str, Release> = BTreeMap::new();
+    let outlived = |key: &str, Release { at, node, .. }: &Release, now: u64| {
+        (now.saturating_sub(*at) > rules.sticky_for + rules.sticky_slack
+            && !skewed(Some(node), *at, *at))
             .then(|| {
                 violation(
                     "sticky",
@@ -250,6 +254,24 @@ pub fn judge(
                 _ => {}
             }
         }
+        // Reclaim ends the holds a fenced node released, with its fence.
+        let fenced: BTreeSet<String> = state
+            .keys()
+            .copied()
+            .chain(
+                group
+                    .iter()
+                    .filter(|c| c.value.is_some())
+                    .map(|c| c.key.as_str()),
+            )
+            .filter_map(|key| match rules.key(key) {
+                Key::Node {
+                    node,
+                    which: "fenced",
+                } => Some(node.to_owned()),
+                _ => None,
+            })
+            .collect();
         for change in &group {
             match &change.value {
                 Some(value) => {
@@ -282,11 +304,36 @@ pub fn judge(
                     let record = value.as_deref().map(json).unwrap_or(Value::Null);
                     let free = record["containerID"].is_null() && record["until"].is_u64();
                     if value.is_some() && free {
-                        released
-                            .entry(&change.key)
-                            .or_insert((at, text(&record, "node").to_owned()));
+                        released.entry(&change.key).or_insert(Release {
+                            at,
+                            node: text(&record, "node").to_owned(),
+                            keeps: listed(&record),
+                        });
                     } else if let Some(release) = released.remove(change.key.as_str()) {
                         found.extend(outlived(&change.key, &release, at));
+                        let early = at + rules.sticky_early < release.at + rules.sticky_for
+                            && !skewed(None, release.at, at)
+                            && !fenced.contains(&release.node);
+                        if value.is_none() && early {
+                            found.push(violation(
+                                "sticky",
+                                format!(
+                                    "the hold {} ended before stickyFor: released at {} ms, gone at {at} ms",
+                                    change.key, release.at
+                                ),
+                            ));
+                        }
+                        if value.is_some() && listed(&record) != release.keeps {
+                            found.push(violation(
+                                "sticky",
+                                format!(
+                                    "the hold {} was taken over at {at} ms with {:?}, not the {:?} it kept",
+                                    change.key,
+                                    listed(&record),
+                                    release.keeps
+                                ),
+                            ));
+                        }
                     }
                 }
                 _ => {}
@@ -326,6 +373,16 @@ pub fn judge(
         found.extend(outlived(key, release, end));
     }
     found
+}
+
+/// A released hold, as the rules follow it.
+struct Release {
+    /// When it was released, ms.
+    at: u64,
+    /// The node that released it.
+    node: String,
+    /// The addresses it keeps.
+    keeps: Vec<String>,
 }
 
 /// Each successful ADD whose answer no record of its attachment ever
@@ -491,6 +548,7 @@ mod tests {
             dead_for_slack: 1_000,
             sticky_for: 20_000,
             sticky_slack: 10_000,
+            sticky_early: 2_000,
         }
     }
 
@@ -550,7 +608,7 @@ mod tests {
         found.iter().map(|v| v.kind).collect()
     }
 
-    fn never(_: &str, _: u64) -> bool {
+    fn never(_: Option<&str>, _: u64, _: u64) -> bool {
         false
     }
 
@@ -694,8 +752,41 @@ mod tests {
         );
         assert_eq!(judge(&[released(2, 1_000)], &rules(), &never, 30_000), []);
         // Released by a node whose clock was skewed: its times are wrong.
-        let skewed = |node: &str, at: u64| node == "n1" && at == 1_000;
+        let skewed = |node: Option<&str>, from: u64, _: u64| node == Some("n1") && from == 1_000;
         assert_eq!(judge(&kept, &rules(), &skewed, 60_000), []);
+    }
+
+    #[test]
+    fn a_released_hold_ended_early_or_taken_over_with_other_addresses_is_flagged() {
+        let key = "/p/networks/n/holds/db%2Fw:eth0";
+        let hold = |revision, at, container: Value, address: &str| {
+            put(
+                revision,
+                at,
+                key,
+                json!({"workload": "db/w", "ifname": "eth0", "node": "n1", "containerID": container,
+                       "until": 100, "addresses": [{"pool": "a", "address": address}], "stickyFor": 20}),
+            )
+        };
+        let released = hold(2, 1_000, Value::Null, "10.0.0.2");
+        let back = [released.clone(), hold(3, 5_000, json!("c2"), "10.0.0.2")];
+        assert_eq!(judge(&back, &rules(), &never, 10_000), []);
+        let moved = [released.clone(), hold(3, 5_000, json!("c2"), "10.0.0.3")];
+        assert_eq!(kinds(&judge(&moved, &rules(), &never, 10_000)), ["sticky"]);
+        let in_time = [released.clone(), del(3, 19_500, key)];
+        assert_eq!(judge(&in_time, &rules(), &never, 30_000), []);
+        let early = [released.clone(), del(3, 18_000, key)];
+        assert_eq!(kinds(&judge(&early, &rules(), &never, 30_000)), ["sticky"]);
+        // Ended by a node whose clock was ahead meanwhile.
+        let ahead = |node: Option<&str>, _: u64, to: u64| node.is_none() && to == 18_000;
+        assert_eq!(judge(&early, &rules(), &ahead, 30_000), []);
+        // Ended by reclaim, with the fence of the node that released it.
+        let reclaimed = [
+            released,
+            del(3, 18_000, key),
+            put(3, 18_000, "/p/nodes/n1/fenced", json!({})),
+        ];
+        assert_eq!(judge(&reclaimed, &rules(), &never, 30_000), []);
     }
 
     fn op(command: &str, container: &str, start: u64, addresses: &[&str]) -> Operation {

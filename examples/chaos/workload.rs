@@ -2,7 +2,8 @@
 //! [ipam-ds-static, ipam-da-pool], one at a time, as a kubelet would run
 //! them: plain containers, containers of sticky workloads that move from
 //! node to node as a StatefulSet's pods do (one container of a workload at
-//! a time, the next only once the last one's DEL succeeded), and ADDs
+//! a time, the next only once the last one's DEL succeeded and the
+//! workload has rested a while), and ADDs
 //! that ask for an address. A failed or killed ADD is followed by a DEL,
 //! retried until it succeeds; a node reclaim fenced tries one more ADD of
 //! each kind (which the fence must refuse), is drained (every container
@@ -261,8 +262,11 @@ impl<'w> Runtime<'w> {
         self.doomed.retain(|c| c.id != container.id);
         if done {
             if let Some(workload) = &container.workload {
+                // Away for up to twice its stickyFor: back in time for its
+                // hold about half the time.
+                let rest = self.rng.below(2 * crate::STICKY_FOR * 1_000);
                 self.world
-                    .free_workload(workload, &self.node.name, &container.id);
+                    .free_workload(workload, &self.node.name, &container.id, rest);
             }
         } else {
             self.doomed.push(container.clone());
@@ -399,9 +403,9 @@ pub fn addresses(result: &Value) -> Vec<String> {
 /// trusted any more (fenced): it may start elsewhere.
 pub fn free_on(world: &World, node: &str) -> Vec<String> {
     let mut freed = Vec::new();
-    for (workload, running) in lock(&world.workloads).iter_mut() {
-        if running.as_ref().is_some_and(|(n, _)| n == node) {
-            *running = None;
+    for (workload, placement) in lock(&world.workloads).iter_mut() {
+        if placement.running.as_ref().is_some_and(|(n, _)| n == node) {
+            placement.running = None;
             freed.push(workload.clone());
         }
     }
