@@ -2,7 +2,8 @@
 //! `store_rules`'): no address is held by two attachments at once, where
 //! an attachment holds its address from its ADD's successful answer until
 //! its DEL starts (an overlap in which one of the two is on a node reclaim
-//! fenced meanwhile is the price of reclaim, counted apart); no ADD
+//! fenced meanwhile is the price of reclaim, counted apart; the store's
+//! history says whether reclaim gave the address back first); no ADD
 //! succeeds on a node once its fence is seen; no fence of a node nothing
 //! cut off; every operation ends within its bound; and at the end the
 //! store's attachments are exactly the live ones.
@@ -144,13 +145,14 @@ pub fn overlaps(history: &History) -> Vec<Overlap> {
     }
     let fences = fences(history);
     // The price of reclaim: an address the fenced node held from before
-    // its fence was seen, given to another only once reclaim had begun,
-    // while the fence stood.
+    // its fence was seen, given to another (its ADD answered) once
+    // reclaim had begun, while the fence stood. The other's ADD may have
+    // begun before: it found the address once reclaim gave it back.
     let reclaimed = |fenced: &Holding, other: &Holding| {
         fences.iter().any(|f| {
             f.node == fenced.node
                 && fenced.asked <= f.seen
-                && other.asked >= f.at
+                && other.from >= f.at
                 && other.asked < f.lifted
         })
     };
@@ -408,6 +410,14 @@ mod tests {
         let found = overlaps(&history);
         assert_eq!(found.len(), 1);
         assert!(found[0].reclaimed);
+        // The other's ADD began before the reclaim and found the address
+        // once reclaim gave it back: the same price.
+        let mut early = history.clone();
+        early.operations[1].start = 30;
+        assert!(overlaps(&early)[0].reclaimed);
+        // Answered before the reclaim began: a violation.
+        early.operations[1].end = 35;
+        assert!(!overlaps(&early)[0].reclaimed);
         // Fenced only after the overlap ended: a violation.
         let late = History {
             events: vec![event("fenced", "n1", 105), event("fence-seen", "n1", 106)],

@@ -162,8 +162,20 @@ fn names(record: &Value, holder: &Value) -> bool {
 pub type Skewed<'a> = &'a dyn Fn(Option<&str>, u64, u64) -> bool;
 
 /// Replays `changes` (by revision) and judges each as it comes; `end` is
-/// when the history ends, ms.
-pub fn judge(changes: &[Change], rules: &Rules, skewed: Skewed, end: u64) -> Vec<Violation> {
+/// when the history ends, ms; `history` the runtimes' (a hold is released
+/// when the DEL of its container begins, which may land later).
+pub fn judge(
+    changes: &[Change],
+    rules: &Rules,
+    history: &History,
+    skewed: Skewed,
+    end: u64,
+) -> Vec<Violation> {
+    let mut dels: BTreeMap<&str, u64> = BTreeMap::new();
+    for del in history.operations.iter().filter(|op| op.command == "DEL") {
+        let first = dels.entry(&del.container).or_insert(del.start);
+        *first = (*first).min(del.start);
+    }
     let mut found = Vec::new();
     let mut state: BTreeMap<&str, Value> = BTreeMap::new();
     // When each node's registration went, while it is gone.
@@ -273,6 +285,7 @@ pub fn judge(changes: &[Change], rules: &Rules, skewed: Skewed, end: u64) -> Vec
             })
             .collect();
         for change in &group {
+            let before = state.get(change.key.as_str()).cloned();
             match &change.value {
                 Some(value) => {
                     state.insert(&change.key, json(value));
@@ -304,8 +317,12 @@ pub fn judge(changes: &[Change], rules: &Rules, skewed: Skewed, end: u64) -> Vec
                     let record = value.as_deref().map(json).unwrap_or(Value::Null);
                     let free = record["containerID"].is_null() && record["until"].is_u64();
                     if value.is_some() && free {
+                        // From the first DEL of the container it was bound
+                        // to, if that began before it landed.
+                        let container = before.as_ref().map(|b| text(b, "containerID"));
+                        let del = container.and_then(|c| dels.get(c)).copied();
                         released.entry(&change.key).or_insert(Release {
-                            at,
+                            at: del.map_or(at, |d| d.min(at)),
                             node: text(&record, "node").to_owned(),
                             keeps: listed(&record),
                         });
@@ -534,6 +551,17 @@ pub fn attachments(snapshot: &Snapshot, rules: &Rules) -> BTreeMap<String, Vec<S
         .collect()
 }
 
+/// When the attachment record of `container` in `snapshot` says it was
+/// made, seconds since the epoch by its node's clock.
+pub fn made(snapshot: &Snapshot, rules: &Rules, container: &str) -> Option<u64> {
+    snapshot
+        .iter()
+        .find_map(|(key, (value, _))| match rules.key(key) {
+            Key::Attachment { id, .. } if id == container => json(value)["since"].as_u64(),
+            _ => None,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -612,6 +640,10 @@ mod tests {
         false
     }
 
+    fn none() -> History {
+        History::default()
+    }
+
     #[test]
     fn addresses_are_named_as_their_keys_sort() {
         assert_eq!(key_name("10.0.0.2"), "010.000.000.002");
@@ -629,7 +661,7 @@ mod tests {
             claim(4, 30, "n2", "b", "10.0.0.2"),
         ]
         .concat();
-        assert_eq!(judge(&changes, &rules(), &never, 40), []);
+        assert_eq!(judge(&changes, &rules(), &none(), &never, 40), []);
     }
 
     #[test]
@@ -639,7 +671,7 @@ mod tests {
             claim(3, 20, "n2", "b", "10.0.0.2"),
         ]
         .concat();
-        let found = judge(&changes, &rules(), &never, 40);
+        let found = judge(&changes, &rules(), &none(), &never, 40);
         assert_eq!(kinds(&found), ["doubled"], "{found:?}");
         assert!(found[0].what.contains("010.000.000.002"));
     }
@@ -662,7 +694,7 @@ mod tests {
                    "addresses": [{"pool": "a", "address": "10.0.0.3"}]}),
         ));
         assert_eq!(
-            kinds(&judge(&changes, &rules(), &never, 40)),
+            kinds(&judge(&changes, &rules(), &none(), &never, 40)),
             ["doubled", "lost"]
         );
     }
@@ -683,7 +715,7 @@ mod tests {
             claim(8, 9_010, "n1", "after", "10.0.0.5"),
         ]
         .concat();
-        let found = judge(&changes, &rules(), &never, 10_000);
+        let found = judge(&changes, &rules(), &none(), &never, 10_000);
         assert_eq!(kinds(&found), ["through-fence", "through-fence"]);
         assert!(
             found.iter().all(|v| v.what.contains("through")),
@@ -701,7 +733,7 @@ mod tests {
         let mut sticky = changes[..5].to_vec();
         sticky.push(hold);
         assert_eq!(
-            kinds(&judge(&sticky, &rules(), &never, 10_000)),
+            kinds(&judge(&sticky, &rules(), &none(), &never, 10_000)),
             ["through-fence"]
         );
     }
@@ -715,18 +747,18 @@ mod tests {
         ];
         // 4 s less the slack after its registration went: in time.
         let on_time = [gone.to_vec(), vec![fence(3, 13_000)]].concat();
-        assert_eq!(judge(&on_time, &rules(), &never, 20_000), []);
+        assert_eq!(judge(&on_time, &rules(), &none(), &never, 20_000), []);
         let early = [gone.to_vec(), vec![fence(3, 12_500)]].concat();
         assert_eq!(
-            kinds(&judge(&early, &rules(), &never, 20_000)),
+            kinds(&judge(&early, &rules(), &none(), &never, 20_000)),
             ["early-fence"]
         );
         let registered = [gone[..1].to_vec(), vec![fence(3, 12_500)]].concat();
-        let found = judge(&registered, &rules(), &never, 20_000);
+        let found = judge(&registered, &rules(), &none(), &never, 20_000);
         assert!(found[0].what.contains("while registered"), "{found:?}");
         // A fence written again over itself is not a new one.
         let again = [on_time.clone(), vec![fence(4, 13_001)]].concat();
-        assert_eq!(judge(&again, &rules(), &never, 20_000), []);
+        assert_eq!(judge(&again, &rules(), &none(), &never, 20_000), []);
     }
 
     #[test]
@@ -742,18 +774,30 @@ mod tests {
             )
         };
         let ended_in_time = [released(2, 1_000), del(3, 30_000, key)];
-        assert_eq!(judge(&ended_in_time, &rules(), &never, 60_000), []);
+        assert_eq!(judge(&ended_in_time, &rules(), &none(), &never, 60_000), []);
         let kept = [released(2, 1_000), del(3, 32_000, key)];
-        assert_eq!(kinds(&judge(&kept, &rules(), &never, 60_000)), ["sticky"]);
-        // Never ended: judged at the end.
         assert_eq!(
-            kinds(&judge(&[released(2, 1_000)], &rules(), &never, 60_000)),
+            kinds(&judge(&kept, &rules(), &none(), &never, 60_000)),
             ["sticky"]
         );
-        assert_eq!(judge(&[released(2, 1_000)], &rules(), &never, 30_000), []);
+        // Never ended: judged at the end.
+        assert_eq!(
+            kinds(&judge(
+                &[released(2, 1_000)],
+                &rules(),
+                &none(),
+                &never,
+                60_000
+            )),
+            ["sticky"]
+        );
+        assert_eq!(
+            judge(&[released(2, 1_000)], &rules(), &none(), &never, 30_000),
+            []
+        );
         // Released by a node whose clock was skewed: its times are wrong.
         let skewed = |node: Option<&str>, from: u64, _: u64| node == Some("n1") && from == 1_000;
-        assert_eq!(judge(&kept, &rules(), &skewed, 60_000), []);
+        assert_eq!(judge(&kept, &rules(), &none(), &skewed, 60_000), []);
     }
 
     #[test]
@@ -770,23 +814,42 @@ mod tests {
         };
         let released = hold(2, 1_000, Value::Null, "10.0.0.2");
         let back = [released.clone(), hold(3, 5_000, json!("c2"), "10.0.0.2")];
-        assert_eq!(judge(&back, &rules(), &never, 10_000), []);
+        assert_eq!(judge(&back, &rules(), &none(), &never, 10_000), []);
         let moved = [released.clone(), hold(3, 5_000, json!("c2"), "10.0.0.3")];
-        assert_eq!(kinds(&judge(&moved, &rules(), &never, 10_000)), ["sticky"]);
+        assert_eq!(
+            kinds(&judge(&moved, &rules(), &none(), &never, 10_000)),
+            ["sticky"]
+        );
+        // Released by a DEL that began at 500 ms and landed late: counted
+        // from its start.
+        let bound = hold(1, 100, json!("c1"), "10.0.0.2");
+        let late = [bound, released.clone(), del(3, 18_500, key)];
+        let history = History {
+            operations: vec![op("DEL", "c1", 500, &[])],
+            events: vec![],
+        };
+        assert_eq!(judge(&late, &rules(), &history, &never, 30_000), []);
+        assert_eq!(
+            kinds(&judge(&late, &rules(), &none(), &never, 30_000)),
+            ["sticky"]
+        );
         let in_time = [released.clone(), del(3, 19_500, key)];
-        assert_eq!(judge(&in_time, &rules(), &never, 30_000), []);
+        assert_eq!(judge(&in_time, &rules(), &none(), &never, 30_000), []);
         let early = [released.clone(), del(3, 18_000, key)];
-        assert_eq!(kinds(&judge(&early, &rules(), &never, 30_000)), ["sticky"]);
+        assert_eq!(
+            kinds(&judge(&early, &rules(), &none(), &never, 30_000)),
+            ["sticky"]
+        );
         // Ended by a node whose clock was ahead meanwhile.
         let ahead = |node: Option<&str>, _: u64, to: u64| node.is_none() && to == 18_000;
-        assert_eq!(judge(&early, &rules(), &ahead, 30_000), []);
+        assert_eq!(judge(&early, &rules(), &none(), &ahead, 30_000), []);
         // Ended by reclaim, with the fence of the node that released it.
         let reclaimed = [
             released,
             del(3, 18_000, key),
             put(3, 18_000, "/p/nodes/n1/fenced", json!({})),
         ];
-        assert_eq!(judge(&reclaimed, &rules(), &never, 30_000), []);
+        assert_eq!(judge(&reclaimed, &rules(), &none(), &never, 30_000), []);
     }
 
     fn op(command: &str, container: &str, start: u64, addresses: &[&str]) -> Operation {
@@ -878,5 +941,6 @@ mod tests {
             attachments(&broken, &rules()),
             [("c".to_owned(), vec!["10.0.0.7".to_owned()])].into()
         );
+        assert_eq!(made(&snapshot_of(&consistent), &rules(), "a"), None);
     }
 }
