@@ -185,6 +185,41 @@ mod tests {
     }
 
     #[test]
+    fn check_fails_when_the_attachments_record_and_the_addresses_disagree() {
+        let store = FakeStore::default();
+        let raw = config("1.0.0", pools(), None);
+        let result = add_for(&store, &raw, "c1", &[]).unwrap();
+        let checked = || {
+            let raw = config("1.0.0", pools(), Some(result.clone()));
+            check(&store, &NetConf::parse(&raw).unwrap(), &owner("c1"))
+        };
+        let text = result["ips"][0]["address"].as_str().unwrap();
+        let first = Addr::new(text.split('/').next().unwrap().parse().unwrap());
+        // The address's record gone, the attachment's still listing it.
+        let holder = store.addresses.borrow_mut().remove(&first).unwrap();
+        let e = checked().unwrap_err();
+        assert_eq!(e.code(), code::NOT_HELD, "{e}");
+        assert!(
+            e.to_string()
+                .contains("the attachment's record lists it, but the network has no record"),
+            "{e}"
+        );
+        // Its record back, naming the attachment, which no longer lists it.
+        store.addresses.borrow_mut().insert(first, holder);
+        for allocation in store.attachments.borrow_mut().values_mut() {
+            allocation.held.retain(|h| h.address != first);
+        }
+        let e = checked().unwrap_err();
+        assert_eq!(e.code(), code::NOT_HELD, "{e}");
+        assert!(
+            e.to_string().contains(
+                "the address's record names the attachment, but the attachment's record does not list it"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn check_fails_unless_the_previous_results_addresses_are_the_attachments() {
         let store = FakeStore::default();
         let raw = config("1.0.0", pools(), None);
