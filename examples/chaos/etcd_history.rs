@@ -262,7 +262,7 @@ fn parse_watch(line: &str) -> Result<Watched, String> {
         changes.push((
             revision,
             String::from_utf8(key).map_err(|_| format!("a key not UTF-8: {line}"))?,
-            value.map(|v| v.to_vec()),
+            value,
         ));
     }
     Ok(if changes.is_empty() {
