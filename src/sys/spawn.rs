@@ -1,6 +1,7 @@
 //! Starting a delegate: a clone(2) that shares the parent's memory until
 //! the child execs (as vfork), in a process group of its own, with only the
-//! signals that have handlers reset and the ones asked for unblocked.
+//! signals that have handlers reset and the ones asked for unblocked, and
+//! sent SIGTERM if the thread that started it ends first.
 
 use std::ffi::CStr;
 use std::io;
@@ -32,6 +33,13 @@ pub struct Start<'a> {
 /// the caller's signal mask, SIGTERM and SIGINT blocked included, so a
 /// delegate that does not unblock them never saw the plugin's SIGTERM;
 /// here the program starts with `start.unblock` unblocked.
+///
+/// The program is sent SIGTERM when the calling thread ends before it
+/// (prctl's parent-death signal). A runtime that kills the plugin outright
+/// kills only the plugin; the delegate would run on, unsupervised, on what
+/// it was given before: a GC on a list of live attachments that a later
+/// ADD has made stale frees that ADD's address. SIGTERM is the request a
+/// delegate already answers by stopping at its next wait.
 pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
     let stdio = start.stdio.map(|fd| fd.as_raw_fd());
     if stdio.iter().any(|fd| *fd <= 2) {
@@ -61,6 +69,8 @@ pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
         .iter()
         .fold(before, |mask, signal| mask & !signal_bit(*signal));
     let child = Child {
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
         program: program.as_ptr(),
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
@@ -108,6 +118,9 @@ const CHILD_STACK: usize = 16 * 1024;
 
 /// What the child of [`spawn`] reads from the parent's memory.
 struct Child {
+    /// The process starting it: if its parent is another by the time the
+    /// parent-death signal is set, the starter is already gone.
+    parent: libc::pid_t,
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
@@ -143,9 +156,19 @@ extern "C" fn start_child(arg: *mut libc::c_void) -> libc::c_int {
             child_failed(child);
         }
     }
-    // SAFETY: setpgid and dup2 have no memory effects; the descriptors are
-    // open, and above 2, so no dup2 overwrites another's source.
+    // SAFETY: prctl, getppid, setpgid and dup2 have no memory effects; the
+    // descriptors are open, and above 2, so no dup2 overwrites another's source.
     unsafe {
+        // Set before the check, so that a starter that dies between the
+        // two is seen by one or the other.
+        // The signal is an unsigned long, and every argument is passed.
+        let term = libc::SIGTERM as libc::c_ulong;
+        if libc::prctl(libc::PR_SET_PDEATHSIG, term, 0_u64, 0_u64, 0_u64) != 0 {
+            child_failed(child);
+        }
+        if libc::getppid() != child.parent {
+            libc::_exit(128 + libc::SIGTERM);
+        }
         if libc::setpgid(0, 0) != 0 {
             child_failed(child);
         }

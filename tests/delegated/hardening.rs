@@ -395,6 +395,40 @@ fn the_grace_after_a_signal_ends_at_the_calls_deadline() {
 }
 
 #[test]
+fn a_plugin_killed_outright_takes_its_running_delegate_down() {
+    // A runtime that gives up kills the plugin alone, with SIGKILL. A GC's
+    // delegate that ran on would free what ADDs made after the list it
+    // was given; it is asked to stop as if the plugin had been.
+    let stack = Stack::of(&["a"]);
+    let rec = stack.rec().display().to_string();
+    let stopped = stack.rec().join("a-stopped");
+    stack.answer(
+        "a",
+        "GC",
+        Answer::default().after(&format!(
+            "trap 'touch {rec}/a-stopped; kill $!; exit 143' TERM\nsleep 30 &\nwait\n"
+        )),
+    );
+    let input = common::with_state_dir(
+        &stack,
+        &with_timeout(&["a"], 20.0).replace("1.0.0", "1.1.0"),
+    );
+    let child = spawn(&stack, "GC", &input);
+    wait_for_calls(&stack, 1);
+    // The trap is set once the delegate has recorded its call and sourced
+    // its plan; give the shell a moment to get there.
+    std::thread::sleep(Duration::from_millis(300));
+    terminate(&child, "KILL");
+    let killed = finish(child);
+    assert!(!killed.status.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !stopped.exists() {
+        assert!(Instant::now() < deadline, "the delegate ran on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn a_second_signal_kills_the_running_delegate_at_once() {
     let stack = Stack::of(&["a", "hangs"]);
     stack.answer("a", "ADD", Answer::prints(result("a")));
