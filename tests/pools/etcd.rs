@@ -212,6 +212,27 @@ fn a_cluster_without_quorum_or_down_is_try_again_later_and_nothing_is_written() 
 
 #[test]
 #[ignore = "needs etcd-server"]
+fn an_add_while_the_cluster_restarts_waits_for_it_within_the_timeout() {
+    let mut cluster = Cluster::start(1, None);
+    let stack = Stack::new().with_pool_plugins();
+    let input = config("restarting", "1.0.0", &cluster, "node-a", json!({}));
+    cluster.kill(0);
+    let env = stack.env("ADD").set("CNI_CONTAINERID", "c1");
+    let add = std::thread::spawn(move || run_plugin(&env, input.as_bytes()));
+    // Refused at once, round after round, until the member is back: a
+    // restart shorter than the timeout (5 s) is not the runtime's trouble.
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.restart(&[0]);
+    let result = add.join().unwrap().json();
+    assert_eq!(result["ips"][0]["address"], "10.252.0.2/26");
+    assert_eq!(
+        records(&cluster, "restarting"),
+        ["addresses/010.252.000.002", "attachments/c1:eth0"]
+    );
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
 fn show_check_and_release_on_etcd_every_nodes_records() {
     let mut cluster = Cluster::start(1, None);
     cluster.put(
