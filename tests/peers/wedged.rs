@@ -64,6 +64,30 @@ fn every_command_of_ipam_da_pool_ends_in_time_at_an_etcd_that_accepts_and_never_
 
 #[test]
 #[ignore = "needs openssl"]
+fn a_member_out_of_time_does_not_hide_another_members_refusal() {
+    // The refusal tells the operator which member is down; "out of time"
+    // from the wedged one, tried later or last, would hide it.
+    let certificates = Certificates::make();
+    let silent = Silent::start();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ipam = pool_ipam(
+        &[
+            format!("https://127.0.0.1:{closed}"),
+            format!("https://127.0.0.1:{}", silent.port()),
+        ],
+        &certificates,
+    );
+    let out = run(ALLOCATOR, &env("ADD", "c1"), &config(ipam, "ADD"));
+    let said = failed_in_time(&out, 11, "ADD");
+    assert!(said.to_lowercase().contains("refused"), "{said}");
+}
+
+#[test]
+#[ignore = "needs openssl"]
 fn every_command_of_ipam_da_neutron_ends_in_time_at_a_controller_or_keystone_that_never_speaks() {
     let certificates = Certificates::make();
     let data = temp_dir("peers-neutron");
