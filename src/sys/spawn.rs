@@ -1,7 +1,7 @@
 //! Starting a delegate: a clone(2) that shares the parent's memory until
 //! the child execs (as vfork), in a process group of its own, with only the
-//! signals that have handlers reset and the ones asked for unblocked, and
-//! sent SIGTERM if the thread that started it ends first.
+//! signals that have handlers reset and the ones asked for unblocked, and,
+//! if asked, sent SIGTERM when the thread that started it ends first.
 
 use std::ffi::CStr;
 use std::io;
@@ -20,6 +20,10 @@ pub struct Start<'a> {
     pub stdio: [BorrowedFd<'a>; 3],
     /// Signals blocked in this thread that the program must start with unblocked.
     pub unblock: &'a [libc::c_int],
+    /// Whether the program gets SIGTERM when the calling thread ends
+    /// before it (prctl's parent-death signal), for work that must not go
+    /// on unsupervised: see [`spawn`].
+    pub stop_with_starter: bool,
 }
 
 /// Starts `program` with `env` (`KEY=value` strings) in a process group of
@@ -34,12 +38,11 @@ pub struct Start<'a> {
 /// delegate that does not unblock them never saw the plugin's SIGTERM;
 /// here the program starts with `start.unblock` unblocked.
 ///
-/// The program is sent SIGTERM when the calling thread ends before it
-/// (prctl's parent-death signal). A runtime that kills the plugin outright
-/// kills only the plugin; the delegate would run on, unsupervised, on what
-/// it was given before: a GC on a list of live attachments that a later
-/// ADD has made stale frees that ADD's address. SIGTERM is the request a
-/// delegate already answers by stopping at its next wait.
+/// With `start.stop_with_starter`, the program is sent SIGTERM when the
+/// calling thread ends before it. A runtime that kills the plugin outright
+/// kills only the plugin; a GC's delegate would run on, unsupervised, with
+/// a list of live attachments that the runtime's next ADDs make stale, and
+/// free their addresses. Only the program gets it, not what it started.
 pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
     let stdio = start.stdio.map(|fd| fd.as_raw_fd());
     if stdio.iter().any(|fd| *fd <= 2) {
@@ -75,6 +78,7 @@ pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
         stdio,
+        stop_with_starter: start.stop_with_starter,
         mask,
         reset: handled_signals(),
         error: AtomicI32::new(0),
@@ -121,6 +125,7 @@ struct Child {
     /// The process starting it: if its parent is another by the time the
     /// parent-death signal is set, the starter is already gone.
     parent: libc::pid_t,
+    stop_with_starter: bool,
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
@@ -159,15 +164,17 @@ extern "C" fn start_child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: prctl, getppid, setpgid and dup2 have no memory effects; the
     // descriptors are open, and above 2, so no dup2 overwrites another's source.
     unsafe {
-        // Set before the check, so that a starter that dies between the
-        // two is seen by one or the other.
-        // The signal is an unsigned long, and every argument is passed.
-        let term = libc::SIGTERM as libc::c_ulong;
-        if libc::prctl(libc::PR_SET_PDEATHSIG, term, 0_u64, 0_u64, 0_u64) != 0 {
-            child_failed(child);
-        }
-        if libc::getppid() != child.parent {
-            libc::_exit(128 + libc::SIGTERM);
+        if child.stop_with_starter {
+            // Set before the check, so that a starter that dies between
+            // the two is seen by one or the other. The signal is an
+            // unsigned long, and every argument is passed.
+            let term = libc::SIGTERM as libc::c_ulong;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, term, 0_u64, 0_u64, 0_u64) != 0 {
+                child_failed(child);
+            }
+            if libc::getppid() != child.parent {
+                libc::_exit(128 + libc::SIGTERM);
+            }
         }
         if libc::setpgid(0, 0) != 0 {
             child_failed(child);

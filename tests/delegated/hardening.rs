@@ -395,10 +395,11 @@ fn the_grace_after_a_signal_ends_at_the_calls_deadline() {
 }
 
 #[test]
-fn a_plugin_killed_outright_takes_its_running_delegate_down() {
+fn a_plugin_killed_outright_takes_its_running_gc_down() {
     // A runtime that gives up kills the plugin alone, with SIGKILL. A GC's
     // delegate that ran on would free what ADDs made after the list it
-    // was given; it is asked to stop as if the plugin had been.
+    // was given; it is asked to stop as if the plugin had been. (An ADD's
+    // runs on, to finish its write: see the next test.)
     let stack = Stack::of(&["a"]);
     let rec = stack.rec().display().to_string();
     let stopped = stack.rec().join("a-stopped");
@@ -406,7 +407,7 @@ fn a_plugin_killed_outright_takes_its_running_delegate_down() {
         "a",
         "GC",
         Answer::default().after(&format!(
-            "trap 'touch {rec}/a-stopped; kill $!; exit 143' TERM\nsleep 30 &\nwait\n"
+            "trap 'touch {rec}/a-stopped; kill $!; exit 143' TERM\ntouch {rec}/a-ready\nsleep 30 &\nwait\n"
         )),
     );
     let input = common::with_state_dir(
@@ -414,16 +415,46 @@ fn a_plugin_killed_outright_takes_its_running_delegate_down() {
         &with_timeout(&["a"], 20.0).replace("1.0.0", "1.1.0"),
     );
     let child = spawn(&stack, "GC", &input);
-    wait_for_calls(&stack, 1);
-    // The trap is set once the delegate has recorded its call and sourced
-    // its plan; give the shell a moment to get there.
-    std::thread::sleep(Duration::from_millis(300));
+    let ready = stack.rec().join("a-ready");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the delegate never set its trap");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     terminate(&child, "KILL");
     let killed = finish(child);
     assert!(!killed.status.success());
     let deadline = Instant::now() + Duration::from_secs(5);
     while !stopped.exists() {
         assert!(Instant::now() < deadline, "the delegate ran on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_plugin_killed_outright_lets_its_running_add_finish() {
+    // Cut short, a delegate could leave a reservation half-written that
+    // nothing frees; finished, what it made is the runtime's DEL's.
+    let stack = Stack::of(&["a"]);
+    let rec = stack.rec().display().to_string();
+    stack.answer(
+        "a",
+        "ADD",
+        Answer::prints(result("a")).after(&format!(
+            "touch {rec}/a-ready\nsleep 0.5\ntouch {rec}/a-finished\n"
+        )),
+    );
+    let child = spawn(&stack, "ADD", &with_timeout(&["a"], 20.0));
+    let (ready, finished) = (stack.rec().join("a-ready"), stack.rec().join("a-finished"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the delegate never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    terminate(&child, "KILL");
+    assert!(!finish(child).status.success());
+    while !finished.exists() {
+        assert!(Instant::now() < deadline, "the delegate was cut short");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -195,6 +195,11 @@ impl Processes {
                     theirs.stderr.as_fd(),
                 ],
                 unblock: &signals::WATCHED,
+                // A GC's list of live attachments is stale once the
+                // runtime has given up on it. Other commands finish what
+                // they were asked, and a delegate cut short mid-write can
+                // leave a record that nothing frees.
+                stop_with_starter: matches!(asked, Asked::Cni(Command::Gc)),
             },
         )
         .map_err(Failure::NotStarted)?;
