@@ -490,7 +490,7 @@ fn judge(
         dead_for: faults::DEAD_FOR * 1_000,
         dead_for_slack: 1_000,
         sticky_for: STICKY_FOR * 1_000,
-        sticky_slack: 10_000,
+        sticky_slack: 2_000,
         sticky_early: 2_000,
     };
     let end = world.recorder.now();

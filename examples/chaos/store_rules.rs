@@ -8,8 +8,9 @@
 //!   than `--dead-for`, or while it was there;
 //! - an attachment whose record lists an address whose record names
 //!   another, or none;
-//! - a workload's hold kept past `stickyFor` (and a slack) once released,
-//!   ended before `stickyFor`, or taken over with other addresses;
+//! - a workload's hold kept, once released, past a GC that began after
+//!   its `stickyFor` was up; ended before `stickyFor`; or taken over with
+//!   other addresses;
 //! - a successful ADD whose answer no record of it ever listed;
 //! - at a point in time: a record a successful DEL should have freed; and
 //!   every address record listed by its owner, every listed address
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::etcd_history::{Change, Snapshot};
-use crate::history::History;
+use crate::history::{History, Operation};
 
 /// What the rules need to know of the run.
 pub struct Rules {
@@ -35,8 +36,8 @@ pub struct Rules {
     pub dead_for_slack: u64,
     /// `ipam.pool.stickyFor`, ms.
     pub sticky_for: u64,
-    /// How long after `stickyFor` a released hold may stay, ms: an ended
-    /// hold is removed by the next GC (or full pool) of any node.
+    /// How long a hold may still be seen after a GC that should have
+    /// ended it has answered, ms: the watchers deliver changes late.
     pub sticky_slack: u64,
     /// How much sooner than `stickyFor` a released hold may end, ms: its
     /// end is written in whole seconds.
@@ -182,14 +183,27 @@ pub fn judge(
     let mut unregistered: BTreeMap<&str, u64> = BTreeMap::new();
     // Each released hold: when, by which node, and what it keeps.
     let mut released: BTreeMap<&str, Release> = BTreeMap::new();
-    let outlived = |key: &str, Release { at, node, .. }: &Release, now: u64| {
-        (now.saturating_sub(*at) > rules.sticky_for + rules.sticky_slack
-            && !skewed(Some(node), *at, *at))
-            .then(|| {
+    // Every GC sweeps the holds whose time is up, and only GCs do: a hold
+    // outlives its time when one that began after it was up (a second
+    // more, for the clock's whole seconds) answered success, and it stayed.
+    let gcs: Vec<&Operation> = history
+        .operations
+        .iter()
+        .filter(|op| op.command == "GC" && op.succeeded())
+        .collect();
+    let outlived = |key: &str, release: &Release, now: u64| {
+        let due = release.landed + rules.sticky_for + 1_000;
+        let node = &release.node;
+        gcs.iter()
+            .filter(|gc| gc.start >= due && gc.end + rules.sticky_slack < now)
+            .find(|gc| !skewed(Some(&gc.node), gc.start, gc.end))
+            .filter(|_| !skewed(Some(node), release.at, release.landed))
+            .map(|gc| {
                 violation(
                     "sticky",
                     format!(
-                        "the hold {key} outlived stickyFor: released by {node} at {at} ms, still there at {now} ms"
+                        "the hold {key} outlived stickyFor: released by {node} at {} ms, still there at {now} ms after {}'s GC of {}-{} ms",
+                        release.landed, gc.node, gc.start, gc.end
                     ),
                 )
             })
@@ -323,6 +337,7 @@ pub fn judge(
                         let del = container.and_then(|c| dels.get(c)).copied();
                         released.entry(&change.key).or_insert(Release {
                             at: del.map_or(at, |d| d.min(at)),
+                            landed: at,
                             node: text(&record, "node").to_owned(),
                             keeps: listed(&record),
                         });
@@ -394,8 +409,10 @@ pub fn judge(
 
 /// A released hold, as the rules follow it.
 struct Release {
-    /// When it was released, ms.
+    /// When it was released, ms: from its container's first DEL.
     at: u64,
+    /// When the release landed, ms: its end is counted from this.
+    landed: u64,
     /// The node that released it.
     node: String,
     /// The addresses it keeps.
@@ -575,7 +592,7 @@ mod tests {
             dead_for: 4_000,
             dead_for_slack: 1_000,
             sticky_for: 20_000,
-            sticky_slack: 10_000,
+            sticky_slack: 2_000,
             sticky_early: 2_000,
         }
     }
@@ -762,7 +779,7 @@ mod tests {
     }
 
     #[test]
-    fn a_released_hold_kept_past_sticky_for_and_its_slack_is_flagged() {
+    fn a_released_hold_kept_past_a_gc_after_its_time_is_flagged() {
         let key = "/p/networks/n/holds/db%2Fw:eth0";
         let released = |revision, at| {
             put(
@@ -773,31 +790,49 @@ mod tests {
                        "until": 100, "addresses": [], "stickyFor": 20}),
             )
         };
-        let ended_in_time = [released(2, 1_000), del(3, 30_000, key)];
-        assert_eq!(judge(&ended_in_time, &rules(), &none(), &never, 60_000), []);
+        // Released at 1 s: its time is up at 21 s, and 22 s leaves a
+        // second for the clock's whole seconds.
+        let gc_at = |start: u64, status: Option<i32>| History {
+            operations: vec![Operation {
+                status,
+                end: start + 100,
+                ..op("GC", "", start, &[])
+            }],
+            events: vec![],
+        };
+        let swept = gc_at(22_000, Some(0));
+        let ended_by_it = [released(2, 1_000), del(3, 23_000, key)];
+        assert_eq!(judge(&ended_by_it, &rules(), &swept, &never, 60_000), []);
         let kept = [released(2, 1_000), del(3, 32_000, key)];
         assert_eq!(
-            kinds(&judge(&kept, &rules(), &none(), &never, 60_000)),
+            kinds(&judge(&kept, &rules(), &swept, &never, 60_000)),
             ["sticky"]
         );
         // Never ended: judged at the end.
+        let forever = [released(2, 1_000)];
         assert_eq!(
-            kinds(&judge(
-                &[released(2, 1_000)],
-                &rules(),
-                &none(),
-                &never,
-                60_000
-            )),
+            kinds(&judge(&forever, &rules(), &swept, &never, 60_000)),
             ["sticky"]
         );
-        assert_eq!(
-            judge(&[released(2, 1_000)], &rules(), &none(), &never, 30_000),
-            []
-        );
-        // Released by a node whose clock was skewed: its times are wrong.
-        let skewed = |node: Option<&str>, from: u64, _: u64| node == Some("n1") && from == 1_000;
-        assert_eq!(judge(&kept, &rules(), &none(), &skewed, 60_000), []);
+        // No GC that could have ended it: a GC too soon, one that failed
+        // or was killed, or none at all (a quorum lost, the runtimes busy
+        // with DELs).
+        for history in [
+            gc_at(21_500, Some(0)),
+            gc_at(22_000, Some(1)),
+            gc_at(22_000, None),
+            none(),
+        ] {
+            assert_eq!(judge(&kept, &rules(), &history, &never, 60_000), []);
+        }
+        // Released by a node whose clock was skewed, or swept by one: the
+        // times it went by were wrong.
+        let releaser = |node: Option<&str>, from: u64, _: u64| node == Some("n1") && from == 1_000;
+        assert_eq!(judge(&kept, &rules(), &swept, &releaser, 60_000), []);
+        let mut elsewhere = gc_at(22_000, Some(0));
+        elsewhere.operations[0].node = "n2".into();
+        let sweeper = |node: Option<&str>, from: u64, _: u64| node == Some("n2") && from == 22_000;
+        assert_eq!(judge(&kept, &rules(), &elsewhere, &sweeper, 60_000), []);
     }
 
     #[test]
