@@ -3,7 +3,8 @@
 //! connections that its process never answers (a SIGSTOPped member, a
 //! load balancer before a dead backend), a TLS server that trickles its
 //! answer a byte at a time, and a plain HTTP server whose answers a test
-//! writes, each request it read kept for the test to look at.
+//! writes, each request it read kept for the test to look at; and a port
+//! where nothing listens.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -164,6 +165,16 @@ pub fn json_answer(out: &mut dyn Write, status: &str, body: &str) {
         "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// A loopback port nothing listens on: every connection to it is refused
+/// at once (taken from a listener closed again).
+pub fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A TLS server with the member certificate of `certificates` (for

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::common::etcd::{Certificates, Cluster};
 use crate::common::{temp_dir, with_state_dir, Stack, ALLOCATOR, PLUGIN, PORT_ALLOCATOR};
-use crate::servers::{json_answer, trickling_tls, Scripted, Silent};
+use crate::servers::{closed_port, json_answer, trickling_tls, Scripted, Silent};
 use crate::{
     config, env, failed_in_time, failed_within, finish, neutron_ipam, pool_ipam, run, secret_file,
     start, tls_of,
@@ -69,11 +69,7 @@ fn a_member_out_of_time_does_not_hide_another_members_refusal() {
     // from the wedged one, tried later or last, would hide it.
     let certificates = Certificates::make();
     let silent = Silent::start();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = closed_port();
     let ipam = pool_ipam(
         &[
             format!("https://127.0.0.1:{closed}"),
@@ -187,11 +183,7 @@ fn sigterm_between_tries_that_fail_at_once_ends_the_plugin_within_a_second() {
     let certificates = Certificates::make();
     // Nothing listens: every try is refused at once, and the etcd client
     // pauses between rounds until its timeout.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = closed_port();
     let mut pool = pool_ipam(&[format!("https://127.0.0.1:{closed}")], &certificates);
     pool["pool"]["etcd"]["timeout"] = json!(60);
     let started = Instant::now();

@@ -2,12 +2,13 @@
 //! cluster of its own on loopback (fresh ports and data, stopped at the
 //! end). Nodes share pools without ever holding one address twice, through
 //! a member's crash; a cluster that cannot answer is "try again later"
-//! with nothing written; GC stays on its node; TLS with client
+//! with nothing written; GC stays on its node, and one whose plugin was
+//! killed frees nothing after; TLS with client
 //! certificates; pools defined in etcd. The stress figures are printed on
 //! stderr.
 //!
 //! Ignored unless asked for with --include-ignored (./.ci/test installs
-//! etcd-server and openssl and does).
+//! etcd-server, openssl and faketime, and does).
 
 use crate::common;
 use std::fs;
@@ -228,6 +229,94 @@ fn an_add_while_the_cluster_restarts_waits_for_it_within_the_timeout() {
     assert_eq!(
         records(&cluster, "restarting"),
         ["addresses/010.252.000.002", "attachments/c1:eth0"]
+    );
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped).
+fn ended(pid: &str) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => true,
+    }
+}
+
+#[test]
+#[ignore = "needs etcd-server and faketime"]
+fn a_gc_whose_plugin_was_killed_does_not_free_the_runtimes_next_add() {
+    // The runtime gives up on a GC and kills ipam-delegated alone
+    // (SIGKILL). Its ipam-da-pool, waiting on a wedged member, must not
+    // wake later and judge the runtime's next ADD by the old list. The
+    // GC's clock is an hour ahead, so that an orphan would find that ADD
+    // old enough whatever second it was made in (in life: the same one).
+    let cluster = Cluster::start(3, None);
+    let stack = Stack::new().with_pool_plugins();
+    let endpoints = cluster.endpoints();
+    let on = |members: &[String]| {
+        let mut config: Value = serde_json::from_str(&config(
+            "killedgc",
+            "1.1.0",
+            &cluster,
+            "node-a",
+            json!({"gcGraceSeconds": 0}),
+        ))
+        .unwrap();
+        config["ipam"]["pool"]["etcd"]["endpoints"] = json!(members);
+        config
+    };
+    cluster.freeze(0);
+    let mut gc = on(&endpoints[..1]);
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let gc = common::with_state_dir(&stack, &gc.to_string());
+    let ahead = stack
+        .env("GC")
+        .set("LD_PRELOAD", &common::libfaketime().display().to_string())
+        .set("FAKETIME", "+1h");
+    let mut plugin = common::start_plugin(&ahead, gc.as_bytes(), std::process::Stdio::null());
+    // The allocator started, and its first request sent to the wedged member.
+    let children = format!("/proc/{0}/task/{0}/children", plugin.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let allocator = loop {
+        let listed = fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = listed.split_whitespace().next() {
+            let name = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if name.trim() == "ipam-da-pool" {
+                break pid.to_owned();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the GC never reached ipam-da-pool"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    plugin.kill().unwrap();
+    plugin.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !ended(&allocator) {
+        assert!(Instant::now() < deadline, "the GC's ipam-da-pool ran on");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The runtime goes on, through the other members.
+    let add = on(&endpoints[1..]).to_string();
+    let result = run_plugin(
+        &stack.env("ADD").set("CNI_CONTAINERID", "c2"),
+        add.as_bytes(),
+    )
+    .json();
+    assert_eq!(result["ips"][0]["address"], "10.252.0.2/26");
+    cluster.thaw(0);
+    // Long enough for an orphan to have read the store and freed it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        records(&cluster, "killedgc"),
+        ["addresses/010.252.000.002", "attachments/c2:eth0"]
     );
 }
 
