@@ -856,6 +856,83 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_the_store_refuses_is_answered_at_once_not_made_again() {
+        let store = FakeStore::default();
+        let raw = config("1.0.0", pools(), None);
+        store.refused_claims.set(2);
+        let e = add_for(&store, &raw, "c1", &[]).unwrap_err();
+        assert!(e.to_string().contains("database is full"), "{e}");
+        assert_eq!(store.refused_claims.get(), 1, "one claim made");
+        assert!(store.held().is_empty());
+    }
+
+    #[test]
+    fn a_workload_asking_for_the_address_its_hold_keeps_gets_it() {
+        let store = FakeStore::default();
+        let raw = sticky_config();
+        let web = |id: &str| of_workload(id, "default/web-0", "node-a");
+        add_as(&store, &raw, &web("c1"), &[]).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        let again = add_as(&store, &raw, &web("c2"), &["10.1.0.2"]).unwrap();
+        assert_eq!(addresses(&again), ["10.1.0.2/29"]);
+    }
+
+    #[test]
+    fn a_hold_keeps_its_address_in_every_pool() {
+        let store = FakeStore::default();
+        let raw = config(
+            "1.1.0",
+            json!({"node": "node-a", "default": ["blue", "green"],
+                "pools": {"blue": [{"subnet": "10.1.0.0/29"}], "green": [{"subnet": "10.2.0.0/29"}]},
+                "sticky": ["K8S_POD_NAMESPACE", "K8S_POD_NAME"], "stickyFor": "1h"}),
+            None,
+        );
+        let web = |id: &str| of_workload(id, "default/web-0", "node-a");
+        add_as(&store, &raw, &web("c1"), &[]).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        assert_eq!(
+            addresses(&add_as(&store, &raw, &web("c2"), &[]).unwrap()),
+            ["10.1.0.2/29", "10.2.0.2/29"]
+        );
+    }
+
+    #[test]
+    fn a_hold_keeps_no_address_its_pool_gives_no_more() {
+        let store = FakeStore::default();
+        let web = |id: &str| of_workload(id, "default/web-0", "node-a");
+        add_as(&store, &sticky_config(), &web("c1"), &[]).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        // The operator has reserved .2 since.
+        let raw = config(
+            "1.1.0",
+            json!({"node": "node-a", "default": "blue",
+                "pools": {"blue": {"ranges": [{"subnet": "10.1.0.0/29"}], "reserved": ["10.1.0.2"]}},
+                "sticky": ["K8S_POD_NAMESPACE", "K8S_POD_NAME"], "stickyFor": "1h"}),
+            None,
+        );
+        let got = add_as(&store, &raw, &web("c2"), &[]).unwrap();
+        assert_eq!(addresses(&got), ["10.1.0.3/29"]);
+        assert_eq!(store.held(), ["10.1.0.3"], "10.1.0.2 given back");
+    }
+
+    #[test]
+    fn a_hold_whose_address_another_attachment_holds_gets_a_new_one() {
+        let store = FakeStore::default();
+        let raw = sticky_config();
+        let web = |id: &str| of_workload(id, "default/web-0", "node-a");
+        add_as(&store, &raw, &web("c1"), &[]).unwrap();
+        del(&store, &owner("c1")).unwrap();
+        // The hold lists .2, but .2's record names another attachment.
+        // The two are read one after the other, not as one snapshot, so
+        // they may disagree; the claim's compare would then refuse .2 at
+        // every try.
+        let taken = Addr::new("10.1.0.2".parse().unwrap());
+        store.addresses.borrow_mut().insert(taken, owner("other"));
+        let got = add_as(&store, &raw, &web("c2"), &[]).unwrap();
+        assert_eq!(addresses(&got), ["10.1.0.3/29"]);
+    }
+
+    #[test]
     fn after_a_lost_race_the_search_starts_at_random() {
         let store = FakeStore::default();
         let raw = config(

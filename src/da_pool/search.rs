@@ -151,3 +151,89 @@ fn random() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(0u8)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::da_pool::store::fake_store::FakeStore;
+    use crate::da_pool::testing::owner;
+    use serde_json::json;
+    use std::collections::BTreeSet;
+
+    fn pool(ranges: serde_json::Value) -> Pool {
+        Pool::parse("p", &ranges).unwrap()
+    }
+
+    fn addr(text: &str) -> Addr {
+        Addr::new(text.parse().unwrap())
+    }
+
+    #[test]
+    fn random_places_are_every_address_of_every_range_alike() {
+        let pool = pool(json!([
+            {"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.10", "rangeEnd": "10.1.0.13"},
+            {"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.20", "rangeEnd": "10.1.0.23"},
+        ]));
+        let drawn: BTreeSet<Addr> = (0..400).map(|_| random_address(&pool)).collect();
+        let every: BTreeSet<Addr> = pool
+            .ranges
+            .iter()
+            .flat_map(|r| (0..r.size()).map(|n| r.at(n)))
+            .collect();
+        // Eight addresses, 400 draws: one missed by chance once in 10^22.
+        assert_eq!(drawn, every);
+    }
+
+    #[test]
+    fn a_hint_no_range_gives_any_more_starts_at_the_next_range() {
+        // The hint was left by a range since taken out of the pool.
+        let pool = pool(json!([
+            {"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.10", "rangeEnd": "10.1.0.19"},
+            {"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.40", "rangeEnd": "10.1.0.49"},
+        ]));
+        let store = FakeStore::default();
+        for (hint, start) in [
+            ("10.1.0.30", "10.1.0.40"),
+            ("10.1.0.15", "10.1.0.15"),
+            ("10.1.0.60", "10.1.0.10"),
+        ] {
+            store.hints.borrow_mut().insert("p".into(), addr(hint));
+            let from = starting_point(&store, "node-a", &pool, 0).unwrap();
+            assert_eq!(from, addr(start), "hint {hint}");
+        }
+    }
+
+    #[test]
+    fn the_search_in_order_goes_round_every_range_from_wherever_it_starts() {
+        // The first range is 2^64 wide, all excluded but its first four
+        // addresses, so that no random look finds a free address: only the
+        // search in order, round the ranges from the one it starts in.
+        let exclude: Vec<String> = (65..=126u32)
+            .map(|p| {
+                format!(
+                    "{}/{p}",
+                    std::net::Ipv6Addr::from(0xfd00u128 << 112 | 1u128 << (128 - p))
+                )
+            })
+            .collect();
+        let pool = pool(json!([
+            {"subnet": "fd00::/64", "exclude": exclude},
+            {"subnet": "fd00:1::/125"},
+            {"subnet": "fd00:2::/125"},
+        ]));
+        // Each range full but one address, from each other range.
+        for (start, free) in [("fd00:2::3", "fd00::2"), ("fd00:1::3", "fd00:2::5")] {
+            let store = FakeStore::default();
+            for range in 0..3 {
+                for n in 0..8 {
+                    let taken = addr(&format!("fd00:{range}::{n}"));
+                    if taken != addr(free) {
+                        store.addresses.borrow_mut().insert(taken, owner("full"));
+                    }
+                }
+            }
+            let found = choose_free(&store, &pool, addr(start), &[], true).unwrap();
+            assert_eq!(found, addr(free), "from {start}");
+        }
+    }
+}

@@ -30,6 +30,9 @@ pub struct FakeStore {
     /// How many claims to come are recorded but answered with an error,
     /// as etcd's answer is lost to a stall.
     pub unanswered_claims: Cell<usize>,
+    /// How many claims to come are refused, nothing recorded, as etcd at
+    /// its quota refuses a put.
+    pub refused_claims: Cell<usize>,
     /// How many addresses `first_free` has looked at.
     pub looked_at: Cell<u128>,
     /// Whether it stands for a local store (one node's records only).
@@ -208,6 +211,12 @@ impl Store for FakeStore {
         held: &[PoolAddress],
         sticky: Option<&StickyClaim>,
     ) -> Result<bool, PoolError> {
+        if self.refused_claims.get() > 0 {
+            self.refused_claims.set(self.refused_claims.get() - 1);
+            return Err(PoolError::Etcd(EtcdError::NoSpace {
+                message: "etcdserver: mvcc: database space exceeded".into(),
+            }));
+        }
         let claimed = self.record_claim(owner, held, sticky)?;
         if self.unanswered_claims.get() > 0 {
             self.unanswered_claims.set(self.unanswered_claims.get() - 1);
