@@ -493,9 +493,84 @@ mod tests {
         assert_eq!(hold_name("default/web-0", "eth0"), "default%2Fweb-0:eth0");
         assert_eq!(hold_name("a:b%c", "net1"), "a%3Ab%25c:net1");
         assert_eq!(hold_name(".x/y.z", "eth0"), "%2Ex%2Fy.z:eth0");
+        // 200 bytes are kept whole; past that, the first 183 and a digest
+        // of the whole, the same in every release (a hold whose name
+        // changed at an upgrade would be lost).
+        let most = "m".repeat(200);
+        assert_eq!(hold_name(&most, "eth0"), format!("{most}:eth0"));
         let long = "n".repeat(300);
         let name = hold_name(&long, "eth0");
-        assert!(name.len() <= 206, "{}", name.len());
+        assert_eq!(name, format!("{}~a4cf91b7088f4495:eth0", "n".repeat(183)));
         assert_ne!(name, hold_name(&format!("{long}x"), "eth0"));
+    }
+
+    #[test]
+    fn attachment_names_are_the_layouts() {
+        assert_eq!(attachment_name("c1", "eth0"), "c1:eth0");
+    }
+
+    #[test]
+    fn a_released_holds_record_says_when_it_was_released_and_when_it_ends() {
+        let hold = WorkloadHold {
+            workload: "default/web-0".into(),
+            ifname: "eth0".into(),
+            node: "n1".into(),
+            held: Vec::new(),
+            container: Some("ctr".into()),
+            until: None,
+            sticky_for: 60,
+            since: 10,
+            revision: 4,
+        };
+        let record: Value = serde_json::from_slice(&hold_record(&hold.released(1_000))).unwrap();
+        assert_eq!(
+            (&record["containerID"], &record["since"], &record["until"]),
+            (&Value::Null, &json!(1_000), &json!(1_060))
+        );
+    }
+
+    #[test]
+    fn a_sticky_claim_records_its_owner_as_the_workloads() {
+        // `import` claims for a hold with the attachment's owner as read,
+        // which may name no workload.
+        let plain = Owner {
+            id: "ctr".into(),
+            ifname: "eth0".into(),
+            node: "n1".into(),
+            workload: None,
+        };
+        let claim = StickyClaim {
+            workload: "default/web-0",
+            sticky_for: 60,
+            prior: None,
+        };
+        assert_eq!(
+            claim.owner(&plain).workload.as_deref(),
+            Some("default/web-0")
+        );
+    }
+
+    #[test]
+    fn a_record_says_which_addresses_it_lists_and_the_pool_of_its_address() {
+        let owner = Owner {
+            id: "ctr".into(),
+            ifname: "eth0".into(),
+            node: "n1".into(),
+            workload: None,
+        };
+        let addr = |a: &str| Addr::new(a.parse().unwrap());
+        let held = [PoolAddress {
+            pool: "blue".into(),
+            address: addr("10.1.0.5"),
+        }];
+        let record = attachment_record(&owner, &held);
+        assert!(lists(&record, addr("10.1.0.5")));
+        assert!(!lists(&record, addr("10.1.0.6")));
+        assert!(!lists(b"not json", addr("10.1.0.5")));
+        assert_eq!(
+            read_pool(&address_record(&owner, "blue")).as_deref(),
+            Some("blue")
+        );
+        assert_eq!(read_pool(b"{}"), None);
     }
 }
