@@ -46,7 +46,7 @@ pub fn keep(
         );
     }
     let prefix = client.settings().prefix.clone();
-    let renew_every = Duration::from_secs(ttl / 3).max(Duration::from_secs(1));
+    let renew_every = renewal_interval(ttl);
     let mut lease: Option<i64> = None;
     // How this keeper last found the registration: none yet on this lease.
     let mut found: Option<Registration> = None;
@@ -147,6 +147,13 @@ impl Registration {
     }
 }
 
+/// How often a keeper renews a lease of `ttl` seconds: three times in
+/// its life, so that one renewal may fail and the next still comes in
+/// time; never more than once a second.
+fn renewal_interval(ttl: u64) -> Duration {
+    Duration::from_secs(ttl / 3).max(Duration::from_secs(1))
+}
+
 /// Makes sure `node` is registered: reads its registration (which adds
 /// nothing to etcd's history) and, only if it is gone, registers it under
 /// lease `lease`, no longer gone.
@@ -198,4 +205,16 @@ fn seen_op(prefix: &str, node: &str) -> Op {
         node_key(prefix, node, "seen"),
         record.to_string().into_bytes(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_renewed_three_times_in_its_life_at_most_once_a_second() {
+        let every = |ttl| renewal_interval(ttl).as_secs();
+        assert_eq!((every(9), every(10), every(30)), (3, 3, 10));
+        assert_eq!((every(2), every(0)), (1, 1));
+    }
 }
