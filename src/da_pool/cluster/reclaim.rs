@@ -64,32 +64,9 @@ pub fn reclaim(
     }
     // A hold no live container has bound: its node's, released there last
     // (in a dry run, those of the attachments to release among them).
-    let released = |id: &str, ifname: &str| {
-        done.allocations
-            .iter()
-            .any(|h| h.owner.id == id && h.owner.ifname == ifname)
-    };
-    let mut ending: Vec<WorkloadHold> = Vec::new();
-    for hold in holds {
-        let bound_elsewhere = match &hold.container {
-            Some(id) if !released(id, &hold.ifname) => {
-                store.allocation(&hold.node, id, &hold.ifname)?.is_some()
-            }
-            _ => false,
-        };
-        let bound_to_released = hold
-            .container
-            .as_ref()
-            .is_some_and(|id| released(id, &hold.ifname));
-        // Ended already with its attachment, unless this is a dry run.
-        if bound_to_released && !dry_run {
-            continue;
-        }
-        let of_node = hold.node == node || bound_to_released;
-        if of_node && !bound_elsewhere {
-            ending.push(hold.clone());
-        }
-    }
+    let ending = holds_to_end(node, holds, &done.allocations, dry_run, |hold, id| {
+        Ok(store.allocation(&hold.node, id, &hold.ifname)?.is_some())
+    })?;
     for hold in ending {
         if dry_run {
             done.holds.push(hold);
@@ -97,11 +74,7 @@ pub fn reclaim(
         }
         // As it is now: releasing its attachment changed it.
         match store.workload_hold(&hold.workload, &hold.ifname)? {
-            // Still this node's: a live node may have taken it over since.
-            Some(now)
-                if now.node == node
-                    && (now.container.is_none() || now.container == hold.container) =>
-            {
+            Some(now) if still_to_end(&now, node, &hold) => {
                 if store.end_hold(&now)? {
                     done.holds.push(now);
                 } else {
@@ -112,6 +85,55 @@ pub fn reclaim(
         }
     }
     Ok(done)
+}
+
+/// The holds of `holds` that reclaiming `node` ends, besides those
+/// ended with their attachments: the node's own, released there or bound
+/// to a container whose attachment is gone, and never one bound to a
+/// container that lives (`bound_alive`: whether the attachment of
+/// container ID that the hold is bound to is there). `released` are the
+/// attachments given back (in a dry run, to give back); a dry run lists
+/// their holds too, since nothing ended them.
+fn holds_to_end(
+    node: &str,
+    holds: &[WorkloadHold],
+    released: &[Allocation],
+    dry_run: bool,
+    mut bound_alive: impl FnMut(&WorkloadHold, &str) -> Result<bool, PoolError>,
+) -> Result<Vec<WorkloadHold>, PoolError> {
+    let is_released = |id: &str, ifname: &str| {
+        released
+            .iter()
+            .any(|h| h.owner.id == id && h.owner.ifname == ifname)
+    };
+    let mut ending = Vec::new();
+    for hold in holds {
+        let bound_to_released = hold
+            .container
+            .as_ref()
+            .is_some_and(|id| is_released(id, &hold.ifname));
+        let bound_elsewhere = match &hold.container {
+            Some(id) if !bound_to_released => bound_alive(hold, id)?,
+            _ => false,
+        };
+        // Ended already with its attachment, unless this is a dry run.
+        if bound_to_released && !dry_run {
+            continue;
+        }
+        let of_node = hold.node == node || bound_to_released;
+        if of_node && !bound_elsewhere {
+            ending.push(hold.clone());
+        }
+    }
+    Ok(ending)
+}
+
+/// Whether `now`, a hold as read again just before reclaim ends it, is
+/// still the one it chose (`chosen`): still `node`'s, and bound to no
+/// container or to the same one. A live node may have taken it over
+/// since, and its container must keep the addresses.
+fn still_to_end(now: &WorkloadHold, node: &str, chosen: &WorkloadHold) -> bool {
+    now.node == node && (now.container.is_none() || now.container == chosen.container)
 }
 
 /// Whether [`readmit`] lifted the fence.
@@ -153,4 +175,98 @@ pub fn readmit(client: &EtcdClient, fence: &Fence) -> Result<Readmitted, PoolErr
         "node {}'s fence changed while it was lifted (reclaimed again?)",
         fence.node
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::da_pool::store::Owner;
+
+    /// Workload `workload`'s hold on node `node`, bound to `container`.
+    fn hold(workload: &str, node: &str, container: Option<&str>) -> WorkloadHold {
+        WorkloadHold {
+            workload: workload.into(),
+            ifname: "eth0".into(),
+            node: node.into(),
+            held: Vec::new(),
+            container: container.map(String::from),
+            until: None,
+            sticky_for: 60,
+            since: 0,
+            revision: 1,
+        }
+    }
+
+    fn attachment(id: &str, ifname: &str, node: &str) -> Allocation {
+        Allocation {
+            owner: Owner {
+                id: id.into(),
+                ifname: ifname.into(),
+                node: node.into(),
+                workload: None,
+            },
+            held: Vec::new(),
+            revision: 1,
+            since: 0,
+            legacy: false,
+        }
+    }
+
+    fn workloads(holds: &[WorkloadHold]) -> Vec<&str> {
+        holds.iter().map(|h| h.workload.as_str()).collect()
+    }
+
+    #[test]
+    fn reclaim_ends_the_dead_nodes_holds_that_no_living_container_is_bound_to() {
+        let holds = [
+            hold("released-here", "dead", None),
+            hold("bound-to-gone", "dead", Some("c-gone")),
+            hold("bound-to-living", "dead", Some("c-living")),
+            hold("bound-to-released", "dead", Some("c-released")),
+            hold("other-ifname", "dead", Some("c-other")),
+            hold("elsewhere", "live", None),
+            hold("elsewhere-bound", "live", Some("c-live")),
+        ];
+        // c-other/eth0 lives: the attachment released is its net1.
+        let released = [
+            attachment("c-released", "eth0", "dead"),
+            attachment("c-other", "net1", "dead"),
+        ];
+        let mut asked = Vec::new();
+        let mut bound_alive = |hold: &WorkloadHold, id: &str| {
+            asked.push(id.to_owned());
+            Ok(matches!(id, "c-living" | "c-other" | "c-live") && hold.ifname == "eth0")
+        };
+        let ending = holds_to_end("dead", &holds, &released, false, &mut bound_alive).unwrap();
+        assert_eq!(workloads(&ending), ["released-here", "bound-to-gone"]);
+        // A dry run lists the holds its attachments would end with them.
+        let ending = holds_to_end("dead", &holds, &released, true, &mut bound_alive).unwrap();
+        assert_eq!(
+            workloads(&ending),
+            ["released-here", "bound-to-gone", "bound-to-released"]
+        );
+        // The containers of the attachments released are not looked for.
+        assert!(!asked.iter().any(|id| id == "c-released"), "{asked:?}");
+    }
+
+    #[test]
+    fn a_hold_is_ended_only_if_it_is_still_the_dead_nodes_and_bound_as_it_was() {
+        let chosen = hold("web", "dead", Some("c1"));
+        assert!(still_to_end(&chosen, "dead", &chosen));
+        // Released since, by the dead node's last DEL.
+        assert!(still_to_end(&hold("web", "dead", None), "dead", &chosen));
+        // Taken over by a container on a live node, or on the dead node
+        // by another container.
+        assert!(!still_to_end(
+            &hold("web", "live", Some("c2")),
+            "dead",
+            &chosen
+        ));
+        assert!(!still_to_end(&hold("web", "live", None), "dead", &chosen));
+        assert!(!still_to_end(
+            &hold("web", "dead", Some("c2")),
+            "dead",
+            &chosen
+        ));
+    }
 }
