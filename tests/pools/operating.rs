@@ -173,6 +173,15 @@ impl Keeper {
         self.0.wait().unwrap()
     }
 
+    /// Stops it as `stop` does, checks that it ended well, and gives
+    /// what it said.
+    pub(crate) fn stop_saying(&mut self) -> String {
+        assert!(self.stop().success());
+        let mut said = String::new();
+        std::io::Read::read_to_string(self.0.stderr.as_mut().unwrap(), &mut said).unwrap();
+        said
+    }
+
     pub(crate) fn signal(&self, signal: &str) {
         let sent = std::process::Command::new("kill")
             .args([&format!("-{signal}"), &self.0.id().to_string()])
