@@ -794,7 +794,7 @@ fn a_node_moves_its_reservations_from_the_local_store_to_etcd() {
         ]
     );
 
-    // Import copies into etcd only.
+    // Import copies into etcd only: said first, whatever `--from` holds.
     let local_file = data.path().join("local.conflist");
     fs::write(&local_file, &local).unwrap();
     let args = [
@@ -802,7 +802,7 @@ fn a_node_moves_its_reservations_from_the_local_store_to_etcd() {
         "--config",
         local_file.to_str().unwrap(),
         "--from",
-        data.path().to_str().unwrap(),
+        "/nonexistent",
     ];
     let refused = run_program(ALLOCATOR, Path::new("/"), &args, &Env(vec![]), b"");
     assert_eq!(refused.status.code(), Some(1));

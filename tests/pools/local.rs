@@ -972,6 +972,20 @@ fn teardown_makes_nothing_and_survives_a_broken_pool() {
     );
     assert!(!missing.exists(), "no data directory made");
     run("ADD", &broken).assert_error(7);
+    // A dataDir that cannot be opened is an error naming it, never taken
+    // for one with nothing in it: the records there would be left behind.
+    let file = data.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let on_file = good.replace(missing.to_str().unwrap(), file.to_str().unwrap());
+    for command in ["DEL", "GC"] {
+        let out = run(command, &on_file);
+        assert!(!out.status.success(), "{command}: {out:?}");
+        let e = out.json();
+        assert!(
+            e["msg"].as_str().unwrap().contains(file.to_str().unwrap()),
+            "{command}: {e}"
+        );
+    }
 }
 
 #[test]

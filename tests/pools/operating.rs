@@ -421,6 +421,9 @@ fn show_check_and_release_see_workloads_holds_on_both_stores() {
         let file = file.to_str().unwrap();
         assert_eq!(add(&config, "w1", &pod("db/pg-0", None)), "10.70.0.2");
         del(&config, "w1");
+        // The workload's next container gets the address its hold kept.
+        assert_eq!(add(&config, "w1b", &pod("db/pg-0", None)), "10.70.0.2");
+        del(&config, "w1b");
         assert_eq!(add(&config, "p1", ""), "10.70.0.3");
         assert_eq!(add(&config, "w2", &pod("db/pg-1", None)), "10.70.0.4");
         let show = |extra: &[&str]| {
