@@ -1,5 +1,6 @@
 //! What the allocator's unit tests share: configurations, owners, and an
-//! ADD against the fake store.
+//! ADD against a store (the fake, or the local store in a temporary
+//! directory).
 
 use serde_json::{json, Value};
 
@@ -7,7 +8,7 @@ use super::add::add;
 use super::error::PoolError;
 use super::settings::Settings;
 use super::store::fake_store::FakeStore;
-use super::store::{Allocation, Owner};
+use super::store::{Allocation, Owner, Store};
 use crate::addr::Addr;
 use crate::cni::NetConf;
 
@@ -57,9 +58,9 @@ pub fn add_for(
     add_as(store, raw, &owner(id), asked)
 }
 
-/// ADD for `owner` with `raw` as configuration.
+/// ADD for `owner` with `raw` as configuration, on any store.
 pub fn add_as(
-    store: &FakeStore,
+    store: &dyn Store,
     raw: &[u8],
     owner: &Owner,
     asked: &[&str],
