@@ -4,13 +4,9 @@
 //! when the pool may be exhausted, through every range in order.
 
 use super::error::PoolError;
-use super::store::{PoolAddress, Store};
+use super::store::{PoolAddress, Store, WINDOW};
 use crate::addr::Addr;
 use crate::pools::Pool;
-
-/// How many addresses one look at a place covers: one page of etcd keys
-/// costs what one key does, a few probes of local files next to nothing.
-const WINDOW: u128 = 16;
 
 /// How many random places a search looks at before it goes through the
 /// pool in order. In a pool 90 % full, a random place is free one time in

@@ -1,8 +1,10 @@
 //! A cluster's ordinary life on etcd clusters the tests start: a host
 //! renamed keeps its node's name; a node whose clock is slow is not
 //! reclaimed early; a node reclaimed is fenced until an operator readmits
-//! it; what changes while reclaim runs is left alone; a misspelt key in a pool defined in etcd is refused; a cluster with
-//! authentication enabled and short-lived tokens.
+//! it; what changes while reclaim runs is left alone; a misspelt key in a
+//! pool defined in etcd is refused; a node's hint is written seldom and
+//! follows the search; a cluster with authentication enabled and
+//! short-lived tokens.
 //!
 //! Ignored unless asked for with --include-ignored: they need Debian's
 //! etcd-server and etcd-client, libfaketime (package faketime) and root
@@ -760,6 +762,46 @@ fn an_idle_node_adds_no_revision_and_adds_write_only_what_they_must() {
     del(&on("node-a"), "c0");
     assert_eq!(cluster.keys(&full), Vec::<String>::new());
     add(&on("node-a"), "c13", "");
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn a_nodes_hint_follows_its_adds_in_order_and_goes_round_with_the_search() {
+    let cluster = Cluster::start(1, None);
+    // .2 to .80: 79 addresses.
+    let range = json!({"pools": {"pods": [{"subnet": "10.70.0.0/25", "rangeEnd": "10.70.0.80"}]}});
+    let config = pods(&on_etcd(&cluster), "node-a", range);
+    let hint = format!("{PREFIX}/networks/pods/nodes/node-a/hints/pods");
+    // The hint and how many times it was written.
+    let hint_now = || {
+        let fields = cluster.etcdctl(&["get", &hint, "--write-out", "fields"]);
+        let field = |name: &str| {
+            let line = fields
+                .lines()
+                .find(|l| l.starts_with(&format!("\"{name}\" : ")))
+                .unwrap_or_else(|| panic!("no {name} in {fields}"));
+            line.split(" : ")
+                .nth(1)
+                .unwrap()
+                .trim_matches('"')
+                .to_owned()
+        };
+        (field("Value"), field("Version").parse::<u32>().unwrap())
+    };
+    // Addresses in order, each found in the first look from the hint,
+    // which is written once in 16 ADDs: by the first (.3), and after .18,
+    // .34, .50 and .66 were given.
+    for i in 0..79 {
+        assert_eq!(
+            add(&config, &format!("c{i}"), ""),
+            format!("10.70.0.{}", i + 2)
+        );
+    }
+    assert_eq!(hint_now(), ("10.70.0.67".to_owned(), 5));
+    // The pool full but .64: the search goes round, and the hint with it.
+    del(&config, "c62");
+    assert_eq!(add(&config, "c79", ""), "10.70.0.64");
+    assert_eq!(hint_now(), ("10.70.0.65".to_owned(), 6));
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! end). Nodes share pools without ever holding one address twice, through
 //! a member's crash; a cluster that cannot answer is "try again later"
 //! with nothing written; GC stays on its node, and one whose plugin was
-//! killed frees nothing after; TLS with client
+//! killed frees nothing after; a DEL frees no address another holds; TLS
+//! with client
 //! certificates; pools defined in etcd. The stress figures are printed on
 //! stderr.
 //!
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use crate::common::etcd::{Certificates, Cluster};
 use crate::common::{run_plugin, run_program, temp_dir, Env, Stack, ALLOCATOR};
 use crate::local::{alone, run_alone};
+use crate::operating;
 use serde_json::{json, Value};
 
 /// The key prefix every test uses; each cluster is its own.
@@ -516,6 +518,30 @@ fn gc_on_one_node_releases_only_that_nodes_stale_reservations() {
         ["attachments/a-kept:eth0", "attachments/b-stale:eth0"]
     );
     assert_eq!(records(&cluster, "gcnet").len(), 4, "and their addresses");
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn a_del_never_frees_an_address_whose_record_names_another() {
+    // c1's attachment lists 10.70.0.2, whose record is gone (removed by
+    // hand, or lost to a restore from an older backup) and then made
+    // again by c2. c1's DEL takes back what names c1, nothing of c2's.
+    let cluster = Cluster::start(1, None);
+    let config = operating::pods(&operating::on_etcd(&cluster), "node-a", json!({}));
+    assert_eq!(operating::add(&config, "c1", ""), "10.70.0.2");
+    let addresses = format!("{}/networks/pods/addresses/", operating::PREFIX);
+    cluster.etcdctl(&["del", &format!("{addresses}010.070.000.002")]);
+    let asked = "IgnoreUnknown=1;IP=10.70.0.2";
+    assert_eq!(operating::add(&config, "c2", asked), "10.70.0.2");
+    operating::del(&config, "c1");
+    let left = cluster.values(&addresses);
+    assert_eq!(left.len(), 1, "{left:?}");
+    let record: Value = serde_json::from_str(&left[0].1).unwrap();
+    assert_eq!(record["containerID"], "c2", "{left:?}");
+    let dir = temp_dir("etcd-del-other");
+    let file = operating::config_file(dir.path(), "pods.conf", &config);
+    let out = operating::operator(&["check", "--config", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
 }
 
 #[test]

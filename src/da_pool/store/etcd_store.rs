@@ -36,7 +36,7 @@ use serde_json::Value;
 
 use super::fence;
 use super::records::{self, Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
-use super::Store;
+use super::{Store, WINDOW};
 use crate::addr::Addr;
 use crate::cni;
 use crate::da_pool::clock;
@@ -46,9 +46,6 @@ use crate::etcd::{Compare, EtcdClient, EtcdError, Op};
 /// The layout's version, as `PREFIX/networks/NETWORK/layout` says once
 /// `migrate` has moved the previous one's records.
 pub const LAYOUT: u64 = 2;
-
-/// How far a node's hint of a pool moves before it is written again.
-const HINT_STEP: u128 = 64;
 
 /// How long, in seconds, a pool found full stays noted so: the ADDs a
 /// runtime retries meanwhile are refused without reading it whole again;
@@ -185,10 +182,12 @@ impl EtcdStore {
 
     /// Adds to `ops` `owner`'s node's hint of each pool of `held` whose
     /// hint this process read: just after the address, but written only
-    /// when that is [`HINT_STEP`] or more past the hint read, or before
-    /// it (the search went round): a node's ADDs leave a write of the
-    /// hint in one of [`HINT_STEP`], and the next search starts a little
-    /// before where it could, reading the same page of keys.
+    /// when that is a search's [`WINDOW`] or more past the hint read, or
+    /// before it (the search went round): a node's ADDs in order leave one
+    /// write of the hint in [`WINDOW`], and the next search, which starts
+    /// a little before where it could, still finds its address in its
+    /// first look. (A hint that lagged further would send every search
+    /// to a random place first, with a read more.)
     fn hint_after(&self, owner: &Owner, held: &[PoolAddress], ops: &mut Vec<Op>) {
         let read = self.hints_read.borrow();
         for h in held {
@@ -196,7 +195,7 @@ impl EtcdStore {
                 continue;
             };
             let far = match hint {
-                Some(hint) => next < *hint || next.distance(*hint) >= HINT_STEP,
+                Some(hint) => next < *hint || next.distance(*hint) >= WINDOW,
                 None => true,
             };
             if far {

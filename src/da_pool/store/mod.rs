@@ -30,6 +30,11 @@ pub use records::{Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
 /// to another node, before it says "try again later".
 pub const ATTEMPTS: usize = 8;
 
+/// How many addresses one look of a search covers: one page of etcd keys
+/// costs what one key does, a few probes of local files next to nothing.
+/// A node's hint that lags its next address by less finds it all the same.
+pub const WINDOW: u128 = 16;
+
 /// Where allocations are kept, for one network. An address is held at
 /// most once in a network, whatever pool names it.
 pub trait Store {
