@@ -463,7 +463,8 @@ fn exchange(port: u16, request: &str) -> Option<Value> {
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-fn encode(bytes: &[u8]) -> String {
+/// `bytes` in base64, as etcd's JSON gateway carries keys and values.
+pub fn encode(bytes: &[u8]) -> String {
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
         let n = (u32::from(chunk[0]) << 16)

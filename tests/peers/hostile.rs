@@ -1,12 +1,16 @@
 //! Hostile peers: an answer far past its limit, pages whose links loop,
 //! a token or a port ID that would split a request, a resolver that maps
-//! `localhost` elsewhere; and binaries that never dump core.
+//! `localhost` elsewhere; an etcd member that answers a search with the
+//! same page again; and binaries that never dump core.
 
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::common::etcd::encode;
 use crate::common::{is_root, temp_dir, PORT_ALLOCATOR};
 use crate::servers::{json_answer, Scripted};
 use crate::{config, env, neutron_ipam, plain_pool_ipam, run, secret_file};
@@ -406,4 +410,55 @@ fn an_etcd_answer_of_60_mib_is_refused_and_the_largest_allowed_read_within_the_s
             .map(|r| r.path.clone())
             .collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn an_etcd_member_that_answers_a_search_with_the_same_page_again_is_refused() {
+    // A full page of 256 keys between the addresses .1 and .2, none an
+    // address, answered to every read of the search: the next page
+    // would start where this one did, for ever.
+    let page: Vec<_> = (0..256)
+        .map(|i| {
+            let key = format!("/peers/networks/peers/addresses/010.252.000.001/{i:03}");
+            json!({"key": encode(key.as_bytes()), "mod_revision": "7"})
+        })
+        .collect();
+    let page = json!({"kvs": page}).to_string();
+    let searches = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&searches);
+    let gateway = Scripted::start(move |request, out| {
+        let search = request.body.contains("\"keys_only\":true");
+        match request.path.as_str() {
+            // Read ten times (a client that never stops): no more.
+            "/v3/kv/range" if search && counted.fetch_add(1, Ordering::SeqCst) >= 10 => {
+                json_answer(out, "500 Internal Server Error", "{}")
+            }
+            "/v3/kv/range" if search => json_answer(out, "200 OK", &page),
+            // The attachment's record, in both places: none.
+            "/v3/kv/txn" => json_answer(
+                out,
+                "200 OK",
+                r#"{"succeeded":true,"responses":[{"response_range":{}},{"response_range":{}}]}"#,
+            ),
+            // The pool's definition, the fence, the hint: none.
+            _ => json_answer(out, "200 OK", "{}"),
+        }
+    });
+    let ipam = plain_pool_ipam(&[format!("http://127.0.0.1:{}", gateway.port())]);
+    let out = run(
+        crate::common::ALLOCATOR,
+        &env("ADD", "c1"),
+        &config(ipam, "ADD"),
+    );
+    // Refused, as any answer that breaks etcd's API is: asking again
+    // would not mend it.
+    let error = out.outcome.assert_error(5);
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains("refused a request (200): a page of keys outside the range asked for"),
+        "{error}"
+    );
+    assert_eq!(searches.load(Ordering::SeqCst), 2, "the page, then again");
 }

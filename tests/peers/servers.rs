@@ -63,6 +63,8 @@ pub struct Request {
     pub path: String,
     /// The request line and the headers, as sent.
     pub head: String,
+    /// The body, as text.
+    pub body: String,
 }
 
 impl Request {
@@ -154,6 +156,7 @@ fn read_request(reader: &mut impl BufRead) -> Option<Request> {
     Some(Request {
         method: words.next()?.to_owned(),
         path: words.next()?.to_owned(),
+        body: String::from_utf8_lossy(&body).into_owned(),
         head,
     })
 }

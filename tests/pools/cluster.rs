@@ -758,7 +758,12 @@ fn an_idle_node_adds_no_revision_and_adds_write_only_what_they_must() {
     cni("ADD", &on("node-b"), "c13", "").assert_error(110);
     let full = format!("{PREFIX}/networks/pods/full/pods");
     assert_eq!(cluster.keys(&full), std::slice::from_ref(&full));
+    // Refused on the note: a few reads, not a look through the pool
+    // (128 random places, then every range in order).
+    let ranges = cluster.metric("etcd_mvcc_range_total");
     cni("ADD", &on("node-a"), "c13", "").assert_error(110);
+    let read = cluster.metric("etcd_mvcc_range_total") - ranges;
+    assert!(read < 30.0, "{read} reads");
     del(&on("node-a"), "c0");
     assert_eq!(cluster.keys(&full), Vec::<String>::new());
     add(&on("node-a"), "c13", "");

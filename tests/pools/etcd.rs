@@ -522,7 +522,7 @@ fn gc_on_one_node_releases_only_that_nodes_stale_reservations() {
 
 #[test]
 #[ignore = "needs etcd-server"]
-fn a_del_never_frees_an_address_whose_record_names_another() {
+fn a_del_never_frees_anothers_address_and_release_frees_an_unlisted_one() {
     // c1's attachment lists 10.70.0.2, whose record is gone (removed by
     // hand, or lost to a restore from an older backup) and then made
     // again by c2. c1's DEL takes back what names c1, nothing of c2's.
@@ -533,14 +533,26 @@ fn a_del_never_frees_an_address_whose_record_names_another() {
     cluster.etcdctl(&["del", &format!("{addresses}010.070.000.002")]);
     let asked = "IgnoreUnknown=1;IP=10.70.0.2";
     assert_eq!(operating::add(&config, "c2", asked), "10.70.0.2");
+    // And a record of c1's that its attachment does not list (as a restore
+    // could leave too): an operator frees it by address, c1 still there.
+    let stray = json!({"containerID": "c1", "ifname": "eth0", "node": "node-a",
+        "pool": "pods", "since": 1});
+    cluster.put(&format!("{addresses}010.070.000.005"), &stray.to_string());
+    let dir = temp_dir("etcd-del-other");
+    let file = operating::config_file(dir.path(), "pods.conf", &config);
+    let file = file.to_str().unwrap();
+    let out = operating::operator(&["release", "--config", file, "10.70.0.5"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "released the record of 10.70.0.5, held by c1/eth0 on node node-a, which does not list it\n",
+        "{out:?}"
+    );
     operating::del(&config, "c1");
     let left = cluster.values(&addresses);
     assert_eq!(left.len(), 1, "{left:?}");
     let record: Value = serde_json::from_str(&left[0].1).unwrap();
     assert_eq!(record["containerID"], "c2", "{left:?}");
-    let dir = temp_dir("etcd-del-other");
-    let file = operating::config_file(dir.path(), "pods.conf", &config);
-    let out = operating::operator(&["check", "--config", file.to_str().unwrap()]);
+    let out = operating::operator(&["check", "--config", file]);
     assert!(out.status.success(), "{out:?}");
 }
 
