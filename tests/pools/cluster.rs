@@ -1,9 +1,9 @@
 //! A cluster's ordinary life on etcd clusters the tests start: a host
 //! renamed keeps its node's name; a node whose clock is slow is not
 //! reclaimed early; a node reclaimed is fenced until an operator readmits
-//! it; what changes while reclaim runs is left alone; a misspelt key in a
-//! pool defined in etcd is refused; a node's hint is written seldom and
-//! follows the search; a cluster with authentication enabled and
+//! it; what changes while reclaim or a release runs is left alone; a
+//! misspelt key in a pool defined in etcd is refused; a node's hint is
+//! written seldom and follows the search; a cluster with authentication enabled and
 //! short-lived tokens.
 //!
 //! Ignored unless asked for with --include-ignored: they need Debian's
@@ -151,16 +151,26 @@ fn readmit_b(cluster: &Cluster, b_file: &Path, config: &str) {
     assert!(keeper.stop().success());
 }
 
-/// `reclaim --node NODE` of `config` under strace, its writes to etcd
+/// `reclaim --node NODE` of `config` under strace: see [`traced`].
+fn reclaim_traced(config: &str, node: &str, log: &Path, inject: Option<&str>) -> Child {
+    traced(
+        &["reclaim", "--config", config, "--node", node],
+        log,
+        inject,
+    )
+}
+
+/// The operator's command `command` under strace, its writes to etcd
 /// logged in `log`, with `inject` (a fault of strace's) if one is given:
 /// a child to wait for.
-fn reclaim_traced(config: &str, node: &str, log: &Path, inject: Option<&str>) -> Child {
+fn traced(command: &[&str], log: &Path, inject: Option<&str>) -> Child {
     let log = log.display().to_string();
     let mut args = vec!["-qq", "-s", "32", "-o", &log, "-e", "trace=sendto"];
     if let Some(inject) = inject {
         args.extend(["-e", inject]);
     }
-    args.extend([ALLOCATOR, "reclaim", "--config", config, "--node", node]);
+    args.push(ALLOCATOR);
+    args.extend(command);
     spawn_program(
         "/usr/bin/strace",
         Path::new("/"),
@@ -1017,6 +1027,63 @@ fn what_changes_while_reclaim_runs_is_left_alone() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("1 record(s) changed meanwhile"), "{said}");
+}
+
+#[test]
+#[ignore = "needs etcd-server and strace"]
+fn release_by_address_leaves_a_record_its_holder_comes_to_list_meanwhile() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("release-listed-again");
+    let mut store = on_etcd(&cluster);
+    store["etcd"]["timeout"] = json!(20);
+    let config = pods(&store, "node-a", sticky("1h"));
+    let file = config_file(dir.path(), "pods.conf", &config);
+    let file = file.to_str().unwrap();
+    let log = dir.path().join("release.strace");
+    let key = format!("{PREFIX}/networks/pods/addresses/010.070.000.005");
+    let release = |dry_run: bool, inject: Option<&str>| {
+        let mut command = vec!["release", "--config", file, "10.70.0.5"];
+        command.extend(dry_run.then_some("--dry-run"));
+        traced(&command, &log, inject)
+    };
+    // Records of .5 that nothing lists (as a restore from an older backup
+    // can leave): a plain container's, then a workload's, each made again
+    // by its holder while a release of .5 has read it as unlisted.
+    let strays = [
+        (json!({"containerID": "c1"}), "c1", String::new()),
+        (json!({"workload": "db/pg-0"}), "w1", pod("db/pg-0", None)),
+    ];
+    for (round, (holder, id, args)) in strays.iter().enumerate() {
+        let mut stray = json!({"ifname": "eth0", "node": "node-a", "pool": "pods", "since": 1});
+        stray
+            .as_object_mut()
+            .unwrap()
+            .extend(holder.as_object().unwrap().clone());
+        cluster.put(&key, &stray.to_string());
+        // A dry run reads all the real one reads before it frees: the
+        // real one is stalled 3 s at its next write to etcd.
+        let learnt = release(true, None).wait_with_output().unwrap();
+        assert!(learnt.status.success(), "round {round}: {learnt:?}");
+        let writes = std::fs::read_to_string(&log).unwrap();
+        let read = writes.lines().filter(|l| l.starts_with("sendto(")).count();
+        let inject = format!("inject=sendto:delay_enter=3000000:when={}", read + 1);
+        let stalled = release(false, Some(&inject));
+        std::thread::sleep(Duration::from_millis(1_500));
+        // Meanwhile the record goes, and its holder takes .5 again.
+        cluster.etcdctl(&["del", &key]);
+        let asked = format!("IgnoreUnknown=1;IP=10.70.0.5;{args}");
+        assert_eq!(add(&config, id, &asked), "10.70.0.5");
+        // The release leaves it: its holder lists it now.
+        let out = stalled.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "round {round}: {said}");
+        assert!(said.contains("nothing released"), "round {round}: {said}");
+        let check = operator(&["check", "--config", file]);
+        assert!(check.status.success(), "round {round}: {check:?}");
+        del(&config, id);
+    }
+    // The workload's hold keeps .5 after its container's DEL.
+    assert_eq!(holders(&cluster), ["holds/db%2Fpg-0:eth0"]);
 }
 
 #[test]
