@@ -590,6 +590,35 @@ fn pools_defined_in_etcd_with_their_reserved_addresses_are_used_and_reservations
 
 #[test]
 #[ignore = "needs etcd-server"]
+fn a_look_whose_span_ends_on_a_reserved_address_reads_the_next_span_itself() {
+    // In the first look (.1 to .16): .1 and .2 held, .3 reserved, .4 to
+    // .7 excluded, .8 held. The first span ends on what the pool does not
+    // give; the search must not run on past it into the next span, which
+    // it has not read: .8 is held, and the first free address is .9.
+    let cluster = Cluster::start(1, None);
+    cluster.put(
+        &format!("{PREFIX}/pools/central"),
+        r#"{"ranges": [{"subnet": "10.253.0.0/24", "exclude": ["10.253.0.4/30"]}], "reserved": ["10.253.0.3"]}"#,
+    );
+    let addresses = format!("{PREFIX}/networks/central/addresses/");
+    for held in ["001", "002", "008"] {
+        let record = json!({"containerID": format!("other-{held}"), "ifname": "eth0",
+            "node": "node-z", "pool": "central", "since": 1});
+        cluster.put(
+            &format!("{addresses}010.253.000.{held}"),
+            &record.to_string(),
+        );
+    }
+    let stack = Stack::new().with_pool_plugins();
+    let mut input: Value =
+        serde_json::from_str(&config("central", "1.0.0", &cluster, "node-c", json!({}))).unwrap();
+    input["ipam"]["static"] = json!({"default": [{"name": "central"}]});
+    let out = run_plugin(&stack.env("ADD"), input.to_string().as_bytes()).json();
+    assert_eq!(out["ips"][0]["address"], "10.253.0.9/24", "{out}");
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
 fn tls_with_client_certificates() {
     let certificates = Certificates::make();
     let cluster = Cluster::start(1, Some(&certificates));
