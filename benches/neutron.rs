@@ -10,8 +10,10 @@
 //!
 //! the plugin's call and the bare client's alternating call by call; the
 //! medians of every call, and the stack's overhead over the controller's
-//! own time. Then, through a proxy that counts them, the
-//! requests an ADD and a DEL make, with the subnet cached and not.
+//! own time. Then, through a proxy that counts them, the requests an ADD
+//! and a DEL make, with the subnet cached and not. Then what
+//! `binding:host_id` and the project's default security group cost a
+//! POST, each beside one without.
 //!
 //! Run with `cargo bench --bench neutron`; needs python3-neutron
 //! (./.ci/test installs it).
@@ -170,6 +172,45 @@ fn main() {
     println!(
         "  round trips: ADD {cached_add} with the subnet cached, {cold_add} without; DEL {del}"
     );
+
+    // What two attributes cost the controller per POST, each against a
+    // POST without it (the project's default security group, no host
+    // binding), the three alternating call by call.
+    let variants = [
+        json!({}),
+        json!({"binding:host_id": "bench-node"}),
+        json!({"security_groups": []}),
+    ];
+    let mut posts: [Vec<Duration>; 3] = Default::default();
+    for i in 0..ROUNDS * CALLS {
+        for k in 0..variants.len() {
+            let v = (i + k) % variants.len();
+            let started = Instant::now();
+            let id = bare_post(&neutron, &network, &format!("attr{i}-{v}"), &variants[v]);
+            posts[v].push(started.elapsed());
+            let (status, _) = http(
+                neutron.port,
+                "DELETE",
+                &format!("/v2.0/ports/{id}"),
+                None,
+                None,
+            )
+            .unwrap();
+            assert_eq!(status, 204);
+        }
+    }
+    let [plain, bound, ungrouped] = posts.map(|mut t| {
+        t.sort();
+        t[t.len() / 2]
+    });
+    println!(
+        "  one POST: {:.1} ms (default security group, no binding); with binding:host_id {:.1} ms ({:+.1}%); with no security group {:.1} ms ({:+.1}%)",
+        ms(plain),
+        ms(bound),
+        overhead(bound, plain),
+        ms(ungrouped),
+        overhead(ungrouped, plain)
+    );
 }
 
 /// The container's ports of the plugin's owner, as ADD and DEL list them.
@@ -184,14 +225,30 @@ fn bare_list(neutron: &Neutron, id: &str) -> Value {
 /// with what the plugin's carries.
 fn bare_add(neutron: &Neutron, network: &str, id: &str) {
     bare_list(neutron, id);
-    let port = json!({"port": {
+    bare_post(
+        neutron,
+        network,
+        id,
+        &json!({"binding:host_id": "bench-node"}),
+    );
+}
+
+/// Creates a port for container `id` as the plugin does, with the members
+/// of `more`: its ID.
+fn bare_post(neutron: &Neutron, network: &str, id: &str, more: &Value) -> String {
+    let mut port = json!({
         "network_id": network, "device_id": id, "device_owner": OWNER,
         "name": "bench/default/eth0", "tags": ["cni-node=bench-node", "cni-network=bench"],
         "description": "ipam-da-neutron cni-node=bench-node cni-network=bench",
-        "binding:host_id": "bench-node",
-    }});
-    let (status, body) = http(neutron.port, "POST", "/v2.0/ports", Some(port), None).unwrap();
+    });
+    for (key, value) in more.as_object().unwrap() {
+        port[key] = value.clone();
+    }
+    let body = Some(json!({ "port": port }));
+    let (status, body) = http(neutron.port, "POST", "/v2.0/ports", body, None).unwrap();
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    created["port"]["id"].as_str().unwrap().to_owned()
 }
 
 /// The REST calls of a DEL: the container's ports listed, each deleted.

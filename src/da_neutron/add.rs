@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::api::{Controller, Port, Subnet};
 use super::error::NeutronError;
+use super::orphans;
 use super::ports::{self, OWNER};
 use super::settings::{check_tag_value, invalid, Pool, Settings};
 use super::state::State;
@@ -34,6 +35,8 @@ struct Adding<'a> {
     state: &'a State,
     container: String,
     ifname: String,
+    /// The tag of the pod the attachment is for, where the runtime says.
+    pod: Option<String>,
 }
 
 /// Runs ADD, and returns the result to print.
@@ -49,8 +52,20 @@ pub fn add(env: &Environment, net: &NetConf, settings: &Settings) -> Result<Vec<
         state: &state,
         container: env.container_id.clone().unwrap_or_default(),
         ifname: env.ifname.clone().unwrap_or_default(),
+        pod: orphans::pod_tag(env),
     };
     let asked = asked(env, net, settings, &controller, &state)?;
+    // Checked before any POST: the controller would refuse the port.
+    for one in &asked {
+        let name = ports::name(&net.name, &one.name, &adding.ifname);
+        if name.len() > ports::FIELD_LIMIT {
+            return Err(invalid(format!(
+                "the port's name {name:?} (CNI network/pool/interface) is {} bytes, and the controller takes {}: shorten the CNI network's or the pool's name",
+                name.len(),
+                ports::FIELD_LIMIT
+            )));
+        }
+    }
     let mut made: Vec<String> = Vec::new();
     match adding.answer_each(&asked, &mut made) {
         Ok(entries) => {
@@ -91,13 +106,15 @@ impl Adding<'_> {
         let existing: Vec<Port> = ports::ours(listed, &self.net.name)
             .into_iter()
             .filter(|(_, a)| a.container == self.container && a.ifname == self.ifname)
-            .filter(|(port, _)| ports::on_node(port, node))
+            .filter(|(port, _)| ports::on_node(port, node, self.settings.cluster.as_deref()))
             .map(|(port, _)| port)
             .collect();
         let answered = self
             .state
             .answered(&self.net.name, &self.container, &self.ifname)
             .unwrap_or_default();
+        // Read once, when a pool has no port of the container's.
+        let mut orphans: Option<Vec<Port>> = None;
         let mut entries = Vec::new();
         for one in asked {
             let name = ports::name(&self.net.name, &one.name, &self.ifname);
@@ -113,7 +130,10 @@ impl Adding<'_> {
                 .or(found.first());
             let port = match found {
                 Some(port) => self.found_again(one, port)?,
-                None => self.create(one, made)?,
+                None => match self.adopted(one, &name, &mut orphans)? {
+                    Some(port) => port,
+                    None => self.create(one, made)?,
+                },
             };
             let port = self.addressed(one, port)?;
             let mut addresses = Vec::new();
@@ -155,6 +175,52 @@ impl Adding<'_> {
         self.controller.filled(port)
     }
 
+    /// A port of the pod that an earlier sandbox's ADD made and never
+    /// answered with (see [`orphans`]), named for `one` and with the
+    /// addresses asked for, given to this container; `None` where there
+    /// is none, or it changed before it could be taken over.
+    fn adopted(
+        &self,
+        one: &Asked,
+        name: &str,
+        orphans: &mut Option<Vec<Port>>,
+    ) -> Result<Option<Port>, NeutronError> {
+        let Some(pod) = &self.pod else {
+            return Ok(None);
+        };
+        if orphans.is_none() {
+            *orphans = Some(orphans::of_pod(
+                self.controller,
+                self.state,
+                &self.settings.marks(&self.net.name)?,
+                pod,
+                &self.ifname,
+                &self.container,
+                self.settings.timeout,
+            )?);
+        }
+        let candidates = orphans.iter().flatten().filter(|p| {
+            p.name == name
+                && p.network_id == one.pool.network
+                && one
+                    .addresses
+                    .iter()
+                    .all(|a| p.fixed_ips.iter().any(|(_, held)| held == a))
+        });
+        for candidate in candidates {
+            if let Some(port) = self.controller.adopt_port(candidate, &self.container)? {
+                tracing::info!(
+                    "port {} of container {} (whose ADD never answered with it) goes to {}",
+                    port.id,
+                    candidate.device_id,
+                    self.container
+                );
+                return self.found_again(one, &port).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     /// A port an earlier ADD of the attachment made, if it has the
     /// addresses asked for; tagged now if its tags were lost (its ADD
     /// stopped between the POST and the tags' PUT).
@@ -175,11 +241,19 @@ impl Adding<'_> {
                 ),
             });
         }
-        let tags = ports::tags(self.settings.node()?, &self.net.name);
+        let tags = self.tags()?;
         if tags.iter().any(|t| !port.tags.contains(t)) {
             self.controller.set_tags(&port.id, &tags)?;
         }
         Ok(port.clone())
+    }
+
+    /// The tags of the attachment's ports: the node's, the network's, the
+    /// cluster's, and the pod's where the runtime names one.
+    fn tags(&self) -> Result<Vec<String>, NeutronError> {
+        let mut tags = self.settings.marks(&self.net.name)?.tags();
+        tags.extend(self.pod.clone());
+        Ok(tags)
     }
 
     /// Creates the port of `one`, bound to this host if the controller
@@ -187,14 +261,14 @@ impl Adding<'_> {
     /// controller drops the POST's tags: a port GC cannot see must not
     /// be).
     fn create(&self, one: &Asked, made: &mut Vec<String>) -> Result<Port, NeutronError> {
-        let node = self.settings.node()?;
-        let tags = ports::tags(node, &self.net.name);
+        let marks = self.settings.marks(&self.net.name)?;
+        let tags = self.tags()?;
         let mut body = json!({
             "network_id": one.pool.network,
             "device_id": self.container,
             "device_owner": OWNER,
             "name": ports::name(&self.net.name, &one.name, &self.ifname),
-            "description": ports::description(node, &self.net.name),
+            "description": marks.description(),
             "tags": tags,
         });
         let fixed_ips: Vec<Value> = if one.addresses.is_empty() {
@@ -212,6 +286,9 @@ impl Adding<'_> {
         if !fixed_ips.is_empty() {
             body["fixed_ips"] = Value::Array(fixed_ips);
         }
+        if let Some(groups) = &self.settings.security_groups {
+            body["security_groups"] = json!(groups);
+        }
         let port = self.post(body, one)?;
         made.push(port.id.clone());
         if tags.iter().any(|t| !port.tags.contains(t)) {
@@ -220,11 +297,24 @@ impl Adding<'_> {
         Ok(port)
     }
 
-    /// POSTs the port `body` describes, with this host's binding unless
-    /// the controller refused it within a minute.
+    /// POSTs the port `body` describes, as [`Adding::post_bound`] does;
+    /// noting a refusal for the project's quota (STATUS says it), or
+    /// forgetting it once a port is made.
     fn post(&self, body: Value, one: &Asked) -> Result<Port, NeutronError> {
+        let posted = self.post_bound(body, one);
+        match &posted {
+            Ok(_) => self.state.forget_over_quota(),
+            Err(NeutronError::OverQuota { message, .. }) => self.state.note_over_quota(message),
+            Err(_) => {}
+        }
+        posted
+    }
+
+    /// POSTs the port `body` describes, with this host's binding (if
+    /// `bindHost`) unless the controller refused it within a minute.
+    fn post_bound(&self, body: Value, one: &Asked) -> Result<Port, NeutronError> {
         let what = one.described();
-        if !self.state.binding_refused() {
+        if self.settings.bind_host && !self.state.binding_refused() {
             let mut bound = body.clone();
             bound["binding:host_id"] = json!(self.settings.node()?);
             match self.controller.create_port(&bound, &what) {

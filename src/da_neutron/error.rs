@@ -26,6 +26,15 @@ pub enum NeutronError {
     #[error("{what} has no free address: {message}")]
     Exhausted { what: String, message: String },
 
+    /// The controller refused a port for its project's quota: an
+    /// exhaustion, as a network without a free address is.
+    #[error("{peer} refused {call} for the project's quota: {message}")]
+    OverQuota {
+        peer: String,
+        call: String,
+        message: String,
+    },
+
     /// The address asked for cannot be given.
     #[error("{address} cannot be given from {what}: {why}")]
     AddressUnavailable {
@@ -59,6 +68,19 @@ pub enum NeutronError {
         peer: String,
         call: String,
         reason: String,
+    },
+
+    /// A list's next page is linked outside the API's root as configured:
+    /// the rest of the list cannot be read.
+    #[error(
+        "{peer} links the next page of {call} at {link}, outside \"ipam.neutron.url\": \
+         set \"url\" to the root its links use (Neutron's network_link_prefix, or a \
+         proxy's path); a list read in part would hide ports"
+    )]
+    Unfollowable {
+        peer: String,
+        call: String,
+        link: String,
     },
 
     /// TLS could not be agreed with the controller or Keystone: a CA that
@@ -96,8 +118,10 @@ pub enum NeutronError {
 impl Reportable for NeutronError {
     fn code(&self) -> u32 {
         match self {
-            NeutronError::Missing { .. } | NeutronError::Rejected { .. } => code::INVALID_CONFIG,
-            NeutronError::Exhausted { .. } => code::POOL_EXHAUSTED,
+            NeutronError::Missing { .. }
+            | NeutronError::Rejected { .. }
+            | NeutronError::Unfollowable { .. } => code::INVALID_CONFIG,
+            NeutronError::Exhausted { .. } | NeutronError::OverQuota { .. } => code::POOL_EXHAUSTED,
             NeutronError::AddressUnavailable { .. } => code::ADDRESS_UNAVAILABLE,
             NeutronError::Refused { .. } | NeutronError::Tls { .. } => code::IO_FAILURE,
             NeutronError::Unreachable { .. } => code::TRY_AGAIN_LATER,

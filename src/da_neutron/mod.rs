@@ -14,6 +14,7 @@ mod api;
 mod cli;
 mod error;
 mod keystone;
+mod orphans;
 mod ports;
 mod settings;
 mod state;

@@ -2,7 +2,8 @@
 //! the controller round trips and to know its own answers again: each
 //! subnet read (refreshed after a minute: prefixes, gateways, routes and
 //! name servers rarely change), whether the controller refused to bind a
-//! port to a host, and the ports each ADD answered with (so that GC can
+//! port to a host or, for the project's quota, to make one (for STATUS),
+//! and the ports each ADD answered with (so that GC can
 //! tell them from a late POST's extra port), and a Keystone token until
 //! it is about to expire. None of it is a record the addresses depend on:
 //! lost, it is read again, or GC keeps what it cannot tell.
@@ -70,6 +71,29 @@ impl State {
         self.write("controller", "binding-refused", &json!({ "read": now() }));
     }
 
+    /// What the controller said, within a minute, when it refused a port
+    /// for the project's quota, and how many seconds ago.
+    pub fn over_quota(&self) -> Option<(String, u64)> {
+        let noted = self.read("controller", "over-quota").filter(fresh)?;
+        let ago = now().saturating_sub(noted["read"].as_u64()?);
+        Some((noted["message"].as_str()?.to_owned(), ago))
+    }
+
+    /// Notes that the controller refused a port for the project's quota,
+    /// in its words.
+    pub fn note_over_quota(&self, message: &str) {
+        let noted = json!({ "read": now(), "message": message });
+        self.write("controller", "over-quota", &noted);
+    }
+
+    /// Forgets a refusal for the quota: a port was made since.
+    pub fn forget_over_quota(&self) {
+        let Some(dir) = &self.dir else { return };
+        if let Ok(Some(sub)) = dir.child("controller") {
+            let _ = sub.remove("over-quota");
+        }
+    }
+
     /// The Keystone token kept for application credential `id`, and when
     /// it expires (seconds since the epoch).
     pub fn keystone_token(&self, id: &str) -> Option<(String, u64)> {
@@ -87,6 +111,12 @@ impl State {
             id,
             &json!({ "token": token, "expires": expires }),
         );
+    }
+
+    /// Whether the data directory can be used, so that what ADDs
+    /// answered with is on record.
+    pub fn keeps_answers(&self) -> bool {
+        self.dir.is_some()
     }
 
     /// The ports the last ADD of `network`'s attachment answered with.
@@ -228,6 +258,22 @@ mod tests {
         assert!(!state.binding_refused());
         state.note_binding_refused();
         assert!(state.binding_refused());
+    }
+
+    #[test]
+    fn a_refusal_for_the_quota_is_kept_a_minute_or_until_a_port_is_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = State::open_made(tmp.path());
+        assert_eq!(state.over_quota(), None);
+        state.note_over_quota("OverQuota: Quota exceeded for resources: ['port'].");
+        let (message, ago) = state.over_quota().unwrap();
+        assert!(message.contains("['port']") && ago <= 1, "{message} {ago}");
+        state.forget_over_quota();
+        assert_eq!(state.over_quota(), None);
+        // A minute old, it is no longer said.
+        let old = json!({"read": now() - FRESH_FOR, "message": "OverQuota"});
+        state.write("controller", "over-quota", &old);
+        assert_eq!(state.over_quota(), None);
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! STATUS: whether an ADD could succeed now. Code 50 when the
-//! controller is out of reach, or a pool has no free address where an
-//! ADD needs one: one of its subnets (a pool that lists them asks each
-//! for an address), or every subnet of one IP version of its network
-//! (the controller gives one address of each version). A token that may
+//! controller is out of reach, or refused a port for the project's
+//! quota within a minute (as an ADD noted), or a pool has no free
+//! address where an ADD needs one: one of its subnets (a pool that lists
+//! them asks each for an address), or every subnet of one IP version of
+//! its network (the controller gives one address of each version). A token that may
 //! not read the counts (Neutron's default policy keeps them to admins)
 //! learns only that the network is there.
 
 use super::api::{Controller, Free};
 use super::error::NeutronError;
 use super::settings::{Pool, Settings};
+use super::state::State;
 
 /// Runs STATUS.
 pub fn status(settings: &Settings) -> Result<(), NeutronError> {
@@ -23,6 +25,14 @@ pub fn status(settings: &Settings) -> Result<(), NeutronError> {
         NeutronError::Config(_) | NeutronError::Interrupted(_) => e,
         other => not_available(other),
     })?;
+    // A refusal for the quota shows in no count of addresses.
+    if let Some((message, ago)) = State::open(&settings.data_dir).over_quota() {
+        return Err(NeutronError::NotAvailable(format!(
+            "the controller at {} refused a port for the project's quota {ago} s ago ({message}); \
+             raise the project's port quota, or delete ports",
+            controller.url()
+        )));
+    }
     let mut networks: Vec<&str> = settings
         .pools
         .values()

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::api::{Controller, Port};
 use super::error::NeutronError;
+use super::orphans;
 use super::ports::{self, Attachment, OWNER};
 use super::settings::{invalid, Settings};
 use super::state::State;
@@ -22,29 +23,57 @@ fn attachment_ports(
     container: &str,
     ifname: &str,
     node: Option<&str>,
+    cluster: Option<&str>,
 ) -> Result<Vec<(Port, Attachment)>, NeutronError> {
     let listed = controller.ports(&[("device_id", container), ("device_owner", OWNER)])?;
     Ok(ports::ours(listed, &net.name)
         .into_iter()
         .filter(|(_, a)| a.container == container && a.ifname == ifname)
-        // Another node's port of the same container ID is never ours; a
-        // DEL whose node's name cannot be read takes the ID's word.
-        .filter(|(port, _)| node.is_none_or(|node| ports::on_node(port, node)))
+        // Another node's or another cluster's port of the same container
+        // ID is never ours; a DEL whose node's name cannot be read takes
+        // the ID's word, within its cluster.
+        .filter(|(port, _)| match node {
+            Some(node) => ports::on_node(port, node, cluster),
+            None => !ports::foreign(port, cluster),
+        })
         .collect())
 }
 
-/// DEL: deletes the attachment's ports; one already gone, or none at
-/// all, is success. A controller out of reach is code 11, so that the
+/// DEL: deletes the attachment's ports, and its pod's orphans (see
+/// [`orphans`]); one already gone, or none at all, is success. A controller out of reach is code 11, so that the
 /// runtime tries again.
 pub fn del(env: &Environment, net: &NetConf, settings: &Settings) -> Result<(), NeutronError> {
     let container = env.container_id.clone().unwrap_or_default();
     let ifname = env.ifname.clone().unwrap_or_default();
     let controller = Controller::open(settings)?;
     let node = settings.node().ok();
-    for (port, _) in attachment_ports(&controller, net, &container, &ifname, node)? {
+    let cluster = settings.cluster.as_deref();
+    for (port, _) in attachment_ports(&controller, net, &container, &ifname, node, cluster)? {
         controller.delete_port(&port.id)?;
     }
-    State::open(&settings.data_dir).forget(&net.name, &container, &ifname);
+    let state = State::open(&settings.data_dir);
+    // And the pod's ports that no ADD answered with, which no later DEL
+    // would find: its sandbox was retried under another container ID.
+    if let (Some(pod), Ok(marks)) = (orphans::pod_tag(env), settings.marks(&net.name)) {
+        let timeout = settings.timeout;
+        for port in orphans::of_pod(
+            &controller,
+            &state,
+            &marks,
+            &pod,
+            &ifname,
+            &container,
+            timeout,
+        )? {
+            tracing::info!(
+                "DEL deletes port {} of container {}, which no ADD answered with",
+                port.id,
+                port.device_id
+            );
+            controller.delete_port(&port.id)?;
+        }
+    }
+    state.forget(&net.name, &container, &ifname);
     Ok(())
 }
 
@@ -75,6 +104,7 @@ pub fn check(env: &Environment, net: &NetConf, settings: &Settings) -> Result<()
         &container,
         &ifname,
         Some(settings.node()?),
+        settings.cluster.as_deref(),
     )?;
     if found.is_empty() {
         return Err(NeutronError::NotHeld(format!(
@@ -115,17 +145,17 @@ pub fn check(env: &Environment, net: &NetConf, settings: &Settings) -> Result<()
 /// GC (CNI 1.1): deletes this node's ports of this network whose
 /// attachment `valid` does not list, and a listed attachment's ports
 /// that its ADD did not answer with (a late POST's extra), each only
-/// once older than the grace. Another node's ports, another network's
-/// and another owner's are never touched.
+/// once older than the grace. Another node's ports, another network's,
+/// another cluster's and another owner's are never touched.
 pub fn gc(
     net: &NetConf,
     settings: &Settings,
     valid: &[(String, String)],
 ) -> Result<(), NeutronError> {
-    let node = settings.node()?;
+    let marks = settings.marks(&net.name)?;
     let controller = Controller::open(settings)?;
     let state = State::open(&settings.data_dir);
-    let ours = ports::of_node(&controller, &net.name, node)?;
+    let ours = ports::of_node(&controller, &marks)?;
     // The controller's clock, at the listing: a port's age is told by the
     // clock that dated it.
     let now = controller.date().as_deref().and_then(super::age::http_date);
@@ -144,8 +174,9 @@ pub fn gc(
             port.created_at.as_deref().and_then(super::age::rfc3339),
         ) {
             (Some(now), Some(created)) => created.saturating_add(settings.gc_grace) <= now,
-            // Undated: GC cannot tell a port made a moment ago.
-            _ => settings.gc_grace == 0,
+            // Undated: GC cannot tell a port made a moment ago, and the
+            // grace is never 0.
+            _ => false,
         };
         if stale && old {
             tracing::info!(

@@ -59,6 +59,7 @@ pub struct PortWire {
     #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
     tags: Vec<String>,
     created_at: Option<String>,
+    revision_number: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +111,7 @@ impl TryFrom<PortWire> for Port {
             fixed_ips,
             tags: wire.tags,
             created_at: wire.created_at,
+            revision_number: wire.revision_number,
         })
     }
 }

@@ -128,6 +128,17 @@ impl Net {
     }
 }
 
+/// The shortest grace GC takes, with a timeout as short.
+const GC_GRACE: u64 = 3;
+
+/// Members of `ipam.neutron` for a GC that deletes every stale port made
+/// so far: it waits until they are older than [`GC_GRACE`] by the
+/// controller's clock, whose dates are whole seconds.
+pub fn past_the_grace() -> Value {
+    std::thread::sleep(std::time::Duration::from_millis(GC_GRACE * 1000 + 100));
+    json!({"gcGraceSeconds": GC_GRACE, "timeout": GC_GRACE})
+}
+
 /// Asserts that `outcome` failed with `code`, its message saying `what`.
 pub fn says(outcome: &Outcome, code: u64, what: &str) {
     let error = outcome.assert_error(code);

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::common::neutron::{Neutron, Options};
 use crate::common::{with_prev, Answer, PORT_ALLOCATOR};
 use crate::proxy::Proxy;
-use crate::{addresses, port_addresses, says, shared, Net};
+use crate::{addresses, past_the_grace, port_addresses, says, shared, Net};
 
 /// A GC configuration: `config` with the attachments the runtime keeps.
 fn gc_input(config: &str, valid: Value) -> Vec<u8> {
@@ -58,7 +58,10 @@ fn add_check_del_and_del_again_through_a_selector() {
     assert_eq!(port["device_id"], "c-flow");
     assert_eq!(port["device_owner"], "cni:ipam-da-neutron");
     assert_eq!(port["name"], "flow/tenant-a/eth0");
-    assert_eq!(port["binding:host_id"], "node-a");
+    // By default neither bound to the node nor in any security group:
+    // nothing plugs the port, and both cost the controller work.
+    assert_eq!(port["binding:host_id"], "", "{port}");
+    assert_eq!(port["security_groups"], json!([]), "{port}");
     let mut tags: Vec<&str> = port["tags"]
         .as_array()
         .unwrap()
@@ -160,6 +163,83 @@ fn an_add_retried_after_a_kill_between_post_and_reply_answers_its_one_port() {
     assert!(net.ports(neutron).is_empty());
 }
 
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
+    let neutron = shared();
+    let mut net = Net::on(neutron, "late");
+    net.extra = json!({"timeout": 2});
+    let direct = net.url.clone();
+    let pod = |uid: &str| {
+        format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=db;K8S_POD_NAME=pg-0;K8S_POD_UID={uid}")
+    };
+    let run = |net: &Net, command: &str, id: &str, uid: &str| {
+        let env = net.env(command, id).set("CNI_ARGS", &pod(uid));
+        crate::common::run_plugin(&env, net.config().as_bytes())
+    };
+    // An ADD whose POST the controller makes, but whose answer comes only
+    // after the ADD gave up (code 11); its runtime's DEL came before (so
+    // the allocator alone, not ipam-delegated, whose undo is that DEL).
+    let late = |net: &mut Net, id: &str, uid: &str| {
+        let proxy = Proxy::to(neutron.port);
+        net.url = proxy.url();
+        proxy.hold_posts();
+        let env = net.env("ADD", id).set("CNI_ARGS", &pod(uid));
+        let alone = crate::common::run_program(
+            PORT_ALLOCATOR,
+            std::path::Path::new("/"),
+            &[],
+            &env,
+            net.config().as_bytes(),
+        );
+        says(&alone, 11, "out of reach");
+        proxy.drop_held();
+        net.url = direct.clone();
+    };
+    let holders = |net: &Net| -> Vec<String> {
+        let mut ids: Vec<String> = net
+            .ports(neutron)
+            .iter()
+            .map(|p| p["device_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    // An ADD and its undo take at most twice the timeout: until then the
+    // late port may be its ADD's still, and the retry makes its own.
+    let ended = || std::thread::sleep(Duration::from_secs(7));
+    late(&mut net, "c-first", "uid-1");
+    assert_eq!(holders(&net), ["c-first"]);
+    let retry = run(&net, "ADD", "c-second", "uid-1");
+    assert!(retry.status.success(), "{retry:?}");
+    assert_eq!(holders(&net), ["c-first", "c-second"]);
+    // The pod's DEL takes the late port with its own.
+    ended();
+    run(&net, "DEL", "c-second", "uid-1").assert_silent_success();
+    assert!(holders(&net).is_empty());
+
+    // Later than that, the retried sandbox takes the late port over; one
+    // that an ADD answered with (another sandbox of the pod, alive) it
+    // leaves alone.
+    let alive = run(&net, "ADD", "c-alive", "uid-3");
+    assert!(alive.status.success(), "{alive:?}");
+    late(&mut net, "c-third", "uid-3");
+    let made = net
+        .ports(neutron)
+        .into_iter()
+        .find(|p| p["device_id"] == "c-third")
+        .unwrap();
+    ended();
+    let retry = run(&net, "ADD", "c-fourth", "uid-3");
+    assert!(retry.status.success(), "{retry:?}");
+    assert_eq!(addresses(&retry.json()), port_addresses(&made));
+    assert_eq!(holders(&net), ["c-alive", "c-fourth"]);
+    run(&net, "DEL", "c-fourth", "uid-3").assert_silent_success();
+    assert_eq!(holders(&net), ["c-alive"]);
+    run(&net, "DEL", "c-alive", "uid-3").assert_silent_success();
+    assert!(holders(&net).is_empty());
+}
+
 /// Starts the allocator itself (no ipam-delegated between: a kill then
 /// kills the one process) for container `id`.
 fn common_start(net: &Net, command: &str, id: &str, stdin: &[u8]) -> std::process::Child {
@@ -207,6 +287,45 @@ fn an_exhausted_subnet_answers_code_110_and_leaves_nothing() {
     // STATUS says so.
     let status = net.run("STATUS", "c-s3", config.as_bytes());
     says(&status, 50, "no free address");
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_used_up_port_quota_answers_code_110_and_status_says_so_until_a_port_is_made() {
+    // A server of its own: the quota is the whole project's.
+    let neutron = Neutron::start(Options::default());
+    let net = Net::on(&neutron, "quota");
+    let config = net.config();
+    let quota = |ports: i64| {
+        let body = json!({"quota": {"port": ports}});
+        let (status, said) = neutron.request("PUT", "/v2.0/quotas/fake_project_id", Some(body));
+        assert_eq!(status, 200, "{said}");
+    };
+    let add = net.run("ADD", "c-q1", config.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    let (_, all) = neutron.request("GET", "/v2.0/ports", None);
+    quota(all["ports"].as_array().unwrap().len() as i64);
+    let over = net.run("ADD", "c-q2", config.as_bytes());
+    let error = over.assert_error(110);
+    let msg = error["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("for the project's quota") && msg.contains("OverQuota"),
+        "{error}"
+    );
+    assert_eq!(net.ports(&neutron).len(), 1);
+    says(
+        &net.run("STATUS", "c-q2", config.as_bytes()),
+        50,
+        "refused a port for the project's quota",
+    );
+    // The quota raised, STATUS still says so until a port is made (or a
+    // minute has passed): nothing it reads tells it otherwise.
+    quota(-1);
+    says(&net.run("STATUS", "c-q2", config.as_bytes()), 50, "quota");
+    let add = net.run("ADD", "c-q3", config.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    net.run("STATUS", "c-q3", config.as_bytes())
+        .assert_silent_success();
 }
 
 #[test]
@@ -270,7 +389,7 @@ fn gc_deletes_only_this_nodes_stale_ports_of_this_network_once_old_enough() {
         .assert_silent_success();
     assert_eq!(net.ports(neutron).len(), 6);
 
-    net.extra = json!({"gcGraceSeconds": 0});
+    net.extra = past_the_grace();
     net.run("GC", "c-gc", &gc_input(&net.config(), valid))
         .assert_silent_success();
     let mut left: Vec<String> = net
@@ -435,6 +554,32 @@ fn a_token_file_is_sent_and_a_wrong_or_loose_one_refused() {
 
 #[test]
 #[ignore = "needs python3-neutron"]
+fn a_port_is_bound_and_grouped_only_when_the_settings_ask() {
+    let neutron = shared();
+    let mut net = Net::on(neutron, "grouped");
+    net.extra = json!({"bindHost": true, "securityGroups": null});
+    let add = net.run("ADD", "c-g1", net.config().as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    let port = net.ports(neutron).pop().unwrap();
+    assert_eq!(port["binding:host_id"], "node-a", "{port}");
+    // The project's default group, as the controller chose it.
+    let (status, groups) = neutron.request("GET", "/v2.0/security-groups?name=default", None);
+    assert_eq!(status, 200, "{groups}");
+    let default = groups["security_groups"][0]["id"].clone();
+    assert_eq!(port["security_groups"], json!([default]), "{port}");
+    net.run("DEL", "c-g1", net.config().as_bytes())
+        .assert_silent_success();
+    // Groups named: the port is in those.
+    net.extra = json!({"securityGroups": [default]});
+    let add = net.run("ADD", "c-g2", net.config().as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    let port = net.ports(neutron).pop().unwrap();
+    assert_eq!(port["security_groups"], json!([default]), "{port}");
+    assert_eq!(port["binding:host_id"], "", "{port}");
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
 fn a_controller_that_forbids_host_binding_and_drops_posted_tags_costs_only_the_binding() {
     let neutron = Neutron::start(Options {
         forbid_host_binding: true,
@@ -444,6 +589,7 @@ fn a_controller_that_forbids_host_binding_and_drops_posted_tags_costs_only_the_b
         ..Options::default()
     });
     let mut net = Net::on(&neutron, "unbound");
+    net.extra = json!({"bindHost": true});
     let config = net.config();
     // STATUS learns only that the network is there: enough.
     net.run("STATUS", "c-b0", config.as_bytes())
@@ -503,7 +649,9 @@ fn a_controller_that_forbids_host_binding_and_drops_posted_tags_costs_only_the_b
     net.run("DEL", "c-b1", config.as_bytes())
         .assert_silent_success();
     let mut gc: Value = serde_json::from_str(&config).unwrap();
-    gc["ipam"]["neutron"]["gcGraceSeconds"] = json!(0);
+    for (key, value) in past_the_grace().as_object().unwrap() {
+        gc["ipam"]["neutron"][key] = value.clone();
+    }
     net.run("GC", "c-gc", &gc_input(&gc.to_string(), json!([])))
         .assert_silent_success();
     assert!(net.ports(&neutron).is_empty());
@@ -642,7 +790,9 @@ fn a_controller_that_ignores_filters_and_fills_addresses_later_is_served_all_the
     let prev = with_prev(&config, &String::from_utf8(add.stdout.clone()).unwrap());
     net.run("CHECK", "c-l1", &prev).assert_silent_success();
     let mut gc: Value = serde_json::from_str(&config).unwrap();
-    gc["ipam"]["neutron"]["gcGraceSeconds"] = json!(0);
+    for (key, value) in past_the_grace().as_object().unwrap() {
+        gc["ipam"]["neutron"][key] = value.clone();
+    }
     net.run("GC", "c-gc", &gc_input(&gc.to_string(), json!([])))
         .assert_silent_success();
     assert!(net.ports(neutron).is_empty());
@@ -882,8 +1032,8 @@ fn gc_judges_a_ports_age_by_the_controllers_clock_not_the_nodes() {
     let add = net.run("ADD", "c-sk", net.config().as_bytes());
     assert!(add.status.success(), "{add:?}");
     // GC with the node's clock `offset` off, grace `grace`.
-    let gc = |net: &mut Net, offset: &str, grace: u64| {
-        net.extra = json!({ "gcGraceSeconds": grace });
+    let gc = |net: &mut Net, offset: &str, extra: Value| {
+        net.extra = extra;
         let env = net
             .env("GC", "c-gc")
             .set(
@@ -896,10 +1046,10 @@ fn gc_judges_a_ports_age_by_the_controllers_clock_not_the_nodes() {
     };
     // The node's clock two hours ahead: by it the port is old, by the
     // controller's it is a moment old, and it stays.
-    gc(&mut net, "+2h", 3600).assert_silent_success();
+    gc(&mut net, "+2h", json!({"gcGraceSeconds": 3600})).assert_silent_success();
     assert_eq!(net.ports(neutron).len(), 1);
     // Past the grace by the controller's clock, it goes, whatever the
     // node's clock says.
-    gc(&mut net, "-2h", 0).assert_silent_success();
+    gc(&mut net, "-2h", past_the_grace()).assert_silent_success();
     assert!(net.ports(neutron).is_empty());
 }

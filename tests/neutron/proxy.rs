@@ -4,13 +4,17 @@
 //! the answer go or drops it. It also counts the requests it passed, for
 //! the round trips of a command; and it can make the controller one that
 //! copies Neutron loosely: one that ignores list filters (Mizar-MP's
-//! document says so of its own), and one that answers a port's creation
-//! before its addresses are filled.
+//! document says so of its own), one that answers a port's creation
+//! before its addresses are filled, and one whose lists link their next
+//! page under another root (Neutron's `network_link_prefix` set, or a
+//! proxy that rewrites paths).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+
+use serde_json::{json, Value};
 
 /// The proxy's shared state.
 #[derive(Default)]
@@ -27,6 +31,8 @@ struct Shared {
     ignore_filters: AtomicBool,
     /// Answer a port's creation with its addresses left out.
     blank_addresses: AtomicBool,
+    /// Link a list's next page under `/elsewhere`.
+    foreign_links: AtomicBool,
 }
 
 /// A running proxy.
@@ -87,6 +93,11 @@ impl Proxy {
         self.shared.blank_addresses.store(true, Ordering::SeqCst);
     }
 
+    /// Links each list's next page under `/elsewhere` from now on.
+    pub fn foreign_links(&self) {
+        self.shared.foreign_links.store(true, Ordering::SeqCst);
+    }
+
     /// How many requests passed so far.
     pub fn requests(&self) -> usize {
         self.shared.requests.load(Ordering::SeqCst)
@@ -116,7 +127,15 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
         let mut answer = Vec::new();
         server.read_to_end(&mut answer)?;
         if post && shared.blank_addresses.load(Ordering::SeqCst) {
-            answer = addresses_blanked(&answer);
+            answer = edited(&answer, |body| body["port"]["fixed_ips"] = json!([]));
+        }
+        if !post && shared.foreign_links.load(Ordering::SeqCst) {
+            answer = edited(&answer, |body| {
+                for link in body["ports_links"].as_array_mut().into_iter().flatten() {
+                    let href = link["href"].as_str().unwrap_or_default();
+                    link["href"] = json!(href.replacen("/v2.0/", "/elsewhere/v2.0/", 1));
+                }
+            });
         }
         if post && shared.hold_posts.load(Ordering::SeqCst) {
             *shared.held.lock().unwrap() += 1;
@@ -143,16 +162,16 @@ fn without_query(head: &str) -> String {
     format!("{}\r\n{rest}", words.join(" "))
 }
 
-/// An answer (head and a body sized by its length) whose port has no
-/// addresses yet.
-fn addresses_blanked(answer: &[u8]) -> Vec<u8> {
+/// An answer (head and a body sized by its length) with its JSON body
+/// changed by `edit`; one without a JSON body as it is.
+fn edited(answer: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let Some(split) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
         return answer.to_vec();
     };
-    let Ok(mut body) = serde_json::from_slice::<serde_json::Value>(&answer[split + 4..]) else {
+    let Ok(mut body) = serde_json::from_slice::<Value>(&answer[split + 4..]) else {
         return answer.to_vec();
     };
-    body["port"]["fixed_ips"] = serde_json::json!([]);
+    edit(&mut body);
     let body = body.to_string();
     let head: Vec<String> = String::from_utf8_lossy(&answer[..split])
         .split("\r\n")

@@ -80,17 +80,27 @@ fn read_network(config: &Path, network: Option<&str>) -> Result<(String, Setting
 
 /// The network's ports of this plugin on every node (or on `node`), with
 /// their attachments: every port of this owner, by its name's network,
-/// tagged or not (an operator's look is rare, and must miss none).
+/// tagged or not (an operator's look is rare, and must miss none), but
+/// another cluster's.
 fn network_ports(
     controller: &Controller,
     network: &str,
     node: Option<&str>,
+    cluster: Option<&str>,
 ) -> Result<Vec<(Port, Attachment)>, NeutronError> {
     if let Some(node) = node {
-        return ports::of_node(controller, network, node);
+        let marks = ports::Marks {
+            node,
+            network,
+            cluster,
+        };
+        return ports::of_node(controller, &marks);
     }
     let listed = controller.ports(&[("device_owner", OWNER)])?;
-    Ok(ports::ours(listed, network))
+    Ok(ports::ours(listed, network)
+        .into_iter()
+        .filter(|(port, _)| !ports::foreign(port, cluster))
+        .collect())
 }
 
 /// A port as `--json` lists it.

@@ -29,8 +29,9 @@ Deletes the network's ports that this plugin made for node
 NAME, one that will not come back, and prints them (with
 --dry-run, prints what it would delete, and deletes nothing).
 Nothing of that node's is exit status 1. A port already gone
-counts as deleted. Another node's ports, and ports another
-owner made, are never touched.
+counts as deleted. Another node's ports, another cluster's
+(\"ipam.neutron.cluster\"), and ports another owner made, are
+never touched.
 ",
     run: |given| {
         let config = given.path("--config").ok_or("release needs --config")?;
@@ -43,7 +44,7 @@ fn run(config: PathBuf, node: &str, given: &Options) -> Result<bool, NeutronErro
     let (name, settings) = read_network(&config, given.value("--network"))?;
     let controller = Controller::open(&settings)?;
     let dry_run = given.flag("--dry-run");
-    let found = network_ports(&controller, &name, Some(node))?;
+    let found = network_ports(&controller, &name, Some(node), settings.cluster.as_deref())?;
     let mut out = std::io::stdout().lock();
     let mut listed = Vec::new();
     for (port, attachment) in &found {

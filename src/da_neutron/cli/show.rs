@@ -39,8 +39,9 @@ fn run(config: PathBuf, given: &Options) -> Result<bool, NeutronError> {
     let (name, settings) = read_network(&config, given.value("--network"))?;
     let controller = Controller::open(&settings)?;
     let mut by_node: BTreeMap<String, Vec<_>> = BTreeMap::new();
-    for (port, attachment) in network_ports(&controller, &name, None)? {
-        let node = super::ports::node_of(&port).unwrap_or_default().to_owned();
+    let cluster = settings.cluster.as_deref();
+    for (port, attachment) in network_ports(&controller, &name, None, cluster)? {
+        let node = super::ports::node_of(&port).unwrap_or_default();
         by_node.entry(node).or_default().push((port, attachment));
     }
     let mut out = std::io::stdout().lock();

@@ -4,8 +4,9 @@
 //! invocation bounded by one deadline (`ipam.neutron.timeout`), and each
 //! failure told in the controller's own words under the code it deserves.
 
+mod listing;
+
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,17 +35,6 @@ pub const ANSWERS: Limits = Limits {
     body: 4 << 20,
 };
 
-/// The most pages one listing reads, and the most ports it keeps and
-/// bytes of their text: with [`ANSWERS`] and the caps on each list of an
-/// answer, a bound on what a listing holds, whatever the controller's
-/// links say. A listing keeps only the ports its filters select, as a
-/// controller that ignores them (Mizar-MP's) lists every port it has;
-/// `show` keeps every node's: about 45,000 ports of the plugin's, of
-/// some 700 bytes each.
-const MAX_PAGES: usize = 1024;
-const MAX_PORTS: usize = 65_536;
-const MAX_KEPT_BYTES: usize = 32 << 20;
-
 /// How long to wait between two reads of a port whose addresses are not
 /// filled yet (a controller that fills them later, as Mizar-MP's does).
 const POLL_EVERY: Duration = Duration::from_millis(200);
@@ -64,6 +54,9 @@ pub struct Port {
     pub tags: Vec<String>,
     /// When the controller made it, by the controller's clock (RFC 3339).
     pub created_at: Option<String>,
+    /// Neutron's count of its changes, for a change made only if there
+    /// was none since it was read (`If-Match`).
+    pub revision_number: Option<u64>,
 }
 
 /// One subnet, as a result needs it.
@@ -87,6 +80,16 @@ pub struct Free {
     pub subnet_id: String,
     pub ip_version: u64,
     pub free: u128,
+}
+
+/// One request to the controller: its method, its path under the API's
+/// root, its body, and the `If-Match` it is sent with, if any.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    method: &'a str,
+    path: &'a str,
+    body: Option<&'a Value>,
+    if_match: Option<&'a str>,
 }
 
 /// The controller, for one invocation.
@@ -224,82 +227,6 @@ impl Controller {
         Ok(created)
     }
 
-    /// The ports the `filters` select, as the controller lists them. A
-    /// controller that ignores filters (Mizar-MP's) lists more: callers
-    /// select again from what comes.
-    pub fn ports(&self, filters: &[(&str, &str)]) -> Result<Vec<Port>, NeutronError> {
-        let query: Vec<String> = filters
-            .iter()
-            .map(|(key, value)| format!("{}={}", encode(key), encode(value)))
-            .collect();
-        let mut path = match query.is_empty() {
-            true => "/ports".to_owned(),
-            false => format!("/ports?{}", query.join("&")),
-        };
-        let call = "listing ports";
-        let mut ports = Vec::new();
-        let mut kept = 0;
-        let mut seen = HashSet::new();
-        // Page by page where the controller pages (pagination_max_limit),
-        // each within the one deadline: a port left off a listing is one
-        // GC would never give back. A link already read is a loop, and
-        // past the caps a controller that never ends.
-        loop {
-            seen.insert(path.clone());
-            let answer = self.call("GET", &path, None, call)?;
-            if answer.status != 200 {
-                return Err(self.failure(call, &answer, "ports"));
-            }
-            let page: wire::PortPage = self.read(call, &answer)?;
-            let count = page.ports.len();
-            for port in page.ports.into_iter().filter(|p| selected(p, filters)) {
-                kept += port.size();
-                ports.push(port);
-            }
-            if ports.len() > MAX_PORTS || kept > MAX_KEPT_BYTES {
-                return Err(NeutronError::Unreachable {
-                    peer: self.peer(),
-                    call: call.into(),
-                    reason: format!(
-                        "more than {MAX_PORTS} ports or {MAX_KEPT_BYTES} bytes of them in one listing"
-                    ),
-                });
-            }
-            let next = page
-                .ports_links
-                .into_iter()
-                .filter(|link| link.rel.as_deref() == Some("next"))
-                .find_map(|link| self.path_of(link.href.as_deref()?));
-            match next {
-                None => return Ok(ports),
-                Some(_) if count == 0 => return Ok(ports),
-                Some(next) if seen.contains(&next) => {
-                    return Err(NeutronError::Unreachable {
-                        peer: self.peer(),
-                        call: call.into(),
-                        reason: format!("its next page {next:?} was read already: its links loop"),
-                    })
-                }
-                Some(_) if seen.len() == MAX_PAGES => {
-                    return Err(NeutronError::Unreachable {
-                        peer: self.peer(),
-                        call: call.into(),
-                        reason: format!("more than {MAX_PAGES} pages in one listing"),
-                    })
-                }
-                Some(next) => path = next,
-            }
-        }
-    }
-
-    /// The path under the API's root of `href`, a link the controller
-    /// gave (`http://HOST:PORT/v2.0/ports?…&marker=…`).
-    fn path_of(&self, href: &str) -> Option<String> {
-        let after_scheme = href.split_once("://")?.1;
-        let path = &after_scheme[after_scheme.find('/')?..];
-        path.strip_prefix(self.url.base.as_str()).map(String::from)
-    }
-
     /// Sets the tags of port `id` to `tags`, for a controller that drops
     /// them from a POST (Neutron does, without the ML2 extension driver
     /// `tag_ports_during_bulk_creation`).
@@ -310,6 +237,29 @@ impl Controller {
         match answer.status {
             200 | 201 | 204 => Ok(()),
             _ => Err(self.failure(&call, &answer, &format!("port {id}"))),
+        }
+    }
+
+    /// Gives `port` to container `container` (its `device_id`) if it is
+    /// as read: unchanged since (Neutron's `If-Match` on its revision,
+    /// where it counts them) and still there. The port as changed, or
+    /// `None`.
+    pub fn adopt_port(&self, port: &Port, container: &str) -> Result<Option<Port>, NeutronError> {
+        let call = format!("giving port {} to container {container}", port.id);
+        let body = json!({ "port": { "device_id": container } });
+        let revision = port.revision_number.map(|r| format!("revision_number={r}"));
+        let path = format!("/ports/{}", port.id);
+        let request = Request {
+            method: "PUT",
+            path: &path,
+            body: Some(&body),
+            if_match: revision.as_deref(),
+        };
+        let answer = self.call_if(&request, &call)?;
+        match answer.status {
+            200 => self.port_of(&call, &answer).map(Some),
+            404 | 412 => Ok(None),
+            _ => Err(self.failure(&call, &answer, &format!("port {}", port.id))),
         }
     }
 
@@ -394,7 +344,18 @@ impl Controller {
         body: Option<&Value>,
         call: &str,
     ) -> Result<Answer, NeutronError> {
-        let answer = self.send(method, path, body, call)?;
+        let request = Request {
+            method,
+            path,
+            body,
+            if_match: None,
+        };
+        self.call_if(&request, call)
+    }
+
+    /// As [`Controller::call`], with `If-Match: IF_MATCH` where given.
+    fn call_if(&self, request: &Request, call: &str) -> Result<Answer, NeutronError> {
+        let answer = self.send(request, call)?;
         let Some((credential, data_dir)) = &self.auth else {
             return Ok(answer);
         };
@@ -404,26 +365,29 @@ impl Controller {
         let state = State::open_made(data_dir);
         let token = keystone::token(credential, self.tls.as_ref(), &state, self.deadline, true)?;
         *self.token.borrow_mut() = Some(token);
-        self.send(method, path, body, call)
+        self.send(request, call)
     }
 
     /// One request, on the kept connection (or a new one), within the
     /// deadline. A kept connection the server closed meanwhile is opened
     /// again, except under a POST: that one is never sent twice, since
     /// the first may have been made.
-    fn send(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-        call: &str,
-    ) -> Result<Answer, NeutronError> {
+    fn send(&self, request: &Request, call: &str) -> Result<Answer, NeutronError> {
+        let Request {
+            method,
+            path,
+            body,
+            if_match,
+        } = *request;
         let body = body.map(|b| b.to_string().into_bytes());
         let path = format!("{}{path}", self.url.base);
         let token = self.token.borrow().clone();
         let mut headers = vec![("Accept", "application/json")];
         if let Some(token) = &token {
             headers.push(("X-Auth-Token", token));
+        }
+        if let Some(if_match) = if_match {
+            headers.push(("If-Match", if_match));
         }
         let mut slot = self.connection.borrow_mut();
         let reused = slot.is_some();
@@ -528,6 +492,11 @@ impl Controller {
                 what: what.to_owned(),
                 message,
             },
+            (_, "OverQuota") => NeutronError::OverQuota {
+                peer,
+                call,
+                message,
+            },
             (500.., _) => NeutronError::Unreachable {
                 peer,
                 call,
@@ -592,21 +561,6 @@ pub fn message_of(answer: &Answer) -> (String, String) {
     (kind, message)
 }
 
-/// Whether `port` is one that `filters` select, as the controller would:
-/// a key it cannot judge selects every port.
-fn selected(port: &Port, filters: &[(&str, &str)]) -> bool {
-    filters.iter().all(|(key, value)| match *key {
-        "device_id" => port.device_id == *value,
-        "device_owner" => port.device_owner == *value,
-        "description" => port.description == *value,
-        // Every tag of the comma-separated list.
-        "tags" => value
-            .split(',')
-            .all(|tag| port.tags.iter().any(|t| t == tag)),
-        _ => true,
-    })
-}
-
 /// The beginning of a body, as text, for a message.
 fn excerpt(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
@@ -631,29 +585,6 @@ fn encode(text: &str) -> String {
         }
     }
     encoded
-}
-
-impl Port {
-    /// About how many bytes it takes, its text and its addresses.
-    fn size(&self) -> usize {
-        let text = [
-            &self.id,
-            &self.name,
-            &self.network_id,
-            &self.device_id,
-            &self.device_owner,
-            &self.description,
-        ];
-        std::mem::size_of::<Port>()
-            + text.iter().map(|t| t.len()).sum::<usize>()
-            + self.tags.iter().map(|t| t.len() + 24).sum::<usize>()
-            + self
-                .fixed_ips
-                .iter()
-                .map(|(s, _)| s.len() + 48)
-                .sum::<usize>()
-            + self.created_at.as_ref().map_or(0, String::len)
-    }
 }
 
 impl Subnet {
@@ -684,43 +615,6 @@ mod tests {
     fn a_query_value_is_encoded() {
         assert_eq!(encode("cni-net=a b,c/d"), "cni-net%3Da%20b%2Cc%2Fd");
         assert_eq!(encode("binding:host_id"), "binding%3Ahost_id");
-    }
-
-    #[test]
-    fn a_listing_keeps_what_its_filters_select_as_the_controller_would() {
-        let port = Port {
-            id: "p".into(),
-            name: "n/default/eth0".into(),
-            network_id: "net".into(),
-            device_id: "c1".into(),
-            device_owner: "cni:ipam-da-neutron".into(),
-            description: "ipam-da-neutron cni-node=a cni-network=n".into(),
-            fixed_ips: vec![],
-            tags: vec!["cni-node=a".into(), "cni-network=n".into()],
-            created_at: None,
-        };
-        for (filters, kept) in [
-            (
-                vec![("device_id", "c1"), ("device_owner", "cni:ipam-da-neutron")],
-                true,
-            ),
-            (vec![("device_id", "c2")], false),
-            (vec![("device_owner", "compute:nova")], false),
-            (vec![("tags", "cni-node=a,cni-network=n")], true),
-            (vec![("tags", "cni-node=a,cni-network=m")], false),
-            (
-                vec![("description", "ipam-da-neutron cni-node=a cni-network=n")],
-                true,
-            ),
-            (
-                vec![("description", "ipam-da-neutron cni-node=b cni-network=n")],
-                false,
-            ),
-            (vec![("fields", "id")], true),
-        ] {
-            assert_eq!(selected(&port, &filters), kept, "{filters:?}");
-        }
-        assert!(port.size() > std::mem::size_of::<Port>() + 40);
     }
 
     #[test]
@@ -806,6 +700,7 @@ mod tests {
             (403, "PolicyNotAuthorized", 5),
             (404, "NetworkNotFound", 7),
             (409, "IpAddressGenerationFailure", 110),
+            (409, "OverQuota", 110),
             (400, "HTTPBadRequest", 7),
             (500, "", 11),
             (503, "", 11),
