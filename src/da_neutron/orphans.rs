@@ -71,14 +71,11 @@ pub fn of_pod(
     // take at most `timeout`, from before the POST.
     let now = controller.date().as_deref().and_then(super::age::http_date);
     let ended = timeout.as_secs().saturating_add(1).saturating_mul(2);
+    // The listing kept only ports with every tag asked for (the pod's
+    // among them), whatever the controller did with the filter.
     Ok(ports::ours(listed, marks.network)
         .into_iter()
-        .filter(|(port, a)| {
-            a.container != container
-                && a.ifname == ifname
-                && port.tags.iter().any(|t| t == pod)
-                && marks.on(port)
-        })
+        .filter(|(port, a)| a.container != container && a.ifname == ifname && marks.on(port))
         .filter(|(port, a)| {
             let answered = state.answered(marks.network, &a.container, &a.ifname);
             !answered.is_some_and(|ids| ids.contains(&port.id))

@@ -169,6 +169,23 @@ fn clusters_that_share_node_and_network_names_never_touch_each_others_ports() {
         let expected: Vec<usize> = (0..nets.len()).map(|j| usize::from(j > i)).collect();
         assert_eq!(left, expected, "after network {i}'s GC");
     }
+    // One container ID in two clusters (east's, west's): a DEL that cannot
+    // read its node's name takes the ID's word, within its own cluster.
+    for net in &nets[1..] {
+        let add = net.run("ADD", "c-same", net.config().as_bytes());
+        assert!(add.status.success(), "{add:?}");
+    }
+    let pin = nets[1].data.path().join("node-name");
+    std::fs::write(&pin, "not,a tag's name\n").unwrap();
+    let mut nameless: Value = serde_json::from_str(&nets[1].config()).unwrap();
+    let settings = nameless["ipam"]["neutron"].as_object_mut().unwrap();
+    settings.remove("host");
+    settings.insert("nodeNameFile".into(), json!(pin));
+    nets[1]
+        .run("DEL", "c-same", nameless.to_string().as_bytes())
+        .assert_silent_success();
+    let left: Vec<usize> = nets.iter().map(|n| n.ports(neutron).len()).collect();
+    assert_eq!(left, [0, 0, 1], "west's port of c-same is to stay");
 }
 
 #[test]

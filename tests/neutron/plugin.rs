@@ -169,7 +169,46 @@ fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
     let neutron = shared();
     let mut net = Net::on(neutron, "late");
     net.extra = json!({"timeout": 2});
-    let direct = net.url.clone();
+    // Through a controller that ignores list filters, so that the plugin
+    // must itself pass over what looks like an orphan of the pod and is
+    // not: another pod's port, another interface's, another cluster's.
+    let loose = Proxy::to(neutron.port);
+    loose.ignore_filters();
+    let direct = loose.url();
+    net.url = direct.clone();
+    let tags = |more: &[&'static str]| {
+        let mut tags = vec!["cni-node=node-a", "cni-network=late"];
+        tags.extend(more);
+        tags
+    };
+    for (device, name, more) in [
+        ("c-other-pod", "late/default/eth0", tags(&["cni-pod=uid-9"])),
+        ("c-other-if", "late/default/eth1", tags(&["cni-pod=uid-1"])),
+        ("c-other-if", "late/default/eth1", tags(&["cni-pod=uid-3"])),
+        (
+            "c-west",
+            "late/default/eth0",
+            tags(&["cni-pod=uid-1", "cni-cluster=west"]),
+        ),
+        (
+            "c-west",
+            "late/default/eth0",
+            tags(&["cni-pod=uid-3", "cni-cluster=west"]),
+        ),
+        // The retried sandbox's own port of another interface.
+        ("c-second", "late/default/eth1", tags(&["cni-pod=uid-1"])),
+    ] {
+        neutron.port(json!({"network_id": net.network, "device_id": device,
+            "device_owner": "cni:ipam-da-neutron", "name": name, "tags": more}));
+    }
+    let others = [
+        "c-other-if",
+        "c-other-if",
+        "c-other-pod",
+        "c-second",
+        "c-west",
+        "c-west",
+    ];
     let pod = |uid: &str| {
         format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=db;K8S_POD_NAME=pg-0;K8S_POD_UID={uid}")
     };
@@ -196,6 +235,8 @@ fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
         proxy.drop_held();
         net.url = direct.clone();
     };
+    // The holders of the network's ports, but the others above, which
+    // must stay as they are throughout.
     let holders = |net: &Net| -> Vec<String> {
         let mut ids: Vec<String> = net
             .ports(neutron)
@@ -203,6 +244,10 @@ fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
             .map(|p| p["device_id"].as_str().unwrap().to_owned())
             .collect();
         ids.sort();
+        for other in others {
+            let at = ids.iter().position(|id| id == other);
+            ids.remove(at.unwrap_or_else(|| panic!("{other}'s port went: {ids:?}")));
+        }
         ids
     };
     // An ADD and its undo take at most twice the timeout: until then the
@@ -237,6 +282,37 @@ fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
     run(&net, "DEL", "c-fourth", "uid-3").assert_silent_success();
     assert_eq!(holders(&net), ["c-alive"]);
     run(&net, "DEL", "c-alive", "uid-3").assert_silent_success();
+    assert!(holders(&net).is_empty());
+
+    // A late port with another address than the retry asks for is not
+    // taken over: the retry gets a port of its own, the DEL takes both.
+    let asked = |address: &str| format!("{};IP={address}", pod("uid-5"));
+    let proxy = Proxy::to(neutron.port);
+    net.url = proxy.url();
+    proxy.hold_posts();
+    let env = net
+        .env("ADD", "c-fifth")
+        .set("CNI_ARGS", &asked("10.77.0.150"));
+    let config = net.config();
+    let alone = crate::common::run_program(
+        PORT_ALLOCATOR,
+        std::path::Path::new("/"),
+        &[],
+        &env,
+        config.as_bytes(),
+    );
+    says(&alone, 11, "out of reach");
+    proxy.drop_held();
+    net.url = direct.clone();
+    ended();
+    let env = net
+        .env("ADD", "c-sixth")
+        .set("CNI_ARGS", &asked("10.77.0.151"));
+    let retry = crate::common::run_plugin(&env, net.config().as_bytes());
+    assert!(retry.status.success(), "{retry:?}");
+    assert_eq!(addresses(&retry.json()), ["10.77.0.151"]);
+    assert_eq!(holders(&net), ["c-fifth", "c-sixth"]);
+    run(&net, "DEL", "c-sixth", "uid-5").assert_silent_success();
     assert!(holders(&net).is_empty());
 }
 

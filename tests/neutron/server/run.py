@@ -34,6 +34,8 @@ import harness_lifeline  # noqa: E402  (beside this file)
 # (--keystone): keystonemiddleware's auth_token validates X-Auth-Token
 # against Keystone (configured by [keystone_authtoken] in neutron.conf),
 # and keystonecontext makes the request's user, project and roles from it.
+# Requests are served one at a time (harness_serial.py: SQLite under
+# eventlet).
 PASTE = """\
 [composite:neutron]
 use = egg:Paste#urlmap
@@ -41,13 +43,16 @@ use = egg:Paste#urlmap
 /v2.0: neutronapi_v2_0
 
 [pipeline:neutronapi_v2_0]
-pipeline = request_id catch_errors {auth_filters} extensions neutronapiapp_v2_0
+pipeline = request_id catch_errors serial {auth_filters} extensions neutronapiapp_v2_0
 
 [filter:request_id]
 paste.filter_factory = oslo_middleware:RequestId.factory
 
 [filter:catch_errors]
 paste.filter_factory = oslo_middleware:CatchErrors.factory
+
+[filter:serial]
+paste.filter_factory = harness_serial:filter_factory
 
 [filter:token]
 paste.filter_factory = harness_token:filter_factory
