@@ -50,8 +50,8 @@ pub fn pod_tag(env: &Environment) -> Option<String> {
 
 /// The ports of the pod `pod` tags, for interface `ifname` of the CNI
 /// network `marks` name on this node, that no ADD answered with and
-/// whose ADD has surely ended (older than twice `timeout`), but for
-/// container `container`'s own.
+/// whose ADD has surely ended (older than twice `timeout`'s whole
+/// seconds plus one), but for container `container`'s own.
 pub fn of_pod(
     controller: &Controller,
     state: &State,
