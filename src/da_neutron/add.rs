@@ -13,6 +13,7 @@ use super::orphans;
 use super::ports::{self, OWNER};
 use super::settings::{check_tag_value, invalid, Pool, Settings};
 use super::state::State;
+use super::warm::handout::{self, Answered};
 use crate::addr::Addr;
 use crate::cni::{self, Environment, NetConf};
 use crate::pools;
@@ -23,9 +24,6 @@ struct Asked<'a> {
     pool: &'a Pool,
     addresses: Vec<Addr>,
 }
-
-/// A port answered, with the subnet of each of its addresses.
-type Answered = (Port, Vec<(Addr, Subnet)>);
 
 /// What one ADD works with.
 struct Adding<'a> {
@@ -43,16 +41,33 @@ struct Adding<'a> {
 pub fn add(env: &Environment, net: &NetConf, settings: &Settings) -> Result<Vec<u8>, NeutronError> {
     // The name is a tag's value too.
     check_tag_value("the CNI network's name", &net.name)?;
-    let controller = Controller::open(settings)?;
     let state = State::open_made(&settings.data_dir);
+    let container = env.container_id.clone().unwrap_or_default();
+    let ifname = env.ifname.clone().unwrap_or_default();
+    let pod = orphans::pod_tag(env);
+    // Before any call: a hand-out makes none.
+    if let Some(entries) = from_warm(
+        env,
+        net,
+        settings,
+        &state,
+        &container,
+        &ifname,
+        pod.as_deref(),
+    )? {
+        let ids: Vec<String> = entries.iter().map(|(port, _)| port.id.clone()).collect();
+        state.note_answered(&net.name, &container, &ifname, &ids);
+        return Ok(result(net, &entries));
+    }
+    let controller = Controller::open(settings)?;
     let adding = Adding {
         net,
         settings,
         controller: &controller,
         state: &state,
-        container: env.container_id.clone().unwrap_or_default(),
-        ifname: env.ifname.clone().unwrap_or_default(),
-        pod: orphans::pod_tag(env),
+        container,
+        ifname,
+        pod,
     };
     let asked = asked(env, net, settings, &controller, &state)?;
     // Checked before any POST: the controller would refuse the port.
@@ -359,6 +374,43 @@ fn taken(e: NeutronError, one: &Asked) -> NeutronError {
         }
         other => other,
     }
+}
+
+/// The answer from the node's warm pools: where every pool asked for
+/// keeps one and no address is asked for (a pooled port's is the
+/// controller's choice); see [`handout::take`].
+fn from_warm(
+    env: &Environment,
+    net: &NetConf,
+    settings: &Settings,
+    state: &State,
+    container: &str,
+    ifname: &str,
+    pod: Option<&str>,
+) -> Result<Option<Vec<Answered>>, NeutronError> {
+    if settings.pools.values().all(|p| p.warm.is_none()) {
+        return Ok(None);
+    }
+    let wanted = pools::wanted(net, std::slice::from_ref(&settings.default))?;
+    if wanted
+        .iter()
+        .any(|w| w.inline.is_some() || w.requested.is_some())
+        || !pools::requested_by_runtime(env, net)?.is_empty()
+    {
+        return Ok(None);
+    }
+    let mut asked = Vec::new();
+    for w in &wanted {
+        asked.push((w.name.clone(), settings.pool(&w.name)?));
+    }
+    let attachment = handout::For {
+        network: &net.name,
+        container,
+        ifname,
+        pod,
+    };
+    let answered = state.answered(&net.name, container, ifname);
+    handout::take(settings, &attachment, &asked, answered.as_deref())
 }
 
 /// The pools an ADD asks for (`prevResult.pools`, else `default`), each

@@ -2,9 +2,11 @@
 //! do, told in its own words and under the code `ipam-da-pool` gives the
 //! same situation; a controller out of reach; an attachment that is not
 //! as ADD left it; and what it meets on its way (a configuration the
-//! protocol refuses, the node's name, a file given on its command line).
+//! protocol refuses, the node's name, a file given on its command line,
+//! the warm pool's ledger).
 
 use crate::cni::{self, code, Reportable};
+use crate::dir::DirError;
 use crate::netd::ConfigFileError;
 use crate::node_name::NodeNameError;
 use crate::signals::Interrupted;
@@ -113,6 +115,11 @@ pub enum NeutronError {
     /// A file given on an operator's command line.
     #[error(transparent)]
     ConfigFile(#[from] ConfigFileError),
+
+    /// The warm pool's ledger under `dataDir` could not be read, written
+    /// or locked.
+    #[error("the warm pool's ledger: {0}")]
+    Ledger(#[from] DirError),
 }
 
 impl Reportable for NeutronError {
@@ -131,6 +138,7 @@ impl Reportable for NeutronError {
             NeutronError::Config(e) => e.code(),
             NeutronError::NodeName(e) => e.code(),
             NeutronError::ConfigFile(e) => e.code(),
+            NeutronError::Ledger(e) => e.code(),
         }
     }
 }

@@ -20,6 +20,7 @@ mod settings;
 mod state;
 mod status;
 mod teardown;
+mod warm;
 mod wire;
 
 use std::io::Write;

@@ -231,6 +231,7 @@ mod tests {
             fixed_ips: vec![],
             tags: tags.iter().map(|t| t.to_string()).collect(),
             created_at: None,
+            updated_at: None,
             revision_number: None,
         }
     }

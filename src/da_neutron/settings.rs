@@ -11,13 +11,14 @@ use serde_json::{Map, Value};
 
 use super::error::NeutronError;
 use super::ports::Marks;
+use super::warm::Warm;
 use crate::cni::{self, NetConf};
 use crate::http::tls::TlsFiles;
 use crate::node_name;
 use crate::pools;
 
 /// The keys of `ipam.neutron`.
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 17] = [
     "url",
     "tokenFile",
     "auth",
@@ -34,6 +35,7 @@ const KEYS: [&str; 16] = [
     "cluster",
     "bindHost",
     "securityGroups",
+    "warm",
 ];
 
 /// Where the subnet cache and the answered ports are kept unless
@@ -71,6 +73,9 @@ pub const ONLY_POOL: &str = "default";
 pub struct Pool {
     pub network: String,
     pub subnets: Vec<String>,
+    /// The ports kept free for it on the node, if any (its own `warm`,
+    /// else `ipam.neutron.warm`).
+    pub warm: Option<Warm>,
 }
 
 /// `auth`: Keystone v3 application credentials, for a token of their own.
@@ -196,7 +201,7 @@ impl Settings {
             )));
         }
         // A teardown needs no pool: a mistake in one must never stop it.
-        let (pools, default) = match (pools_of(object), need) {
+        let (pools, default) = match (pools_of(object).and_then(|p| warmed(object, p)), need) {
             (Ok(pools), _) => pools,
             (Err(_), Need::Teardown) => (BTreeMap::new(), String::new()),
             (Err(e), Need::Whole) => return Err(e),
@@ -424,7 +429,11 @@ impl Pool {
                 )))
             }
         };
-        Ok(Pool { network, subnets })
+        Ok(Pool {
+            network,
+            subnets,
+            warm: None,
+        })
     }
 }
 
@@ -498,6 +507,21 @@ fn pools_of(object: &Map<String, Value>) -> Result<(BTreeMap<String, Pool>, Stri
     Ok(pools)
 }
 
+/// `pools` with `ipam.neutron.warm` given to each pool without a `warm`
+/// of its own.
+fn warmed(
+    object: &Map<String, Value>,
+    (mut pools, default): (BTreeMap<String, Pool>, String),
+) -> Result<(BTreeMap<String, Pool>, String), NeutronError> {
+    if let Some(value) = object.get("warm") {
+        let warm = Warm::parse(value, "\"ipam.neutron.warm\"")?;
+        for pool in pools.values_mut() {
+            pool.warm = pool.warm.or(Some(warm));
+        }
+    }
+    Ok((pools, default))
+}
+
 /// `host`, or the name the allocator pins (read and never pinned here;
 /// without a pin, the host's name).
 fn host_of(object: &Map<String, Value>) -> Result<String, NeutronError> {
@@ -531,9 +555,12 @@ fn parse_pools(value: &Value) -> Result<BTreeMap<String, Pool>, NeutronError> {
     for (name, pool) in object {
         pools::check_name(name)?;
         let fields = pool.as_object().ok_or_else(fail)?;
-        if let Some(key) = fields.keys().find(|k| *k != "network" && *k != "subnets") {
+        if let Some(key) = fields
+            .keys()
+            .find(|k| !["network", "subnets", "warm"].contains(&k.as_str()))
+        {
             return Err(invalid(format!(
-                "unknown key \"ipam.neutron.pools.{name}.{key}\": a pool has \"network\" and \"subnets\""
+                "unknown key \"ipam.neutron.pools.{name}.{key}\": a pool has \"network\", \"subnets\" and \"warm\""
             )));
         }
         let network = fields.get("network").ok_or_else(|| {
@@ -541,12 +568,16 @@ fn parse_pools(value: &Value) -> Result<BTreeMap<String, Pool>, NeutronError> {
                 "pool {name:?} of \"ipam.neutron.pools\" has no \"network\""
             ))
         })?;
-        let pool = Pool::parse(
+        let mut pool = Pool::parse(
             network,
             fields.get("subnets"),
             &format!("\"ipam.neutron.pools.{name}.network\""),
             &format!("\"ipam.neutron.pools.{name}.subnets\""),
         )?;
+        if let Some(warm) = fields.get("warm") {
+            let key = format!("\"ipam.neutron.pools.{name}.warm\"");
+            pool.warm = Some(Warm::parse(warm, &key)?);
+        }
         pools.insert(name.clone(), pool);
     }
     Ok(pools)
@@ -661,6 +692,41 @@ mod tests {
     }
 
     const NET: &str = "6f6e1a7c-2b5e-4c1e-9a51-0d3c0a0b7c11";
+
+    #[test]
+    fn warm_is_each_pools_own_else_the_whole_settings_and_a_wrong_one_is_named() {
+        let url = "http://127.0.0.1:9696/v2.0";
+        let s =
+            parse(json!({"url": url, "network": NET, "host": "a", "warm": {"min": 2}})).unwrap();
+        let two = Warm {
+            min: 2,
+            max: 2,
+            batch: 2,
+        };
+        assert_eq!(s.pools["default"].warm, Some(two));
+        let s = parse(json!({"url": url, "host": "a", "default": "x", "warm": {"min": 2},
+            "pools": {"x": {"network": NET}, "y": {"network": NET, "warm": {"min": 1, "max": 9, "batch": 3}}}}))
+        .unwrap();
+        assert_eq!(s.pools["x"].warm, Some(two));
+        assert_eq!(
+            s.pools["y"].warm,
+            Some(Warm {
+                min: 1,
+                max: 9,
+                batch: 3
+            })
+        );
+        let s = parse(json!({"url": url, "network": NET, "host": "a"})).unwrap();
+        assert_eq!(s.pools["default"].warm, None);
+        let e = error(json!({"url": url, "host": "a", "default": "x",
+            "pools": {"x": {"network": NET, "warm": {"min": 3, "max": 2}}}}));
+        assert!(
+            e.contains("\"ipam.neutron.pools.x.warm\".max (2) is below"),
+            "{e}"
+        );
+        let e = error(json!({"url": url, "network": NET, "host": "a", "warm": 4}));
+        assert!(e.contains("\"ipam.neutron.warm\" must be an object"), "{e}");
+    }
 
     #[test]
     fn a_network_alone_is_one_pool_and_the_defaults_fill_the_rest() {

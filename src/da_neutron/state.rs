@@ -216,7 +216,8 @@ fn fresh(cached: &Value) -> bool {
         .is_some_and(|read| read <= now() && now() - read < FRESH_FOR)
 }
 
-fn now() -> u64 {
+/// The node's clock, in seconds since the epoch (0 before it).
+pub fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -99,6 +99,7 @@ mod tests {
         let network = |subnets: &[&str]| Pool {
             network: "n".into(),
             subnets: subnets.iter().map(|s| s.to_string()).collect(),
+            warm: None,
         };
         // One IPv4 subnet of two is full: the controller takes the other.
         assert_eq!(full(&network(&[]), &counts), None);

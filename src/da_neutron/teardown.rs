@@ -12,6 +12,7 @@ use super::orphans;
 use super::ports::{self, Attachment, OWNER};
 use super::settings::{invalid, Settings};
 use super::state::State;
+use super::warm::handout;
 use crate::addr::Addr;
 use crate::cni::{Environment, NetConf};
 use crate::pools;
@@ -48,6 +49,8 @@ pub fn del(env: &Environment, net: &NetConf, settings: &Settings) -> Result<(), 
     let controller = Controller::open(settings)?;
     let node = settings.node().ok();
     let cluster = settings.cluster.as_deref();
+    // Its ports from the warm pool whose owner is not recorded yet.
+    handout::delete_claimed(settings, &controller, &net.name, &container, &ifname)?;
     for (port, _) in attachment_ports(&controller, net, &container, &ifname, node, cluster)? {
         controller.delete_port(&port.id)?;
     }
@@ -98,7 +101,7 @@ pub fn check(env: &Environment, net: &NetConf, settings: &Settings) -> Result<()
         })
         .collect();
     let controller = Controller::open(settings)?;
-    let found = attachment_ports(
+    let mut found = attachment_ports(
         &controller,
         net,
         &container,
@@ -106,6 +109,13 @@ pub fn check(env: &Environment, net: &NetConf, settings: &Settings) -> Result<()
         Some(settings.node()?),
         settings.cluster.as_deref(),
     )?;
+    found.extend(handout::claimed(
+        settings,
+        &controller,
+        &net.name,
+        &container,
+        &ifname,
+    )?);
     if found.is_empty() {
         return Err(NeutronError::NotHeld(format!(
             "{container}/{ifname} has no port in network {:?} at {}",
@@ -169,10 +179,10 @@ pub fn gc(
                 .answered(&net.name, &attachment.container, &attachment.ifname)
                 .is_some_and(|answered| !answered.contains(&port.id)),
         };
-        let old = match (
-            now,
-            port.created_at.as_deref().and_then(super::age::rfc3339),
-        ) {
+        // Since its last change: a pooled port handed out long after it
+        // was made is as young as its owner's record.
+        let changed = port.updated_at.as_deref().or(port.created_at.as_deref());
+        let old = match (now, changed.and_then(super::age::rfc3339)) {
             (Some(now), Some(created)) => created.saturating_add(settings.gc_grace) <= now,
             // Undated: GC cannot tell a port made a moment ago, and the
             // grace is never 0.

@@ -59,6 +59,7 @@ pub struct PortWire {
     #[serde(default, deserialize_with = "at_most::<_, _, INNER>")]
     tags: Vec<String>,
     created_at: Option<String>,
+    updated_at: Option<String>,
     revision_number: Option<u64>,
 }
 
@@ -111,6 +112,7 @@ impl TryFrom<PortWire> for Port {
             fixed_ips,
             tags: wire.tags,
             created_at: wire.created_at,
+            updated_at: wire.updated_at,
             revision_number: wire.revision_number,
         })
     }

@@ -15,6 +15,7 @@ mod main_plugin;
 mod operating;
 mod plugin;
 mod proxy;
+mod warm;
 
 use std::sync::OnceLock;
 
@@ -167,4 +168,16 @@ pub fn port_addresses(port: &Value) -> Vec<String> {
         .iter()
         .map(|ip| ip["ip_address"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// A port's tags, sorted.
+pub fn tags_of(port: &Value) -> Vec<&str> {
+    let mut tags: Vec<&str> = port["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    tags.sort();
+    tags
 }

@@ -62,14 +62,10 @@ fn add_check_del_and_del_again_through_a_selector() {
     // nothing plugs the port, and both cost the controller work.
     assert_eq!(port["binding:host_id"], "", "{port}");
     assert_eq!(port["security_groups"], json!([]), "{port}");
-    let mut tags: Vec<&str> = port["tags"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
-    tags.sort();
-    assert_eq!(tags, ["cni-network=flow", "cni-node=node-a"]);
+    assert_eq!(
+        crate::tags_of(port),
+        ["cni-network=flow", "cni-node=node-a"]
+    );
 
     // The same ADD again answers the same port.
     let again = net.run("ADD", "c-flow", config.as_bytes());
@@ -713,13 +709,7 @@ fn a_controller_that_forbids_host_binding_and_drops_posted_tags_costs_only_the_b
     );
     // The tags the POST lost were set after it: GC sees the ports.
     for port in &ports {
-        let mut tags: Vec<&str> = port["tags"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_str().unwrap())
-            .collect();
-        tags.sort();
+        let tags = crate::tags_of(port);
         assert_eq!(tags, ["cni-network=unbound", "cni-node=node-a"], "{port}");
     }
     net.run("DEL", "c-b1", config.as_bytes())

@@ -161,6 +161,7 @@ mod tests {
             fixed_ips: vec![],
             tags: vec!["cni-node=a".into(), "cni-network=n".into()],
             created_at: None,
+            updated_at: None,
             revision_number: None,
         };
         for (filters, kept) in [

@@ -5,6 +5,9 @@
 //! failure told in the controller's own words under the code it deserves.
 
 mod listing;
+mod pooled;
+
+pub use pooled::Guarded;
 
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -54,6 +57,8 @@ pub struct Port {
     pub tags: Vec<String>,
     /// When the controller made it, by the controller's clock (RFC 3339).
     pub created_at: Option<String>,
+    /// When it last changed, by the controller's clock (RFC 3339).
+    pub updated_at: Option<String>,
     /// Neutron's count of its changes, for a change made only if there
     /// was none since it was read (`If-Match`).
     pub revision_number: Option<u64>,

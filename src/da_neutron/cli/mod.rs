@@ -1,10 +1,11 @@
 //! ipam-da-neutron's command line, for when it is not run as a CNI plugin
 //! (no CNI_COMMAND): an operator's verbs, one file each: `show`, the
 //! network's ports by node and attachment, and `release`, the ports of a
-//! node that will not come back deleted; `validate`, its settings checked
-//! for the doctor. What they share is here: reading the network they are
+//! node that will not come back deleted; `keeper`, the daemon of a node's
+//! warm pools; `validate`, its settings checked for the doctor. What they share is here: reading the network they are
 //! given, and saying how they went.
 
+mod keeper;
 mod release;
 mod show;
 
@@ -29,7 +30,7 @@ pub const PROGRAM: Program = Program {
 As a plugin, a runtime (or ipam-delegated) runs it with CNI_COMMAND set; it
 reads its settings from ipam.neutron, and then reads no arguments.
 ",
-    verbs: &[show::VERB, release::VERB, VALIDATE],
+    verbs: &[show::VERB, release::VERB, keeper::VERB, VALIDATE],
     notes: "\
 PATH is a conflist, one plugin's configuration, or a directory of them
 (.conflist, .conf, .json), of which --network picks one.

@@ -11,6 +11,8 @@ use super::{finish, network_ports, port_json, port_line, read_network};
 use crate::args::{Opt, Options, Verb};
 use crate::da_neutron::api::Controller;
 use crate::da_neutron::error::NeutronError;
+use crate::da_neutron::ports::Marks;
+use crate::da_neutron::warm;
 
 /// `release`.
 pub(super) const VERB: Verb = Verb {
@@ -27,7 +29,9 @@ pub(super) const VERB: Verb = Verb {
     help: "\
 Deletes the network's ports that this plugin made for node
 NAME, one that will not come back, and prints them (with
---dry-run, prints what it would delete, and deletes nothing).
+--dry-run, prints what it would delete, and deletes nothing):
+its attachments' ports, then the ports no attachment holds (its
+warm pools' free ports, and its keeper's heartbeat, \"unheld\").
 Nothing of that node's is exit status 1. A port already gone
 counts as deleted. Another node's ports, another cluster's
 (\"ipam.neutron.cluster\"), and ports another owner made, are
@@ -59,9 +63,35 @@ fn run(config: PathBuf, node: &str, given: &Options) -> Result<bool, NeutronErro
             let _ = writeln!(out, "{verb} {}", port_line(port, attachment));
         }
     }
+    // Its warm pools' free ports and its keeper's heartbeat.
+    let marks = Marks {
+        node,
+        network: &name,
+        cluster: settings.cluster.as_deref(),
+    };
+    let pooled = warm::pooled_of_node(&controller, &marks)?;
+    let mut pooled_listed = Vec::new();
+    for port in &pooled {
+        if !dry_run {
+            controller.renewed().delete_port(&port.id)?;
+        }
+        let addresses: Vec<String> = port.fixed_ips.iter().map(|(_, a)| a.to_string()).collect();
+        if given.flag("--json") {
+            pooled_listed.push(serde_json::json!({ "port": port.id, "addresses": addresses }));
+        } else {
+            let verb = if dry_run { "would delete" } else { "deleted" };
+            let _ = writeln!(
+                out,
+                "{verb} unheld port {} {}",
+                port.id,
+                addresses.join(", ")
+            );
+        }
+    }
     if given.flag("--json") {
         let key = if dry_run { "wouldDelete" } else { "deleted" };
-        let _ = writeln!(out, "{}", serde_json::json!({ key: Value::Array(listed) }));
+        let json = serde_json::json!({ key: Value::Array(listed), "unheld": pooled_listed });
+        let _ = writeln!(out, "{json}");
     }
-    Ok(!found.is_empty())
+    Ok(!found.is_empty() || !pooled.is_empty())
 }

@@ -1,0 +1,683 @@
+//! The warm pool on a real Neutron: a node's keeper (`ipam-da-neutron
+//! keeper`) fills it, an ADD hands a port out with no controller call,
+//! the keeper records its owner; a crash at each step of a hand-out and a
+//! refill, many ADDs at once, a quota used up, and a node that is gone.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::neutron::{Neutron, Options};
+use crate::common::{
+    run_program, spawn_program, temp_dir, with_prev, Env, TempDir, PORT_ALLOCATOR,
+};
+use crate::proxy::Proxy;
+use crate::{addresses, port_addresses, says, shared, Net};
+
+/// A keeper of one network, started on a configuration file of its own,
+/// its log kept; killed when dropped.
+struct Keeper {
+    child: Option<Child>,
+    log: PathBuf,
+    config: PathBuf,
+    _dir: TempDir,
+}
+
+impl Keeper {
+    /// A keeper of `net` (on `url`, the controller itself unless given).
+    fn start(net: &Net, url: Option<&str>) -> Keeper {
+        let dir = temp_dir("keeper");
+        let mut config: Value = serde_json::from_str(&net.config()).unwrap();
+        if let Some(url) = url {
+            config["ipam"]["neutron"]["url"] = json!(url);
+        }
+        let path = dir.path().join("net.conflist");
+        fs::write(&path, config.to_string()).unwrap();
+        let log = dir.path().join("keeper.log");
+        let mut keeper = Keeper {
+            child: None,
+            log,
+            config: path,
+            _dir: dir,
+        };
+        keeper.restart();
+        keeper
+    }
+
+    /// Starts it (again), on the same configuration.
+    fn restart(&mut self) {
+        self.kill();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let config = self.config.display().to_string();
+        self.child = Some(spawn_program(
+            PORT_ALLOCATOR,
+            Path::new("/"),
+            &["keeper", "--config", &config],
+            &Env(vec![]),
+            Stdio::from(log),
+        ));
+    }
+
+    /// SIGTERM, and its end awaited.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id().to_string();
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL: no chance to tidy anything.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `ipam-da-neutron release --node NODE` on its configuration.
+    fn release(&self, node: &str) -> crate::common::Outcome {
+        let config = self.config.display().to_string();
+        let args = ["release", "--config", &config, "--node", node];
+        run_program(PORT_ALLOCATOR, Path::new("/"), &args, &Env(vec![]), b"")
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `net`'s ledger as the keeper and the plugin keep it.
+fn ledger(net: &Net) -> Value {
+    let path = net.data.path().join(format!("warm/{}.ledger", net.name));
+    fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// The free ports `net`'s ledger lists.
+fn ledger_free(net: &Net) -> usize {
+    ledger(net)["free"].as_object().map_or(0, |f| f.len())
+}
+
+/// Waits up to `seconds` for `done`, then fails saying `what`.
+fn wait_until(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(seconds);
+    while !done() {
+        assert!(Instant::now() < until, "not within {seconds} s: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The controller's ports of `net` that look free (the pool's), and
+/// those held (an owner recorded), and whether any is neither.
+fn split(neutron: &Neutron, net: &Net) -> (Vec<Value>, Vec<Value>) {
+    let mut free = Vec::new();
+    let mut held = Vec::new();
+    for port in net.ports(neutron) {
+        let tags: Vec<&str> = port["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        if port["fixed_ips"].as_array().unwrap().is_empty() {
+            continue; // a keeper's heartbeat
+        }
+        // A port whose owner is recorded and whose tags are not yet is
+        // held; one with neither an owner nor the free mark is lost.
+        match (port["device_id"] == "", tags.contains(&"cni-free")) {
+            (true, true) => free.push(port),
+            (false, _) => held.push(port),
+            (true, false) => panic!("a port with neither an owner nor the free mark: {port}"),
+        }
+    }
+    (free, held)
+}
+
+/// The port of the controller's that has `address`.
+fn port_with(neutron: &Neutron, net: &Net, address: &str) -> Value {
+    net.ports(neutron)
+        .into_iter()
+        .find(|p| port_addresses(p).contains(&address.to_owned()))
+        .unwrap_or_else(|| panic!("no port has {address}"))
+}
+
+/// A net with a warm pool of `warm`.
+fn warm_net(neutron: &Neutron, name: &str, warm: Value) -> Net {
+    let mut net = Net::on(neutron, name);
+    net.extra = json!({ "warm": warm });
+    net
+}
+
+/// Waits until the keeper has filled the pool to `count` free ports, the
+/// controller agrees, and the keeper's beat lets ADDs hand out.
+fn filled(neutron: &Neutron, net: &Net, count: usize) {
+    let beat = net.data.path().join(format!("warm/{}.keeper", net.name));
+    wait_until(
+        &format!("{count} free ports in {}'s pool", net.name),
+        60,
+        || {
+            ledger(net)["reconciled"] == true
+                && beat.exists()
+                && ledger_free(net) == count
+                && split(neutron, net).0.len() == count
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_hand_out_makes_no_controller_call_and_the_keeper_records_its_owner() {
+    let neutron = shared();
+    let mut net = warm_net(neutron, "warm-out", json!({"min": 2, "max": 3, "batch": 2}));
+    let mut keeper = Keeper::start(&net, None);
+    filled(neutron, &net, 3);
+    // The plugin through a proxy that counts its requests; the keeper
+    // talks to the controller itself.
+    let proxy = Proxy::to(neutron.port);
+    net.extra["url"] = json!(proxy.url());
+    let config = net.config();
+    let pooled: BTreeSet<String> = split(neutron, &net)
+        .0
+        .iter()
+        .flat_map(port_addresses)
+        .collect();
+
+    let add = net.run("ADD", "c-w1", config.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    assert_eq!(
+        proxy.requests(),
+        0,
+        "the hand-out called the controller: {}",
+        keeper.log()
+    );
+    let result = add.json();
+    let address = addresses(&result)[0].clone();
+    assert!(
+        pooled.contains(&address),
+        "{address} is not a pooled port's"
+    );
+    assert_eq!(result["ips"][0]["address"], format!("{address}/24"));
+    assert_eq!(result["ips"][0]["gateway"], "10.77.0.1");
+    assert_eq!(result["routes"][0]["dst"], "10.78.0.0/16");
+    assert_eq!(result["dns"]["nameservers"][0], "10.77.0.53");
+    let check = with_prev(&config, &String::from_utf8_lossy(&add.stdout));
+    net.run("CHECK", "c-w1", &check).assert_silent_success();
+
+    // The keeper records the owner; from then on the port is as any.
+    wait_until("the owner recorded", 20, || {
+        port_with(neutron, &net, &address)["device_id"] == "c-w1"
+    });
+    let port = port_with(neutron, &net, &address);
+    assert_eq!(port["name"], "warm-out/default/eth0");
+    assert_eq!(
+        crate::tags_of(&port),
+        ["cni-network=warm-out", "cni-node=node-a"]
+    );
+    wait_until("the claim forgotten", 10, || {
+        ledger(&net)["claimed"]
+            .as_object()
+            .is_some_and(|c| c.is_empty())
+    });
+    net.run("CHECK", "c-w1", &check).assert_silent_success();
+    // A repeated ADD answers the same port.
+    let again = net.run("ADD", "c-w1", config.as_bytes());
+    assert_eq!(addresses(&again.json()), std::slice::from_ref(&address));
+    // A GC that lists it keeps it.
+    let mut gc: Value = serde_json::from_str(&config).unwrap();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "c-w1", "ifname": "eth0"}]);
+    net.run("GC", "c-w1", gc.to_string().as_bytes())
+        .assert_silent_success();
+    assert_eq!(port_with(neutron, &net, &address)["device_id"], "c-w1");
+    // DEL deletes it, and never gives it back to the pool.
+    net.run("DEL", "c-w1", &check).assert_silent_success();
+    assert!(!net
+        .ports(neutron)
+        .iter()
+        .any(|p| port_addresses(p).contains(&address)));
+    // Two free are the low watermark: no refill. One is below it: the
+    // keeper refills to the high one.
+    assert_eq!(ledger_free(&net), 2);
+    let before = proxy.requests();
+    let second = net.run("ADD", "c-w2", config.as_bytes());
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(
+        proxy.requests(),
+        before,
+        "the hand-out called the controller"
+    );
+    filled(neutron, &net, 3);
+
+    // Its keeper stopped, an ADD makes its port as without a pool, and
+    // what the keeper had not recorded yet it recorded as it stopped.
+    let third = net.run("ADD", "c-w3", config.as_bytes());
+    let third = addresses(&third.json())[0].clone();
+    keeper.stop();
+    assert!(keeper.log().contains("stops"), "{}", keeper.log());
+    assert_eq!(port_with(neutron, &net, &third)["device_id"], "c-w3");
+    let add = net.run("ADD", "c-w4", config.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    let made = port_with(neutron, &net, &addresses(&add.json())[0]);
+    assert_eq!(made["device_id"], "c-w4", "{made}");
+    assert_eq!(ledger_free(&net), 2);
+}
+
+/// Runs ipam-da-neutron's ADD alone for `container` under strace, killed
+/// at the `when`th rename it makes (1: the ledger's; 2: the record of
+/// its answer, after the ledger's), and says whether it printed.
+fn add_killed_at_rename(net: &Net, container: &str, when: u32) -> String {
+    let mut config: Value = serde_json::from_str(&net.config()).unwrap();
+    config["ipam"] =
+        json!({"type": "ipam-da-neutron", "neutron": config["ipam"]["neutron"].clone()});
+    let inject = format!("inject=renameat:signal=KILL:when={when}");
+    let env = Env(vec![
+        ("CNI_COMMAND".into(), "ADD".into()),
+        ("CNI_CONTAINERID".into(), container.into()),
+        ("CNI_NETNS".into(), "/var/run/netns/x".into()),
+        ("CNI_IFNAME".into(), "eth0".into()),
+        ("CNI_PATH".into(), "/nonexistent".into()),
+    ]);
+    let args = ["-qq", "-e", "trace=renameat", "-e", &inject, PORT_ALLOCATOR];
+    let stdin = config.to_string();
+    let out = run_program(
+        "/usr/bin/strace",
+        Path::new("/"),
+        &args,
+        &env,
+        stdin.as_bytes(),
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+#[ignore = "needs python3-neutron and strace"]
+fn a_crash_at_any_step_of_a_hand_out_or_a_refill_answers_no_address_twice() {
+    let neutron = shared();
+    let net = warm_net(
+        neutron,
+        "warm-crash",
+        json!({"min": 3, "max": 4, "batch": 2}),
+    );
+    let mut keeper = Keeper::start(&net, None);
+    filled(neutron, &net, 4);
+    let mut answered: Vec<String> = Vec::new();
+    let answer = |outcome: &crate::common::Outcome, answered: &mut Vec<String>| {
+        assert!(outcome.status.success(), "{outcome:?}");
+        for a in addresses(&outcome.json()) {
+            assert!(!answered.contains(&a), "{a} answered twice");
+            answered.push(a);
+        }
+    };
+
+    // Killed before its claim is written: nothing handed out.
+    assert_eq!(add_killed_at_rename(&net, "c-k1", 1), "");
+    let l = ledger(&net);
+    assert!(l["claimed"].as_object().unwrap().is_empty(), "{l}");
+    assert_eq!(ledger_free(&net), 4);
+    assert!(!net.ports(neutron).iter().any(|p| p["device_id"] == "c-k1"));
+    // Killed after its claim is written, before it answers: the retried
+    // ADD answers the claimed port, and no other ADD gets it.
+    assert_eq!(add_killed_at_rename(&net, "c-k2", 2), "");
+    let claimed = ledger(&net)["claimed"].clone();
+    let (id, claim) = claimed.as_object().unwrap().iter().next().unwrap();
+    assert_eq!(claim["container"], "c-k2");
+    let claimed_address = claim["port"]["fixed_ips"][0][1]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The keeper killed too, before it records that owner.
+    keeper.kill();
+    let other = net.run("ADD", "c-k3", net.config().as_bytes());
+    answer(&other, &mut answered);
+    let retried = net.run("ADD", "c-k2", net.config().as_bytes());
+    answer(&retried, &mut answered);
+    assert_eq!(
+        addresses(&retried.json()),
+        std::slice::from_ref(&claimed_address)
+    );
+    // A hand-out whose owner the keeper has not recorded yet, and then
+    // the keeper killed: its next run records it.
+    let unrecorded = net.run("ADD", "c-k4", net.config().as_bytes());
+    answer(&unrecorded, &mut answered);
+    let unrecorded = addresses(&unrecorded.json())[0].clone();
+    assert_eq!(port_with(neutron, &net, &unrecorded)["device_id"], "");
+    keeper.restart();
+    wait_until("the owners recorded", 30, || {
+        port_with(neutron, &net, &claimed_address)["device_id"] == "c-k2"
+            && port_with(neutron, &net, &unrecorded)["device_id"] == "c-k4"
+    });
+    assert!(!ledger(&net)["claimed"]
+        .as_object()
+        .unwrap()
+        .contains_key(id.as_str()));
+    filled(neutron, &net, 4);
+
+    // Killed in the middle of a refill: the controller made the ports,
+    // the keeper never heard. Its next run takes them in (or deletes
+    // those above max), and nothing is left unmarked.
+    keeper.kill();
+    let proxy = Proxy::to(neutron.port);
+    proxy.hold_posts();
+    let mut refilling = Keeper::start(&net, Some(&proxy.url()));
+    for c in ["c-k5", "c-k6"] {
+        answer(&net.run("ADD", c, net.config().as_bytes()), &mut answered);
+    }
+    proxy.wait_for_held();
+    refilling.kill();
+    proxy.drop_held();
+    keeper.restart();
+    filled(neutron, &net, 4);
+    let (free, held) = split(neutron, &net);
+    assert_eq!(free.len(), 4);
+    let held: BTreeSet<String> = held.iter().flat_map(port_addresses).collect();
+    for a in &answered {
+        assert!(held.contains(a), "{a} answered, but its port is not held");
+    }
+    assert!(
+        refilling.log().contains("keeps the warm pools"),
+        "{}",
+        refilling.log()
+    );
+    drop(refilling);
+
+    // A container gone without a DEL (c-k4): once its owner is
+    // recorded, GC deletes its port as any other, past the grace.
+    let kept = ["c-k2", "c-k3", "c-k5", "c-k6"];
+    wait_until("every owner recorded", 30, || {
+        ledger(&net)["claimed"].as_object().unwrap().is_empty()
+    });
+    let mut gc: Value = serde_json::from_str(&net.config()).unwrap();
+    for (key, value) in crate::past_the_grace().as_object().unwrap() {
+        gc["ipam"]["neutron"][key] = value.clone();
+    }
+    let valid: Vec<Value> = kept
+        .iter()
+        .map(|c| json!({"containerID": c, "ifname": "eth0"}))
+        .collect();
+    gc["cni.dev/valid-attachments"] = json!(valid);
+    net.run("GC", "c-k2", gc.to_string().as_bytes())
+        .assert_silent_success();
+    assert!(!net
+        .ports(neutron)
+        .iter()
+        .any(|p| port_addresses(p).contains(&unrecorded)));
+    // Each DEL deletes its port: nothing is held after.
+    for c in kept {
+        net.run("DEL", c, net.config().as_bytes())
+            .assert_silent_success();
+    }
+    let (_, held) = split(neutron, &net);
+    assert!(held.is_empty(), "{held:?}\n{}", keeper.log());
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn thirty_two_adds_at_once_on_a_pool_of_eight_get_distinct_addresses_and_leave_nothing() {
+    let neutron = shared();
+    let net = warm_net(
+        neutron,
+        "warm-many",
+        json!({"min": 8, "max": 8, "batch": 4}),
+    );
+    let keeper = Keeper::start(&net, None);
+    filled(neutron, &net, 8);
+    let config = net.config();
+    let children: Vec<_> = (0..32)
+        .map(|i| {
+            let env = net.env("ADD", &format!("c-m{i}"));
+            crate::common::start_plugin(&env, config.as_bytes(), Stdio::piped())
+        })
+        .collect();
+    let mut all = BTreeSet::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} {}",
+            String::from_utf8_lossy(&out.stdout),
+            keeper.log()
+        );
+        let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for a in addresses(&result) {
+            assert!(all.insert(a.clone()), "{a} answered twice");
+        }
+    }
+    assert_eq!(all.len(), 32);
+    wait_until("every owner recorded", 30, || {
+        split(neutron, &net).1.len() == 32
+    });
+    for i in 0..32 {
+        net.run("DEL", &format!("c-m{i}"), config.as_bytes())
+            .assert_silent_success();
+    }
+    filled(neutron, &net, 8);
+    assert!(split(neutron, &net).1.is_empty());
+    assert!(ledger(&net)["claimed"].as_object().unwrap().is_empty());
+    drop(keeper);
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_used_up_quota_pauses_the_refill_and_an_empty_pool_answers_110() {
+    // A server of its own: the quota is the whole project's.
+    let neutron = Neutron::start(Options::default());
+    let net = warm_net(&neutron, "warm-quota", json!({"min": 2, "max": 2}));
+    let quota = |ports: i64| {
+        let body = json!({"quota": {"port": ports}});
+        let (status, said) = neutron.request("PUT", "/v2.0/quotas/fake_project_id", Some(body));
+        assert_eq!(status, 200, "{said}");
+    };
+    // Room for the heartbeat alone.
+    quota(1);
+    let proxy = Proxy::to(neutron.port);
+    let keeper = Keeper::start(&net, Some(&proxy.url()));
+    wait_until("the refill refused", 30, || {
+        keeper.log().contains("refill paused")
+    });
+    let posts_at = proxy.requests();
+    std::thread::sleep(Duration::from_secs(6));
+    // Pauses of 1, 2 and 4 s, each round's other calls aside: a handful
+    // of requests, never a tight loop.
+    let made = proxy.requests() - posts_at;
+    assert!(made <= 12, "{made} requests in 6 s of a refused refill");
+    assert_eq!(ledger_free(&net), 0);
+    let add = net.run("ADD", "c-q1", net.config().as_bytes());
+    says(&add, 110, "quota");
+    says(
+        &net.run("STATUS", "c-q1", net.config().as_bytes()),
+        50,
+        "quota",
+    );
+    quota(-1);
+    filled(&neutron, &net, 2);
+    let add = net.run("ADD", "c-q2", net.config().as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    drop(keeper);
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_gone_nodes_free_ports_are_deleted_by_another_nodes_keeper_and_its_ports_in_use_left() {
+    let neutron = shared();
+    let mut a = warm_net(neutron, "warm-gone", json!({"min": 2, "max": 2}));
+    a.extra["gcGraceSeconds"] = json!(2);
+    a.extra["timeout"] = json!(2);
+    let mut b = Net::on(neutron, "unused");
+    b.name = a.name.clone();
+    b.network = a.network.clone();
+    b.extra = a.extra.clone();
+    b.extra["host"] = json!("node-b");
+    let mut keeper_a = Keeper::start(&a, None);
+    filled(neutron, &a, 2);
+    let add = a.run("ADD", "c-g1", a.config().as_bytes());
+    let in_use = addresses(&add.json())[0].clone();
+    wait_until("the owner recorded", 20, || {
+        port_with(neutron, &a, &in_use)["device_id"] == "c-g1"
+    });
+    filled(neutron, &a, 2);
+    let keeper_b = Keeper::start(&b, None);
+    wait_until("node-b's pool filled", 60, || {
+        ledger_free(&b) == 2 && split(neutron, &a).0.len() == 4
+    });
+    // node-a goes; node-b's keeper waits two looks a grace apart.
+    keeper_a.kill();
+    let gone_at = Instant::now();
+    wait_until("node-a's free ports deleted", 30, || {
+        !neutron.ports_of(&a.network).iter().any(|p| {
+            p["tags"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("cni-node=node-a"))
+                && p["device_id"] == ""
+        })
+    });
+    // Two looks a grace apart, on a clock of whole seconds, after a
+    // beat at most a second before the kill.
+    assert!(
+        gone_at.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        gone_at.elapsed()
+    );
+    assert_eq!(port_with(neutron, &a, &in_use)["device_id"], "c-g1");
+    assert!(
+        keeper_b.log().contains("node \"node-a\" stopped beating"),
+        "{}",
+        keeper_b.log()
+    );
+    // node-b's own pool is whole.
+    assert_eq!(ledger_free(&b), 2);
+    let released = keeper_a.release("node-a");
+    assert!(
+        String::from_utf8_lossy(&released.stdout).contains("c-g1/eth0"),
+        "{released:?}"
+    );
+    drop(keeper_b);
+    drop(keeper_a);
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn a_lost_ledger_stops_the_hand_outs_until_a_new_one_begins_and_its_ports_are_left_to_release() {
+    let neutron = shared();
+    let net = warm_net(neutron, "warm-lost", json!({"min": 2, "max": 2}));
+    let mut keeper = Keeper::start(&net, None);
+    filled(neutron, &net, 2);
+    // A hand-out whose owner is never recorded: the keeper is killed.
+    keeper.kill();
+    let handed = net.run("ADD", "c-l1", net.config().as_bytes());
+    let handed = addresses(&handed.json())[0].clone();
+    assert_eq!(port_with(neutron, &net, &handed)["device_id"], "");
+    let path = net.data.path().join("warm/warm-lost.ledger");
+    fs::write(&path, b"{\"epoch\": ").unwrap();
+    // No ledger to claim in: the ADD makes its port.
+    let made = net.run("ADD", "c-l2", net.config().as_bytes());
+    let made = addresses(&made.json())[0].clone();
+    assert_eq!(port_with(neutron, &net, &made)["device_id"], "c-l2");
+    // A pooled port of an earlier boot's ledger: no container of that
+    // boot lives, so it is deleted.
+    let earlier = neutron.port(json!({
+        "network_id": net.network,
+        "device_owner": "cni:ipam-da-neutron",
+        "device_id": "",
+        "name": "warm-lost/default",
+        "description": "ipam-da-neutron cni-node=node-a cni-network=warm-lost",
+        "tags": ["cni-node=node-a", "cni-network=warm-lost", "cni-free", "cni-warm=another-boot.0123"],
+    }));
+    // The keeper begins a new ledger, keeps the old one aside, and
+    // leaves the old ports alone: one of them is in use, and nothing
+    // says which.
+    keeper.restart();
+    wait_until("a new pool", 60, || {
+        ledger(&net)["reconciled"] == true
+            && ledger_free(&net) == 2
+            && split(neutron, &net).0.len() == 4
+    });
+    let log = keeper.log();
+    assert!(
+        log.contains("cannot be read") && log.contains("left alone"),
+        "{log}"
+    );
+    let id = earlier["id"].as_str().unwrap();
+    assert!(!net.ports(neutron).iter().any(|p| p["id"] == id), "{log}");
+    assert_eq!(
+        fs::read(path.with_extension("ledger.unreadable")).unwrap(),
+        b"{\"epoch\": "
+    );
+    assert_eq!(port_with(neutron, &net, &handed)["device_id"], "");
+    let after = net.run("ADD", "c-l3", net.config().as_bytes());
+    let after = addresses(&after.json())[0].clone();
+    assert!(after != handed && after != made);
+    // The operator drains the node: release takes them all.
+    keeper.stop();
+    let released = keeper.release("node-a");
+    let said = String::from_utf8_lossy(&released.stdout);
+    assert!(
+        said.contains("unheld port") && said.contains(&handed),
+        "{said}"
+    );
+    assert!(net.ports(neutron).is_empty(), "{:?}", net.ports(neutron));
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn two_clusters_pools_on_one_controller_with_the_same_names_never_touch_each_other() {
+    let neutron = shared();
+    let plain = warm_net(neutron, "warm-two", json!({"min": 2, "max": 2}));
+    let mut east = Net::on(neutron, "warm-two-unused");
+    east.name = plain.name.clone();
+    east.network = plain.network.clone();
+    east.extra = plain.extra.clone();
+    east.extra["cluster"] = json!("east");
+    let mut plain_keeper = Keeper::start(&plain, None);
+    let east_keeper = Keeper::start(&east, None);
+    wait_until("both pools full", 60, || {
+        ledger_free(&plain) == 2 && ledger_free(&east) == 2 && split(neutron, &plain).0.len() == 4
+    });
+    let ours = plain.run("ADD", "c-t1", plain.config().as_bytes());
+    let theirs = east.run("ADD", "c-t1", east.config().as_bytes());
+    let (ours, theirs) = (
+        addresses(&ours.json())[0].clone(),
+        addresses(&theirs.json())[0].clone(),
+    );
+    assert_ne!(ours, theirs);
+    wait_until("both owners recorded", 20, || {
+        port_with(neutron, &plain, &ours)["device_id"] == "c-t1"
+            && port_with(neutron, &plain, &theirs)["device_id"] == "c-t1"
+    });
+    plain_keeper.stop();
+    let released = plain_keeper.release("node-a");
+    assert!(released.status.success(), "{released:?}");
+    // What is left is east's: its pool, its attachment, its heartbeat.
+    let left = neutron.ports_of(&plain.network);
+    assert_eq!(left.len(), 4, "{left:?}");
+    for port in &left {
+        assert!(
+            port["tags"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("cni-cluster=east")),
+            "{port}"
+        );
+    }
+    assert_eq!(port_with(neutron, &plain, &theirs)["device_id"], "c-t1");
+    assert_eq!(ledger_free(&east), 2);
+    drop(east_keeper);
+}
