@@ -13,7 +13,10 @@
 //! own time. Then, through a proxy that counts them, the requests an ADD
 //! and a DEL make, with the subnet cached and not. Then what
 //! `binding:host_id` and the project's default security group cost a
-//! POST, each beside one without.
+//! POST, each beside one without. Then the warm pool: an ADD handed a
+//! port by the node's pool, beside an ADD that makes its port and a bare
+//! POST, call by call; their DELs; the requests of a hand-out; and how
+//! fast the keeper fills a pool, by bulk requests and one port at a time.
 //!
 //! Run with `cargo bench --bench neutron`; needs python3-neutron
 //! (./.ci/test installs it).
@@ -211,6 +214,165 @@ fn main() {
         ms(ungrouped),
         overhead(ungrouped, plain)
     );
+    warm_pool(&neutron, &network, work.path(), &env);
+}
+
+/// The warm pool against ADDs that make their ports, on `network`: see
+/// the file's head.
+fn warm_pool(neutron: &Neutron, network: &str, work: &Path, env: &dyn Fn(&str, &str) -> Env) {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let median = |mut t: Vec<Duration>| {
+        t.sort();
+        t[t.len() / 2]
+    };
+    let config = |name: &str, url: &str, warm: Value| {
+        let mut config = json!({
+            "cniVersion": "1.1.0",
+            "name": name,
+            "type": "bridge",
+            "ipam": {
+                "type": "ipam-delegated",
+                "delegates": ["ipam-da-neutron"],
+                "stateDir": work.join("state"),
+                "neutron": {
+                    "url": url, "network": network, "host": "bench-node",
+                    "dataDir": work.join("data"), "warm": warm,
+                },
+            },
+        });
+        if warm.is_null() {
+            config["ipam"]["neutron"]
+                .as_object_mut()
+                .unwrap()
+                .remove("warm");
+        }
+        config.to_string()
+    };
+    let free = |name: &str| -> usize {
+        std::fs::read(work.join(format!("data/warm/{name}.ledger")))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|l| l["free"].as_object().map(|f| f.len()))
+            .unwrap_or(0)
+    };
+    let keeper = |name: &str, config: &str| {
+        let file = work.join(format!("{name}.conflist"));
+        std::fs::write(&file, config).unwrap();
+        let file = file.display().to_string();
+        common::spawn_program(
+            PORT_ALLOCATOR,
+            Path::new("/"),
+            &["keeper", "--config", &file],
+            &Env(vec![]),
+            std::process::Stdio::null(),
+        )
+    };
+    let wait_for = |name: &str, count: usize| {
+        let until = Instant::now() + Duration::from_secs(300);
+        while free(name) < count {
+            assert!(Instant::now() < until, "the keeper did not fill {name}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // How fast a keeper fills an empty pool of 40: by bulk requests of
+    // 10, and one port at a time.
+    for batch in [10, 1] {
+        let name = format!("bench-fill-{batch}");
+        let warm = json!({"min": 40, "max": 40, "batch": batch});
+        let started = Instant::now();
+        let mut filling = keeper(&name, &config(&name, &neutron.url(), warm));
+        wait_for(&name, 40);
+        let rate = 40.0 / started.elapsed().as_secs_f64();
+        let _ = filling.kill();
+        let _ = filling.wait();
+        println!("  the keeper fills a pool of 40 (from its start): {rate:.1} ports/s by requests of {batch}");
+    }
+
+    // A pool of 25 to 45: a round's 20 hand-outs never empty it, and
+    // take it below 25, so that the keeper refills it between rounds.
+    let warm = json!({"min": 25, "max": 45, "batch": 10});
+    let pooled = config("bench-warm", &neutron.url(), warm.clone());
+    let made = config("bench", &neutron.url(), Value::Null);
+    let mut kept = keeper("bench-warm", &pooled);
+    let mut times: [Vec<Duration>; 5] = Default::default();
+    for round in 0..ROUNDS {
+        wait_for("bench-warm", 25);
+        let ids: Vec<String> = (0..CALLS).map(|i| format!("w{round}-{i}")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            let mut calls: [Box<dyn FnMut()>; 3] = [
+                Box::new(|| {
+                    let add = run_plugin(&env("ADD", id), pooled.as_bytes());
+                    assert!(add.status.success(), "{add:?}");
+                }),
+                Box::new(|| {
+                    let add = run_plugin(&env("ADD", &format!("m{id}")), made.as_bytes());
+                    assert!(add.status.success(), "{add:?}");
+                }),
+                Box::new(|| {
+                    bare_post(
+                        neutron,
+                        network,
+                        &format!("b{id}"),
+                        &json!({"security_groups": []}),
+                    );
+                }),
+            ];
+            for k in 0..3 {
+                let v = (i + k) % 3;
+                let started = Instant::now();
+                calls[v]();
+                times[v].push(started.elapsed());
+            }
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let pair = [(id.clone(), &pooled), (format!("m{id}"), &made)];
+            for k in 0..2 {
+                let v = (i + k) % 2;
+                let (id, config) = &pair[v];
+                let started = Instant::now();
+                let del = run_plugin(&env("DEL", id), config.as_bytes());
+                times[3 + v].push(started.elapsed());
+                if !del.status.success() {
+                    let log = neutron.log();
+                    let tail: Vec<&str> = log.lines().rev().take(80).collect();
+                    panic!(
+                        "{del:?}\n{}",
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    );
+                }
+            }
+            bare_del(neutron, &format!("b{id}"));
+        }
+    }
+    let [warm_add, made_add, post, warm_del, made_del] = times.map(median);
+    println!(
+        "  ADD from the warm pool {:.2} ms; ADD that makes its port {:.1} ms; one bare POST {:.1} ms: pooled/POST {:.3}",
+        ms(warm_add),
+        ms(made_add),
+        ms(post),
+        ms(warm_add) / ms(post)
+    );
+    println!(
+        "  DEL of a pooled port {:.1} ms; of a port its ADD made {:.1} ms",
+        ms(warm_del),
+        ms(made_del)
+    );
+
+    // The requests of a hand-out, counted by a proxy (the keeper talks to
+    // the controller itself).
+    wait_for("bench-warm", 25);
+    let proxy = proxy::Proxy::to(neutron.port);
+    let counted = config("bench-warm", &proxy.url(), warm);
+    let add = run_plugin(&env("ADD", "counted-w"), counted.as_bytes());
+    assert!(add.status.success(), "{add:?}");
+    println!(
+        "  round trips of an ADD from the warm pool: {}",
+        proxy.requests()
+    );
+    run_plugin(&env("DEL", "counted-w"), counted.as_bytes()).assert_silent_success();
+    let _ = kept.kill();
+    let _ = kept.wait();
 }
 
 /// The container's ports of the plugin's owner, as ADD and DEL list them.
@@ -222,15 +384,10 @@ fn bare_list(neutron: &Neutron, id: &str) -> Value {
 }
 
 /// The REST calls of an ADD: the container's ports listed, one created,
-/// with what the plugin's carries.
+/// with what the plugin's carries by default (no binding, no group).
 fn bare_add(neutron: &Neutron, network: &str, id: &str) {
     bare_list(neutron, id);
-    bare_post(
-        neutron,
-        network,
-        id,
-        &json!({"binding:host_id": "bench-node"}),
-    );
+    bare_post(neutron, network, id, &json!({"security_groups": []}));
 }
 
 /// Creates a port for container `id` as the plugin does, with the members

@@ -53,15 +53,15 @@ pub const DEFAULT_GC_GRACE_SECONDS: u64 = 60;
 
 /// Whether a POST binds the port to this node unless `bindHost` says:
 /// no. Nothing plugs the port, so nothing uses the binding, and ML2's
-/// attempt to bind it made a POST 48 % slower on the tests' Neutron
-/// (`cargo bench --bench neutron`: 288 ms against 195 ms, medians).
+/// attempt to bind it made a POST 57 % slower on the tests' Neutron
+/// (`cargo bench --bench neutron`, the median of three runs).
 const DEFAULT_BIND_HOST: bool = false;
 
 /// The security groups a port is put in unless `securityGroups` says:
 /// none. Nothing applies them to the interface, and a port in the
 /// project's default group is one more member whose address every
 /// remote-group rule fans out to the agents (a POST without it took
-/// 8 % less on the tests' Neutron, whose default group is empty).
+/// 3 % less on the tests' Neutron, whose default group is empty).
 const DEFAULT_SECURITY_GROUPS: Option<&[&str]> = Some(&[]);
 
 /// The pool name a configuration with `network` (no `pools`) has.

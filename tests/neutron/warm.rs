@@ -89,6 +89,13 @@ impl Keeper {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// `ipam-da-neutron show --json` on its configuration.
+    fn show(&self) -> Value {
+        let config = self.config.display().to_string();
+        let args = ["show", "--config", &config, "--json"];
+        run_program(PORT_ALLOCATOR, Path::new("/"), &args, &Env(vec![]), b"").json()
+    }
+
     /// `ipam-da-neutron release --node NODE` on its configuration.
     fn release(&self, node: &str) -> crate::common::Outcome {
         let config = self.config.display().to_string();
@@ -190,6 +197,7 @@ fn a_hand_out_makes_no_controller_call_and_the_keeper_records_its_owner() {
     let mut net = warm_net(neutron, "warm-out", json!({"min": 2, "max": 3, "batch": 2}));
     let mut keeper = Keeper::start(&net, None);
     filled(neutron, &net, 3);
+    assert_eq!(keeper.show()["warmFree"], json!({"node-a": 3}));
     // The plugin through a proxy that counts its requests; the keeper
     // talks to the controller itself.
     let proxy = Proxy::to(neutron.port);
@@ -564,6 +572,7 @@ fn a_gone_nodes_free_ports_are_deleted_by_another_nodes_keeper_and_its_ports_in_
     );
     // node-b's own pool is whole.
     assert_eq!(ledger_free(&b), 2);
+    assert_eq!(keeper_b.show()["warmFree"], json!({"node-b": 2}));
     let released = keeper_a.release("node-a");
     assert!(
         String::from_utf8_lossy(&released.stdout).contains("c-g1/eth0"),

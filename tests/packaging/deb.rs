@@ -55,6 +55,7 @@ fn the_package_installs_runs_the_demo_and_purges_without_a_trace() {
         "/usr/lib/cni/ipam-da-neutron",
         "/usr/lib/cni/ipam-delegated-docker",
         "/lib/systemd/system/ipam-da-pool-keeper.service",
+        "/lib/systemd/system/ipam-da-neutron-keeper@.service",
         "/lib/systemd/system/ipam-delegated-docker.service",
         "/usr/share/man/man1/ipam-da-pool.1.gz",
         "/usr/share/man/man1/ipam-da-neutron.1.gz",
@@ -69,6 +70,14 @@ fn the_package_installs_runs_the_demo_and_purges_without_a_trace() {
     let unit = std::fs::read_to_string("/lib/systemd/system/ipam-da-pool-keeper.service").unwrap();
     assert!(
         unit.contains("ExecStart=/usr/lib/cni/ipam-da-pool node-keeper"),
+        "{unit}"
+    );
+    let unit =
+        std::fs::read_to_string("/lib/systemd/system/ipam-da-neutron-keeper@.service").unwrap();
+    assert!(
+        unit.contains(
+            "ExecStart=/usr/lib/cni/ipam-da-neutron keeper --config /etc/cni/net.d --network %i"
+        ),
         "{unit}"
     );
     // The demo's flow on the installed binaries.

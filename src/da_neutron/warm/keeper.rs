@@ -469,7 +469,7 @@ impl<'a> Keeper<'a> {
             None => controller
                 .ports(&[("device_owner", OWNER), ("tags", &tags.join(","))])?
                 .into_iter()
-                .find(|p| p.device_id.is_empty()),
+                .find(|p| p.device_id.is_empty() && !ports::foreign(p, self.marks.cluster)),
         };
         let beat = format!(
             "ipam-da-neutron keeper beat {}",
