@@ -7,7 +7,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{temp_dir, ALLOCATOR, PLUGIN};
+use crate::common::{temp_dir, ALLOCATOR, PLUGIN, PORT_ALLOCATOR};
 
 /// The unit's Exec lines, each as its words.
 fn exec_lines(unit: &str) -> Vec<Vec<String>> {
@@ -35,6 +35,7 @@ fn every_units_command_line_is_one_the_binaries_take() {
             let program = match words[0].as_str() {
                 "/opt/cni/bin/ipam-delegated" => PLUGIN,
                 "/opt/cni/bin/ipam-da-pool" => ALLOCATOR,
+                "/opt/cni/bin/ipam-da-neutron" => PORT_ALLOCATOR,
                 other => panic!("{}: runs {other}, which is not ours", path.display()),
             };
             let mut args = words[1..].to_vec();
@@ -58,5 +59,5 @@ fn every_units_command_line_is_one_the_binaries_take() {
             run += 1;
         }
     }
-    assert!(run >= 4, "only {run} command lines");
+    assert!(run >= 5, "only {run} command lines");
 }
