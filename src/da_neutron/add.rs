@@ -55,8 +55,6 @@ pub fn add(env: &Environment, net: &NetConf, settings: &Settings) -> Result<Vec<
         &ifname,
         pod.as_deref(),
     )? {
-        let ids: Vec<String> = entries.iter().map(|(port, _)| port.id.clone()).collect();
-        state.note_answered(&net.name, &container, &ifname, &ids);
         return Ok(result(net, &entries));
     }
     let controller = Controller::open(settings)?;
@@ -410,7 +408,8 @@ fn from_warm(
         pod,
     };
     let answered = state.answered(&net.name, container, ifname);
-    handout::take(settings, &attachment, &asked, answered.as_deref())
+    let note = |ids: &[String]| state.note_answered(&net.name, container, ifname, ids);
+    handout::take(settings, &attachment, &asked, answered.as_deref(), &note)
 }
 
 /// The pools an ADD asks for (`prevResult.pools`, else `default`), each

@@ -1,7 +1,7 @@
 //! A loopback proxy between the plugin and the controller that passes
-//! requests on whole and can hold the answer to a port's creation: the
-//! port is made, and the plugin never hears of it, until the test lets
-//! the answer go or drops it. It also counts the requests it passed, for
+//! requests on whole and can hold the answer to a port's creation (the
+//! port is made, and the plugin never hears of it) or to a listing (read
+//! now, heard of later), until the test lets the answer go or drops it. It also counts the requests it passed, for
 //! the round trips of a command; and it can make the controller one that
 //! copies Neutron loosely: one that ignores list filters (Mizar-MP's
 //! document says so of its own), one that answers a port's creation
@@ -33,6 +33,8 @@ struct Shared {
     blank_addresses: AtomicBool,
     /// Link a list's next page under `/elsewhere`.
     foreign_links: AtomicBool,
+    /// Hold the answers to GETs whose request line has this.
+    hold_gets: Mutex<Option<String>>,
 }
 
 /// A running proxy.
@@ -75,6 +77,19 @@ impl Proxy {
         while *held == 0 {
             held = self.shared.changed.wait(held).unwrap();
         }
+    }
+
+    /// Holds every answer to a GET whose request line (its query
+    /// percent-encoded) has `text`, from now on.
+    pub fn hold_gets_with(&self, text: &str) {
+        *self.shared.hold_gets.lock().unwrap() = Some(text.to_owned());
+    }
+
+    /// Lets the held answers go, and holds no more.
+    pub fn let_held_go(&self) {
+        *self.shared.hold_gets.lock().unwrap() = None;
+        *self.shared.release.lock().unwrap() = Some(true);
+        self.shared.changed.notify_all();
     }
 
     /// Drops the held answers with their connections.
@@ -137,7 +152,15 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) -> std::io::Result<(
                 }
             });
         }
-        if post && shared.hold_posts.load(Ordering::SeqCst) {
+        let line = head.lines().next().unwrap_or_default().to_owned();
+        let held_get = head.starts_with("GET ")
+            && shared
+                .hold_gets
+                .lock()
+                .unwrap()
+                .as_deref()
+                .is_some_and(|text| line.contains(text));
+        if (post && shared.hold_posts.load(Ordering::SeqCst)) || held_get {
             *shared.held.lock().unwrap() += 1;
             shared.changed.notify_all();
             let mut release = shared.release.lock().unwrap();

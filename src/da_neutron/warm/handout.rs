@@ -31,12 +31,14 @@ pub struct For<'a> {
 /// now. `None`, and nothing claimed, unless every pool has one and, for a
 /// new claim, the node's keeper is at work on a ledger it has
 /// reconciled: the ADD then makes its ports as without a pool. The
-/// claims are on disk before this returns.
+/// ports chosen are given to `note` (the record of the ADD's answer),
+/// then the claims written, before this returns.
 pub fn take(
     settings: &Settings,
     attachment: &For,
     pools: &[(String, &Pool)],
     answered: Option<&[String]>,
+    note: &dyn Fn(&[String]),
 ) -> Result<Option<Vec<Answered>>, NeutronError> {
     if pools.is_empty() || pools.iter().any(|(_, pool)| pool.warm.is_none()) {
         return Ok(None);
@@ -107,6 +109,11 @@ pub fn take(
         chosen.push(id);
     }
     if claimed_now {
+        // What the attachment is answered with, on record first: a
+        // retried ADD finds it again, whether its owner is recorded on
+        // the port by then or not (a record of ports never claimed costs
+        // a retried ADD only the pool's answer).
+        note(&chosen);
         // Not written, not handed out: the ADD makes its ports instead.
         if let Err(e) = locked.write(attachment.network, &ledger) {
             tracing::warn!("no hand-out from the warm pool: {e}");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::ledger::{self, Found, Ledger, Pooled, Shelf};
+use super::ledger::{Found, Ledger, Pooled, Shelf};
 use super::{epoch_of, free_filter, free_name, free_tags, handout, looks_free, KEEPER};
 use crate::da_neutron::api::{Controller, Guarded, Port};
 use crate::da_neutron::error::NeutronError;
@@ -105,8 +105,16 @@ impl<'a> Keeper<'a> {
                 Err(NeutronError::Interrupted(_)) => break,
                 Err(e) => self.say(format!("{e}")),
             }
+            // A refill goes on at once, a request a round, unless paused.
+            let paused = self
+                .back_off
+                .is_some_and(|(until, _)| Instant::now() < until);
+            let pause = match self.refilling.is_empty() || paused {
+                true => ROUND,
+                false => Duration::ZERO,
+            };
             if signals::received(1).is_none() {
-                signals::wait(ROUND);
+                signals::wait(pause);
             }
         }
         // The node's ADDs hand out no more, and what they handed out gets
@@ -122,27 +130,46 @@ impl<'a> Keeper<'a> {
         self.say("stops".into());
     }
 
-    /// One round: every part due, each with time of its own.
+    /// One round: every part due, each with time of its own, and none
+    /// stopped by another's failure: the owners of the ports handed out
+    /// first, then the heartbeat, which lets the node's ADDs hand out for
+    /// a grace only if those owners are recorded. The first failure is
+    /// the round's.
     pub fn round(&mut self) -> Result<(), NeutronError> {
         let controller = Controller::open(self.settings)?;
+        let owners = self.record_owners(&controller);
+        let mut failed = owners.as_ref().err().map(|e| e.to_string());
+        let mut note = |result: Result<(), NeutronError>| {
+            if let Err(e) = result {
+                failed.get_or_insert(e.to_string());
+            }
+        };
+        note(self.beat(&controller.renewed(), owners.is_ok()));
         let due = self
             .last_reconcile
             .is_none_or(|at| at.elapsed() >= RECONCILE_EVERY);
-        if due || !self.ledger()?.reconciled {
-            self.reconcile(&controller)?;
-            self.last_reconcile = Some(Instant::now());
+        let reconciled = self.ledger().map(|l| l.reconciled);
+        if due || reconciled.as_ref().is_ok_and(|r| !r) {
+            let done = self.reconcile(&controller.renewed());
+            if done.is_ok() {
+                self.last_reconcile = Some(Instant::now());
+            }
+            note(done);
         }
-        self.record_owners(&controller.renewed())?;
-        self.refill(&controller.renewed())?;
-        self.beat(&controller.renewed())?;
+        note(reconciled.map(drop));
+        note(self.refill(&controller.renewed()));
         if self
             .last_look
             .is_none_or(|at| at.elapsed().as_secs() * 2 >= self.settings.gc_grace)
         {
-            self.look_for_gone_nodes(&controller.renewed())?;
+            note(self.look_for_gone_nodes(&controller.renewed()));
             self.last_look = Some(Instant::now());
         }
-        Ok(())
+        match (owners, failed) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(message)) => Err(NeutronError::NotAvailable(message)),
+            (Ok(()), None) => Ok(()),
+        }
     }
 
     /// The ledger as it is now: a new one where there was none, or where
@@ -158,6 +185,8 @@ impl<'a> Keeper<'a> {
         let locked = self.shelf.lock(Instant::now() + self.settings.timeout)?;
         let (mut ledger, new) = match locked.read(self.network) {
             Found::Ledger(ledger) => (ledger, false),
+            // Not now: tried again next round, the ledger as it is.
+            Found::Failed(e) => return Err(e.into()),
             Found::Missing => (self.new_ledger()?, true),
             Found::Unreadable(why) => {
                 locked.set_aside(self.network)?;
@@ -181,15 +210,28 @@ impl<'a> Keeper<'a> {
     }
 
     /// Sets the ledger against the controller's pooled ports of this node:
-    /// a free record whose port is gone is dropped; a free-looking port of
-    /// this ledger's that it does not list (a refill stopped before its
-    /// write) is taken in, or deleted above `max`; one of a ledger of an
-    /// earlier boot is deleted (no container of that boot lives); one of a
-    /// lost ledger of this boot is left alone, since it may have been
-    /// handed out, and said; one with no tags left (a refill stopped
+    /// a free record whose port is gone is dropped; one of a pool that
+    /// keeps no warm pool any more is dropped and its port deleted; a
+    /// free-looking port of this ledger's epoch that the ledger did not
+    /// know before the listing (a refill stopped before its write: no ADD
+    /// can have handed it out) is taken in, or deleted above `max`; one
+    /// of another epoch (a ledger lost) is left alone, since it may have
+    /// been handed out, and said; one with no tags left (a refill stopped
     /// before its tags' PUT) was never listed, and is deleted. Then the
     /// subnets are read again.
     fn reconcile(&mut self, controller: &Controller) -> Result<(), NeutronError> {
+        // Every port the ledger knows now, before the listing: one it
+        // knew and no longer lists was handed out, or deleted by a DEL
+        // since, and must never be taken in again.
+        let known: BTreeSet<String> = {
+            let ledger = self.ledger()?;
+            ledger
+                .free
+                .keys()
+                .chain(ledger.claimed.keys())
+                .cloned()
+                .collect()
+        };
         let cluster = self.marks.cluster;
         let listed: Vec<Port> = controller
             .ports(&[("device_owner", OWNER), ("tags", &free_filter(&self.marks))])?
@@ -205,12 +247,12 @@ impl<'a> Keeper<'a> {
             .filter(|p| p.device_id.is_empty() && p.tags.is_empty() && self.marks.on(p))
             .filter(|p| self.pool_of(p).is_some())
             .collect();
-        let boot = ledger::boot_id().unwrap_or_default();
         let mut delete: Vec<Port> = untagged;
         let mut retag: Vec<Port> = Vec::new();
         let mut left: Vec<String> = Vec::new();
         let settings = self.settings;
         let network = self.network;
+        let warm_max = |pool: &str| settings.pools.get(pool).and_then(|p| p.warm).map(|w| w.max);
         let ledger = self.change(|ledger| {
             let mut changed = !ledger.reconciled;
             ledger.reconciled = true;
@@ -218,6 +260,17 @@ impl<'a> Keeper<'a> {
             ledger
                 .free
                 .retain(|id, _| listed.iter().any(|p| p.id == *id && looks_free(p)));
+            // A pool that keeps none any more: its ports go.
+            let unkept: Vec<String> = ledger
+                .free
+                .iter()
+                .filter(|(_, p)| warm_max(&p.pool).is_none())
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in unkept {
+                ledger.free.remove(&id);
+                delete.extend(listed.iter().find(|p| p.id == id).cloned());
+            }
             changed |= ledger.free.len() != before;
             for port in &listed {
                 if !port.device_id.is_empty() {
@@ -228,26 +281,21 @@ impl<'a> Keeper<'a> {
                     }
                     continue;
                 }
-                if ledger.free.contains_key(&port.id) || ledger.claimed.contains_key(&port.id) {
+                if known.contains(&port.id)
+                    || ledger.free.contains_key(&port.id)
+                    || ledger.claimed.contains_key(&port.id)
+                {
                     continue;
                 }
                 let pool = pool_of(network, port);
                 match (epoch_of(port), pool) {
                     (Some(epoch), Some(pool)) if epoch == ledger.epoch => {
-                        let room = settings
-                            .pools
-                            .get(&pool)
-                            .and_then(|p| p.warm)
-                            .map(|w| w.max);
-                        if room.is_some_and(|max| ledger.free_of(&pool) < max) {
+                        if warm_max(&pool).is_some_and(|max| ledger.free_of(&pool) < max) {
                             ledger.free.insert(port.id.clone(), pooled(&pool, port));
                             changed = true;
                         } else {
                             delete.push(port.clone());
                         }
-                    }
-                    (Some(epoch), _) if epoch.split('.').next() != Some(boot.as_str()) => {
-                        delete.push(port.clone());
                     }
                     _ => left.push(port.id.clone()),
                 }
@@ -256,7 +304,7 @@ impl<'a> Keeper<'a> {
         })?;
         for id in left {
             self.say(format!(
-                "port {id} looks free, but was made for a ledger of this boot that is lost: it may be in use, and is left alone (ipam-da-neutron release deletes it)"
+                "port {id} looks free, but is not of this ledger (one lost, or a port handed out before): it may be in use, and is left alone (ipam-da-neutron release deletes it)"
             ));
         }
         for port in delete {
@@ -302,6 +350,10 @@ impl<'a> Keeper<'a> {
         let mut done = Vec::new();
         for (id, claim) in claims {
             let Some(mut port) = controller.port(&id)? else {
+                self.say(format!(
+                    "port {id}, handed out to {}/{}, is gone (its DEL, or an operator's release)",
+                    claim.container, claim.ifname
+                ));
                 done.push(id);
                 continue;
             };
@@ -356,9 +408,11 @@ impl<'a> Keeper<'a> {
             return Ok(());
         }
         let settings = self.settings;
+        // One request a pool a round: the owners of what ADDs hand out
+        // meanwhile are recorded between two.
         for (name, pool) in &settings.pools {
             let Some(warm) = pool.warm else { continue };
-            loop {
+            {
                 let ledger = self.ledger()?;
                 let free = ledger.free_of(name);
                 if free < warm.min {
@@ -368,7 +422,7 @@ impl<'a> Keeper<'a> {
                     self.refilling.remove(name);
                 }
                 if !self.refilling.contains(name) {
-                    break;
+                    continue;
                 }
                 let count = warm.batch.min(warm.max - free);
                 let body = self.pooled_body(name, pool, &ledger.epoch);
@@ -408,13 +462,25 @@ impl<'a> Keeper<'a> {
                         );
                     }
                 }
-                self.change(|ledger| {
+                // Taken in only by the ledger they were tagged for: one
+                // begun meanwhile leaves them alone (and they are deleted).
+                let epoch = ledger.epoch.clone();
+                let kept = self.change(|ledger| {
+                    if ledger.epoch != epoch {
+                        return false;
+                    }
                     for port in &made {
                         ledger.free.insert(port.id.clone(), pooled(name, port));
                     }
                     ledger.subnets.extend(subnets);
                     true
                 })?;
+                if kept.epoch != epoch {
+                    for port in &made {
+                        controller.renewed().delete_if(port)?;
+                    }
+                    continue;
+                }
                 self.say(format!("made {} pooled ports of pool {name:?}", made.len()));
             }
         }
@@ -452,9 +518,17 @@ impl<'a> Keeper<'a> {
 
     /// Writes this node's heartbeat, a third of a grace after the last:
     /// the description of a port with no address, whose `updated_at` the
-    /// controller's clock sets.
-    fn beat(&mut self, controller: &Controller) -> Result<(), NeutronError> {
-        let every = Duration::from_secs((self.settings.gc_grace / 3).max(1));
+    /// controller's clock sets, saying the grace this node keeps. Then,
+    /// if `owners_recorded` (the round recorded every owner due), notes
+    /// it for the node's ADDs, which may hand out for a grace from then.
+    ///
+    /// A heartbeat found deleted, or written more than a grace after the
+    /// last one, means other nodes' keepers may be deleting this node's
+    /// free ports, or will: the pool begins anew (a new epoch, the free
+    /// records dropped, their ports deleted) before any hand-out.
+    fn beat(&mut self, controller: &Controller, owners_recorded: bool) -> Result<(), NeutronError> {
+        let grace = self.settings.gc_grace;
+        let every = Duration::from_secs((grace / 3).max(1));
         if self
             .heartbeat
             .as_ref()
@@ -464,51 +538,99 @@ impl<'a> Keeper<'a> {
         }
         let mut tags = self.marks.tags();
         tags.push(KEEPER.to_owned());
-        let port = match self.heartbeat.take() {
-            Some((port, _)) => Some(port),
+        let late = self
+            .heartbeat
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() >= Duration::from_secs(grace));
+        let known = self.heartbeat.take();
+        let port = match &known {
+            Some((port, _)) => Some(port.clone()),
             None => controller
                 .ports(&[("device_owner", OWNER), ("tags", &tags.join(","))])?
                 .into_iter()
                 .find(|p| p.device_id.is_empty() && !ports::foreign(p, self.marks.cluster)),
         };
         let beat = format!(
-            "ipam-da-neutron keeper beat {}",
+            "ipam-da-neutron keeper beat {} grace {grace}",
             crate::da_neutron::state::now()
         );
-        let port = match port {
+        let (port, lost) = match port {
             Some(mut port) => {
                 // Its own: no other writer to cross.
                 port.revision_number = None;
                 match controller.update_if(&port, &json!({ "description": beat }))? {
-                    Guarded::Updated(port) => *port,
-                    _ => return Ok(()),
+                    Guarded::Updated(port) => (*port, late),
+                    // Deleted by another node's keeper: taken for gone.
+                    _ => (
+                        self.new_heartbeat(controller, &tags, &beat)?,
+                        known.is_some(),
+                    ),
                 }
             }
-            None => {
-                let network = self.settings.pools.values().find(|p| p.warm.is_some());
-                let Some(pool) = network else { return Ok(()) };
-                let body = json!({
-                    "network_id": pool.network,
-                    "device_owner": OWNER,
-                    "device_id": "",
-                    "name": self.network,
-                    "description": beat,
-                    "tags": tags,
-                    "fixed_ips": [],
-                });
-                let port = controller.create_port(&body, "the keeper's heartbeat")?;
-                if tags.iter().any(|t| !port.tags.contains(t)) {
-                    controller.set_tags(&port.id, &tags)?;
-                }
-                port
-            }
+            None => (self.new_heartbeat(controller, &tags, &beat)?, false),
         };
         self.heartbeat = Some((port, Instant::now()));
-        // The node's ADDs may hand out for a grace from now: the other
-        // nodes' keepers take this node for gone only two graces on.
-        self.shelf
-            .beat(self.network)
-            .map_err(|e| crate::dir::DirError::io(&self.settings.data_dir, e))?;
+        if lost {
+            self.begin_anew(controller)?;
+        }
+        if owners_recorded {
+            // The node's ADDs may hand out for a grace from now: the other
+            // nodes' keepers take this node for gone only two graces on.
+            self.shelf
+                .beat(self.network)
+                .map_err(|e| crate::dir::DirError::io(&self.settings.data_dir, e))?;
+        }
+        Ok(())
+    }
+
+    /// A heartbeat port, made.
+    fn new_heartbeat(
+        &self,
+        controller: &Controller,
+        tags: &[String],
+        beat: &str,
+    ) -> Result<Port, NeutronError> {
+        let network = self.settings.pools.values().find(|p| p.warm.is_some());
+        let Some(pool) = network else {
+            return Err(invalid("no pool keeps a warm pool".into()));
+        };
+        let body = json!({
+            "network_id": pool.network,
+            "device_owner": OWNER,
+            "device_id": "",
+            "name": self.network,
+            "description": beat,
+            "tags": tags,
+            "fixed_ips": [],
+        });
+        let port = controller.create_port(&body, "the keeper's heartbeat")?;
+        if tags.iter().any(|t| !port.tags.contains(t)) {
+            controller.set_tags(&port.id, tags)?;
+        }
+        Ok(port)
+    }
+
+    /// Begins the pool anew after this node may have been taken for
+    /// gone: a new epoch, so that no port of the old one is taken in
+    /// again, and the free records dropped, their ports deleted (each
+    /// only if unchanged). The claims stay, for their owners.
+    fn begin_anew(&mut self, controller: &Controller) -> Result<(), NeutronError> {
+        let fresh = self.new_ledger()?;
+        let mut dropped = Vec::new();
+        self.change(|ledger| {
+            ledger.epoch = fresh.epoch;
+            dropped = std::mem::take(&mut ledger.free).into_keys().collect();
+            true
+        })?;
+        self.say(format!(
+            "its heartbeat was late or deleted: other nodes may take this node for gone; its {} free ports are dropped and the pool begun anew",
+            dropped.len()
+        ));
+        for id in dropped {
+            if let Some(port) = controller.port(&id)? {
+                controller.delete_if(&port)?;
+            }
+        }
         Ok(())
     }
 
@@ -527,9 +649,11 @@ impl<'a> Keeper<'a> {
         else {
             return Ok(());
         };
-        let grace = self.settings.gc_grace;
         let mut seen = BTreeSet::new();
         for beat in beats {
+            // The longer of this node's grace and the one the other says
+            // it keeps: its ADDs hand out for its own.
+            let grace = self.settings.gc_grace.max(grace_of(&beat));
             let Some(node) = ports::node_of(&beat) else {
                 continue;
             };
@@ -560,6 +684,13 @@ impl<'a> Keeper<'a> {
             };
             let free =
                 controller.ports(&[("device_owner", OWNER), ("tags", &free_filter(&marks))])?;
+            // The heartbeat first, only if it is as read: a node that beat
+            // since is not gone, and one whose heartbeat is deleted begins
+            // its pool anew before it hands out again.
+            self.stale.remove(&node);
+            if controller.delete_if(&beat)? != Guarded::Deleted {
+                continue;
+            }
             let mut deleted = 0;
             let free = free.iter().filter(|p| looks_free(p) && marks.on(p));
             for port in free {
@@ -567,8 +698,6 @@ impl<'a> Keeper<'a> {
                     deleted += 1;
                 }
             }
-            controller.delete_if(&beat)?;
-            self.stale.remove(&node);
             self.say(format!(
                 "node {node:?} stopped beating (last at {updated}): its {deleted} free pooled ports are deleted, its ports in use left"
             ));
@@ -587,6 +716,12 @@ impl<'a> Keeper<'a> {
     }
 }
 
+/// The grace a heartbeat says its node keeps (0 if it says none).
+fn grace_of(beat: &Port) -> u64 {
+    let said = beat.description.split_once(" grace ").map(|(_, g)| g);
+    said.and_then(|g| g.trim().parse().ok()).unwrap_or(0)
+}
+
 /// The pool a free pooled port of `network` is named for.
 fn pool_of(network: &str, port: &Port) -> Option<String> {
     let pool = port.name.strip_prefix(network)?.strip_prefix('/')?;
@@ -603,5 +738,36 @@ fn pooled(pool: &str, port: &Port) -> Pooled {
             .iter()
             .map(|(s, a)| (s.clone(), a.to_string()))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_says_the_grace_its_node_keeps_and_a_free_port_its_pool() {
+        let mut port = Port {
+            id: "p".into(),
+            name: "net/blue".into(),
+            network_id: "n".into(),
+            device_id: String::new(),
+            device_owner: OWNER.into(),
+            description: "ipam-da-neutron keeper beat 1764000000 grace 300".into(),
+            fixed_ips: vec![],
+            tags: vec![],
+            created_at: None,
+            updated_at: None,
+            revision_number: None,
+        };
+        assert_eq!(grace_of(&port), 300);
+        assert_eq!(pool_of("net", &port).as_deref(), Some("blue"));
+        assert_eq!(pool_of("other", &port), None);
+        port.description = "ipam-da-neutron keeper beat 1764000000".into();
+        assert_eq!(grace_of(&port), 0);
+        port.name = "net/blue/eth0".into();
+        assert_eq!(pool_of("net", &port), None);
+        port.name = "net/".into();
+        assert_eq!(pool_of("net", &port), None);
     }
 }

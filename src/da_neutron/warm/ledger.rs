@@ -45,7 +45,6 @@ pub struct Claim {
 
 /// One CNI network's ledger.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Ledger {
     /// What its pooled ports are tagged with: the boot ID when it began,
     /// a dot, and a random part.
@@ -97,6 +96,8 @@ pub enum Found {
     Missing,
     /// A file that is not a ledger (what is wrong with it).
     Unreadable(String),
+    /// The file could not be read now (not a verdict on what it holds).
+    Failed(DirError),
     Ledger(Ledger),
 }
 
@@ -218,9 +219,10 @@ impl Locked {
 }
 
 fn read(dir: &Dir, network: &str) -> Found {
-    match dir.read(&ledger_file(network)) {
+    let name = ledger_file(network);
+    match dir.read(&name) {
         Ok(None) => Found::Missing,
-        Err(e) => Found::Unreadable(e.to_string()),
+        Err(e) => Found::Failed(dir.error_at(&name, e)),
         Ok(Some(content)) => match serde_json::from_slice(&content) {
             Ok(ledger) => Found::Ledger(ledger),
             Err(e) => Found::Unreadable(e.to_string()),
@@ -272,6 +274,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(ledger.free_of("a"), 1);
+        // A file that cannot be read now is no verdict on the ledger.
+        let other = root.path().join("warm/other.ledger");
+        std::fs::create_dir(&other).unwrap();
+        assert!(matches!(shelf.peek("other"), Found::Failed(_)));
         std::fs::write(root.path().join("warm/net.ledger"), b"{\"epoch\":").unwrap();
         assert!(matches!(shelf.peek("net"), Found::Unreadable(_)));
         locked.set_aside("net").unwrap();
