@@ -283,12 +283,17 @@ fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
     // A late port with another address than the retry asks for is not
     // taken over: the retry gets a port of its own, the DEL takes both.
     let asked = |address: &str| format!("{};IP={address}", pod("uid-5"));
+    // Two addresses no port has yet: the controller gave the others at
+    // random from the same range.
+    let taken: Vec<String> = net.ports(neutron).iter().flat_map(port_addresses).collect();
+    let mut free = (150..=200)
+        .map(|i| format!("10.77.0.{i}"))
+        .filter(|a| !taken.contains(a));
+    let (first, second) = (free.next().unwrap(), free.next().unwrap());
     let proxy = Proxy::to(neutron.port);
     net.url = proxy.url();
     proxy.hold_posts();
-    let env = net
-        .env("ADD", "c-fifth")
-        .set("CNI_ARGS", &asked("10.77.0.150"));
+    let env = net.env("ADD", "c-fifth").set("CNI_ARGS", &asked(&first));
     let config = net.config();
     let alone = crate::common::run_program(
         PORT_ALLOCATOR,
@@ -301,12 +306,10 @@ fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
     proxy.drop_held();
     net.url = direct.clone();
     ended();
-    let env = net
-        .env("ADD", "c-sixth")
-        .set("CNI_ARGS", &asked("10.77.0.151"));
+    let env = net.env("ADD", "c-sixth").set("CNI_ARGS", &asked(&second));
     let retry = crate::common::run_plugin(&env, net.config().as_bytes());
     assert!(retry.status.success(), "{retry:?}");
-    assert_eq!(addresses(&retry.json()), ["10.77.0.151"]);
+    assert_eq!(addresses(&retry.json()), [second]);
     assert_eq!(holders(&net), ["c-fifth", "c-sixth"]);
     run(&net, "DEL", "c-sixth", "uid-5").assert_silent_success();
     assert!(holders(&net).is_empty());

@@ -671,7 +671,10 @@ fn a_lost_ledger_stops_the_hand_outs_until_a_new_one_begins_and_its_ports_are_le
     let after = net.run("ADD", "c-l3", net.config().as_bytes());
     let after = addresses(&after.json())[0].clone();
     assert!(after != handed && after != made);
-    // The operator drains the node: release takes them all.
+    // The operator drains the node: release takes them all, once the
+    // keeper has stopped (a refill it had in flight has landed by then:
+    // the pool is whole again).
+    wait_until("the pool refilled", 30, || ledger_free(&net) == 2);
     keeper.stop();
     let released = keeper.release("node-a");
     let said = String::from_utf8_lossy(&released.stdout);
@@ -708,6 +711,8 @@ fn two_clusters_pools_on_one_controller_with_the_same_names_never_touch_each_oth
         port_with(neutron, &plain, &ours)["device_id"] == "c-t1"
             && port_with(neutron, &plain, &theirs)["device_id"] == "c-t1"
     });
+    // Stopped once its refill has landed: release takes what there is.
+    wait_until("the plain pool refilled", 30, || ledger_free(&plain) == 2);
     plain_keeper.stop();
     let released = plain_keeper.release("node-a");
     assert!(released.status.success(), "{released:?}");
