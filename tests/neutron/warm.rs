@@ -35,6 +35,11 @@ impl Keeper {
         if let Some(url) = url {
             config["ipam"]["neutron"]["url"] = json!(url);
         }
+        // Pools of their own replace the one network.
+        let settings = config["ipam"]["neutron"].as_object_mut().unwrap();
+        if settings.contains_key("pools") {
+            settings.remove("network");
+        }
         let path = dir.path().join("net.conflist");
         fs::write(&path, config.to_string()).unwrap();
         let log = dir.path().join("keeper.log");
@@ -812,4 +817,47 @@ fn a_port_handed_out_and_deleted_while_the_keeper_lists_is_never_taken_in_again(
     let next = net.run("ADD", "c-r2", net.config().as_bytes());
     assert_ne!(addresses(&next.json())[0], address);
     assert!(port_with(neutron, &net, &addresses(&next.json())[0])["id"] != id.as_str());
+}
+
+#[test]
+#[ignore = "needs python3-neutron"]
+fn each_pool_hands_out_only_its_own_network_s_ports() {
+    let neutron = shared();
+    // Two pools on two networks, 10.77.0.0/24 and 10.79.0.0/24.
+    let mut net = Net::on(neutron, "warm-two-pools");
+    let other = neutron.network("warm-two-pools-b");
+    neutron.subnet(
+        &other,
+        json!({"cidr": "10.79.0.0/24", "gateway_ip": "10.79.0.1"}),
+    );
+    net.extra = json!({
+        "pools": {
+            "a": {"network": net.network, "warm": {"min": 3, "max": 3}},
+            "b": {"network": other, "warm": {"min": 3, "max": 3}},
+        },
+        "default": "a",
+    });
+    let mut config: Value = serde_json::from_str(&net.config()).unwrap();
+    config["ipam"]["neutron"]
+        .as_object_mut()
+        .unwrap()
+        .remove("network");
+    let config = config.to_string();
+    let _keeper = Keeper::start(&net, None);
+    wait_until("both pools full", 60, || ledger_free(&net) == 6);
+    // The same CNI network (one ledger), its ADDs asking pool a and pool
+    // b in turn: each gets a port of its own pool's network.
+    let mut by_b: Value = serde_json::from_str(&config).unwrap();
+    by_b["ipam"]["neutron"]["default"] = json!("b");
+    let by_b = by_b.to_string();
+    for i in 0..4 {
+        let (asked, config, prefix) = match i % 2 {
+            0 => ("a", &config, "10.77.0."),
+            _ => ("b", &by_b, "10.79.0."),
+        };
+        let add = net.run("ADD", &format!("c-p{i}"), config.as_bytes());
+        assert!(add.status.success(), "{add:?}");
+        let address = addresses(&add.json())[0].clone();
+        assert!(address.starts_with(prefix), "pool {asked} got {address}");
+    }
 }
