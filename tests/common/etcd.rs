@@ -329,6 +329,24 @@ impl Cluster {
         self.values(prefix).into_iter().map(|(k, _)| k).collect()
     }
 
+    /// Whether the running members other than `apart` follow a leader
+    /// among themselves: an election after `apart` froze has ended.
+    pub fn led_apart_from(&self, apart: usize) -> bool {
+        let others: Vec<Value> = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| *i != apart && m.process.is_some())
+            .filter_map(|(_, m)| post(m.admin, "/v3/maintenance/status", &json!({})))
+            .collect();
+        others.iter().any(|status| {
+            let leader = status["leader"].as_str().unwrap_or_default();
+            others
+                .iter()
+                .any(|own| own["header"]["member_id"].as_str() == Some(leader))
+        })
+    }
+
     /// The keys under `prefix` and their values, as text.
     pub fn values(&self, prefix: &str) -> Vec<(String, String)> {
         let member = self
