@@ -496,6 +496,14 @@ fn cannot_be_link(error: &io::Error) -> bool {
 /// another (it may be shared with other plugins, as /var/lib/cni is).
 pub const SHARED_DIR: u32 = 0o755;
 
+/// A digest of `text` to name a file or a key after (FNV-1a, 64 bits):
+/// stable across builds and releases, as a name must be.
+pub fn name_digest(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Makes `path` with `mode` and each missing directory above it with
 /// [`SHARED_DIR`], whatever the umask: each is made with its mode (which
 /// the umask can only narrow) and then set to it exactly, so that none is

@@ -51,12 +51,7 @@ impl PoolId {
     /// What the IDs of the pool's attachments start with: a digest of the
     /// PoolID (FNV-1a), since container IDs cannot hold '/' or ':'.
     pub fn attachment_prefix(&self) -> String {
-        let digest = self
-            .to_string()
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            });
+        let digest = crate::dir::name_digest(&self.to_string());
         format!("docker-{digest:016x}-")
     }
 }

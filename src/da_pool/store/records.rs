@@ -382,10 +382,7 @@ pub fn hold_name(workload: &str, ifname: &str) -> String {
         }
     }
     if name.len() > WORKLOAD_NAME_MAX {
-        // FNV-1a: stable across builds and releases, as a name must be.
-        let digest = workload.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+        let digest = crate::dir::name_digest(workload);
         name.truncate(WORKLOAD_NAME_MAX - 17);
         name.push_str(&format!("~{digest:016x}"));
     }
