@@ -62,3 +62,15 @@ impl Reportable for DockerError {
         }
     }
 }
+
+/// What Docker is told when a request fails: the error's one-line summary
+/// (naming a delegate that failed), its CNI code, and its details.
+pub fn message(e: &impl Reportable) -> String {
+    let details = e.details();
+    let mut text = format!("{} (CNI error code {})", e.summary(), e.code());
+    if !details.is_empty() {
+        text.push_str(": ");
+        text.push_str(&details.replace('\n', " "));
+    }
+    text
+}

@@ -9,6 +9,7 @@
 //! this one) and the socket: where it is, who may use it, serving each
 //! connection in a thread of its own, and stopping cleanly on SIGTERM.
 
+mod attachments;
 mod driver;
 mod error;
 mod leftovers;
@@ -223,8 +224,8 @@ fn undo_leftovers(config: &Path) {
         Err(e) => return warn!("{e}"),
     };
     for net in &networks {
-        match driver::lock_existing(net) {
-            Ok(Some(state)) => driver::settle(net, &state),
+        match attachments::lock_existing(net) {
+            Ok(Some(state)) => attachments::settle(net, &state),
             Ok(None) => {}
             Err(e) => warn!("network {}: {e}", net.name),
         }
