@@ -8,6 +8,7 @@
 
 mod base64;
 mod settings;
+mod txn;
 mod wire;
 
 use std::cell::{Cell, RefCell};
@@ -25,6 +26,7 @@ use crate::http::socket::interrupted;
 use crate::signals::Interrupted;
 use base64::encode;
 pub use settings::EtcdSettings;
+pub use txn::{Compare, Op, Outcome, Read};
 
 /// How the etcd cluster fails a call, or a client cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -154,28 +156,6 @@ pub struct Kv {
     pub value: Vec<u8>,
     /// The revision of its last write, for a transaction's compare.
     pub mod_revision: i64,
-}
-
-/// A condition of a transaction.
-#[derive(Debug, Clone)]
-pub enum Compare {
-    /// No such key.
-    Absent(Vec<u8>),
-    /// The key was last written at this revision (as read).
-    Unchanged(Vec<u8>, i64),
-    /// The key is bound to this lease.
-    LeasedTo(Vec<u8>, i64),
-    /// The key is there.
-    Present(Vec<u8>),
-}
-
-/// A write of a transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    Put(Vec<u8>, Vec<u8>),
-    /// A put whose key goes when the lease (its ID) does.
-    PutLeased(Vec<u8>, Vec<u8>, i64),
-    Delete(Vec<u8>),
 }
 
 /// A client: the settings, the TLS configuration they make, and the
@@ -309,45 +289,6 @@ impl EtcdClient {
                 "more than {PREFIX_PAGES} pages of {PREFIX_PAGE} keys under one prefix"
             ),
         })
-    }
-
-    /// Runs `ops` if every one of `compares` holds, all or nothing:
-    /// whether they held.
-    pub fn txn(&self, compares: &[Compare], ops: &[Op]) -> Result<bool, EtcdError> {
-        let compare: Vec<Value> = compares
-            .iter()
-            .map(|c| match c {
-                Compare::Absent(key) => json!({
-                    "key": encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0",
-                }),
-                Compare::Unchanged(key, revision) => json!({
-                    "key": encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision.to_string(),
-                }),
-                Compare::Present(key) => json!({
-                    "key": encode(key), "target": "CREATE", "result": "GREATER", "create_revision": "0",
-                }),
-                Compare::LeasedTo(key, lease) => json!({
-                    "key": encode(key), "target": "LEASE", "result": "EQUAL", "lease": lease.to_string(),
-                }),
-            })
-            .collect();
-        let success: Vec<Value> = ops
-            .iter()
-            .map(|op| match op {
-                Op::Put(key, value) => {
-                    json!({"request_put": {"key": encode(key), "value": encode(value)}})
-                }
-                Op::PutLeased(key, value, lease) => json!({"request_put": {
-                    "key": encode(key), "value": encode(value), "lease": lease.to_string(),
-                }}),
-                Op::Delete(key) => json!({"request_delete_range": {"key": encode(key)}}),
-            })
-            .collect();
-        let answer: wire::Txn = self.call(
-            "/v3/kv/txn",
-            &json!({"compare": compare, "success": success}),
-        )?;
-        Ok(answer.succeeded)
     }
 
     /// A new lease of `ttl` seconds: its ID.

@@ -77,6 +77,13 @@ pub struct Txn {
     pub succeeded: bool,
     #[serde(default, deserialize_with = "at_most::<_, _, OTHERS>")]
     responses: Vec<TxnResponse>,
+    header: Option<Header>,
+}
+
+/// The header of an answer: the cluster's revision when it was made.
+#[derive(Deserialize)]
+struct Header {
+    revision: Option<Int64>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +92,15 @@ struct TxnResponse {
 }
 
 impl Txn {
+    /// The cluster's revision once the transaction was done (0 if the
+    /// answer did not say).
+    pub fn revision(&self) -> i64 {
+        self.header
+            .as_ref()
+            .and_then(|h| h.revision.as_ref()?.value())
+            .unwrap_or(0)
+    }
+
     /// What each request answered, if it was a range.
     pub fn ranges(self) -> impl Iterator<Item = Option<Range>> {
         self.responses.into_iter().map(|r| r.response_range)
