@@ -138,6 +138,8 @@ impl Node {
         config["ipam"]["pool"]["etcd"]["endpoints"] = json!(endpoints);
         config["ipam"]["pool"]["etcd"]["tls"] = tls_settings(tls);
         config["ipam"]["pool"]["nodeNameFile"] = json!(node_name_file);
+        // The node's notes of its claims, as on a node of its own.
+        config["ipam"]["pool"]["dataDir"] = json!(dir.join("notes"));
         let config_file = dir.join("chaos.conf");
         std::fs::write(&config_file, config.to_string()).unwrap();
         // Pinned as an installer pins it.

@@ -9,6 +9,7 @@ use tracing::warn;
 use super::clock;
 use super::definitions::pool_of;
 use super::error::PoolError;
+use super::predicted::{self, Predicted};
 use super::settings::Settings;
 use super::sticky::{hold_to_take_over, sweep_ended_holds};
 use super::store::{Allocation, Owner, PoolAddress, StickyClaim, Store, WorkloadHold, ATTEMPTS};
@@ -35,7 +36,16 @@ pub(super) fn add(
         .map(|w| pool_of(store, settings, w))
         .collect::<Result<_, _>>()?;
     let requested = requested(&wanted, &pools, asked)?;
+    let sticky = settings.sticky.as_ref().zip(owner.workload.as_deref());
     let mut lost = 0;
+    // Where the node guesses, one claim and nothing read first; a
+    // workload's hold is read first, and an address asked for is checked.
+    if sticky.is_none() && requested.iter().all(Option::is_none) {
+        match predicted::claim(store, owner, &pools)? {
+            Predicted::Claimed(held) => return result::build(store, net, settings, &pools, &held),
+            Predicted::Unsettled { lost: tries } => lost = tries,
+        }
+    }
     let mut swept = false;
     // A claim whose answer was lost, if the last one's was.
     let mut unanswered = None;
@@ -60,7 +70,6 @@ pub(super) fn add(
         if attempt == ATTEMPTS {
             break;
         }
-        let sticky = settings.sticky.as_ref().zip(owner.workload.as_deref());
         let hold = match sticky {
             Some(_) => hold_to_take_over(store, owner)?,
             None => None,

@@ -17,6 +17,7 @@ mod clock;
 mod cluster;
 mod definitions;
 mod error;
+mod predicted;
 mod result;
 mod search;
 mod settings;

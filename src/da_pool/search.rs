@@ -28,20 +28,26 @@ pub fn starting_point(
     if lost > 0 {
         return Ok(random_address(pool));
     }
-    let first = pool.ranges[0].start;
-    let Some(hint) = store.hint(node, &pool.name)? else {
-        return Ok(first);
-    };
+    Ok(match store.hint(node, &pool.name)? {
+        Some(hint) => from_hint(pool, hint),
+        None => pool.ranges[0].start,
+    })
+}
+
+/// Where a search of `pool` starts from `hint`: the hint itself if a
+/// range holds it; else the start of the next range after it, or of the
+/// first (the hint was past the last range's end, or left by a range
+/// since taken out of the pool).
+pub fn from_hint(pool: &Pool, hint: Addr) -> Addr {
     if pool.range_of(hint).is_some() {
-        return Ok(hint);
+        return hint;
     }
-    Ok(pool
-        .ranges
+    pool.ranges
         .iter()
         .map(|r| r.start)
         .filter(|start| *start > hint)
         .min()
-        .unwrap_or(first))
+        .unwrap_or(pool.ranges[0].start)
 }
 
 /// A free address of `pool` that `taken` (what this claim has chosen
@@ -59,9 +65,7 @@ pub fn choose_free(
     // Excluded blocks are stepped over whole, never looked at address by
     // address: one can be a /64.
     let free_in = |range: &crate::addr::Range, from: Addr, to: Addr| {
-        let gives = |a: Addr| {
-            range.gives(a) && !pool.reserved.contains(&a) && !taken.iter().any(|h| h.address == a)
-        };
+        let gives = |a: Addr| gives(pool, range, a, taken);
         for (first, last) in range.spans(from, to) {
             if let Some(free) = store.first_free(first, last, &gives)? {
                 return Ok(Some(free));
@@ -123,6 +127,19 @@ pub fn choose_free(
     Err(exhausted())
 }
 
+/// Whether `pool` may give `address` of its `range` to a claim that has
+/// chosen `taken` already.
+pub fn gives(
+    pool: &Pool,
+    range: &crate::addr::Range,
+    address: Addr,
+    taken: &[PoolAddress],
+) -> bool {
+    range.gives(address)
+        && !pool.reserved.contains(&address)
+        && !taken.iter().any(|h| h.address == address)
+}
+
 /// An address of `pool` drawn at random, every address alike among the
 /// pool's first 2^64 (a random draw is 64 bits; an IPv6 pool that wide is
 /// nowhere near full).
@@ -143,7 +160,7 @@ fn random_address(pool: &Pool) -> Addr {
 
 /// A number no other process draws: SipHash keyed from the system's
 /// randomness, which std seeds once per thread and steps per use.
-fn random() -> u64 {
+pub fn random() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(0u8)
 }

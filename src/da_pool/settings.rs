@@ -68,8 +68,12 @@ enum Naming {
 pub enum StoreSettings {
     /// Files under a directory on this node.
     Local { data_dir: PathBuf },
-    /// An etcd cluster, shared by every node.
-    Etcd(EtcdSettings),
+    /// An etcd cluster, shared by every node; the node's notes of its
+    /// claims (hints only) under `data_dir`.
+    Etcd {
+        cluster: EtcdSettings,
+        data_dir: PathBuf,
+    },
 }
 
 /// `ipam.pool`.
@@ -228,27 +232,22 @@ impl Settings {
 
     fn store(net: &NetConf, naming: Naming) -> Result<Settings, PoolError> {
         let pool = pool_object(net)?;
-        let store = match (pool.get("etcd"), pool.get("dataDir")) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "\"ipam.pool\" has both \"etcd\" and \"dataDir\": one store only".into(),
-                ))
+        let data_dir = match pool.get("dataDir") {
+            None => DEFAULT_DATA_DIR.into(),
+            Some(Value::String(dir)) if dir.starts_with('/') => dir.into(),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "\"ipam.pool.dataDir\" must be an absolute directory, not {other}"
+                )))
             }
-            (Some(settings), None) => StoreSettings::Etcd(
-                EtcdSettings::parse(settings)
+        };
+        let store = match pool.get("etcd") {
+            Some(settings) => StoreSettings::Etcd {
+                cluster: EtcdSettings::parse(settings)
                     .map_err(|e| invalid(format!("\"ipam.pool.etcd\": {e}")))?,
-            ),
-            (None, data_dir) => StoreSettings::Local {
-                data_dir: match data_dir {
-                    None => DEFAULT_DATA_DIR.into(),
-                    Some(Value::String(dir)) if dir.starts_with('/') => dir.into(),
-                    Some(other) => {
-                        return Err(invalid(format!(
-                            "\"ipam.pool.dataDir\" must be an absolute directory, not {other}"
-                        )))
-                    }
-                },
+                data_dir,
             },
+            None => StoreSettings::Local { data_dir },
         };
         let node = match pool.get("node") {
             None => {
@@ -480,16 +479,22 @@ mod tests {
     }
 
     #[test]
-    fn the_store_is_local_by_default_or_etcd_never_both() {
+    fn the_store_is_local_by_default_or_etcd_with_the_nodes_notes_in_data_dir() {
         let s = settings(json!({"node": "a"})).unwrap();
         assert!(
             matches!(s.store, StoreSettings::Local { ref data_dir } if data_dir == &PathBuf::from(DEFAULT_DATA_DIR))
         );
-        let e = settings(
+        let s = settings(
             json!({"node": "a", "dataDir": "/x", "etcd": {"endpoints": ["127.0.0.1:2379"]}}),
         )
-        .unwrap_err();
-        assert!(e.to_string().contains("one store only"), "{e}");
+        .unwrap();
+        assert!(
+            matches!(s.store, StoreSettings::Etcd { ref data_dir, .. } if data_dir == &PathBuf::from("/x"))
+        );
+        let s = settings(json!({"node": "a", "etcd": {"endpoints": ["127.0.0.1:2379"]}})).unwrap();
+        assert!(
+            matches!(s.store, StoreSettings::Etcd { ref data_dir, .. } if data_dir == &PathBuf::from(DEFAULT_DATA_DIR))
+        );
         let e = settings(json!({"node": "a", "dataDir": "relative"})).unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");
         let e = settings(json!({"node": "../n"})).unwrap_err();

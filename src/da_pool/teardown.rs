@@ -14,6 +14,13 @@ use crate::cni::NetConf;
 
 /// DEL: gives back what the attachment holds, if anything.
 pub(super) fn del(store: &dyn Store, owner: &Owner) -> Result<(), PoolError> {
+    // What the node noted of the claim, released with nothing read first
+    // if the records are still as noted.
+    if let Some(noted) = store.noted(owner) {
+        if store.release(&noted)? {
+            return Ok(());
+        }
+    }
     for _ in 0..ATTEMPTS {
         let Some(allocation) = store.allocation(&owner.node, &owner.id, &owner.ifname)? else {
             return Ok(());

@@ -512,3 +512,85 @@ fn decode(text: &str) -> Vec<u8> {
     }
     out
 }
+
+/// A proxy on a loopback port of its own in front of an etcd member,
+/// which counts the requests made through it (each `POST /v3/…`): how
+/// many round trips a command costs the cluster.
+pub struct Counting {
+    port: u16,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Counting {
+    /// A proxy to the member at `endpoint` (`http://127.0.0.1:PORT`).
+    pub fn to(endpoint: &str) -> Counting {
+        let upstream: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = requests.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(member) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (mut from_member, mut to_client) =
+                    (member.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut from_member, &mut to_client));
+                let counted = counted.clone();
+                std::thread::spawn(move || forward_counting(client, member, &counted));
+            }
+        });
+        Counting { port, requests }
+    }
+
+    /// The endpoint to give the plugin.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The requests made through it so far.
+    pub fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Copies what `client` sends to `member`, counting the requests in it
+/// (a request line may be split between two reads).
+fn forward_counting(
+    mut client: TcpStream,
+    mut member: TcpStream,
+    counted: &std::sync::atomic::AtomicUsize,
+) {
+    const LINE: &[u8] = b"POST /v3/";
+    let mut carried: Vec<u8> = Vec::new();
+    let mut buffer = [0u8; 16384];
+    loop {
+        let n = match client.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        carried.extend_from_slice(&buffer[..n]);
+        let found = carried.windows(LINE.len()).filter(|w| *w == LINE).count();
+        counted.fetch_add(found, std::sync::atomic::Ordering::SeqCst);
+        let keep = carried.len().min(LINE.len() - 1);
+        carried.drain(..carried.len() - keep);
+        if member.write_all(&buffer[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = member.shutdown(std::net::Shutdown::Both);
+}
+
+/// A claim as a bare client makes it, the least an ADD can cost the
+/// cluster: one transaction, over a connection of its own, that puts
+/// `key` if it is absent. Whether it did.
+pub fn bare_claim(endpoint: &str, key: &str) -> bool {
+    let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    let key = encode(key.as_bytes());
+    let txn = json!({
+        "compare": [{"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+        "success": [{"request_put": {"key": key, "value": encode(b"claimed")}}],
+    });
+    post(port, "/v3/kv/txn", &txn).is_some_and(|answer| answer["succeeded"] == true)
+}

@@ -15,4 +15,5 @@ mod cluster;
 mod etcd;
 mod local;
 mod operating;
+mod round_trips;
 mod upgrade;

@@ -7,11 +7,15 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use super::records::{Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
-use super::Store;
+use super::{Attempt, Page, Seen, Store};
 use crate::addr::Addr;
 use crate::da_pool::clock;
 use crate::da_pool::error::PoolError;
 use crate::etcd::EtcdError;
+
+/// How many held addresses a page read with a failed claim holds, as on
+/// etcd.
+const PAGE: usize = 256;
 
 /// More addresses than any test's search may look at.
 const LOOK_LIMIT: u128 = 1 << 20;
@@ -23,6 +27,12 @@ pub struct FakeStore {
     pub addresses: RefCell<BTreeMap<Addr, Owner>>,
     pub holds: RefCell<BTreeMap<(String, String), WorkloadHold>>,
     pub hints: RefCell<HashMap<String, Addr>>,
+    /// Whether the node guesses, as on etcd with its notes.
+    pub guessing: bool,
+    /// The node's guess of each pool, as its notes keep them.
+    pub guesses: RefCell<HashMap<String, Addr>>,
+    /// How many claims were made (each a round trip on etcd).
+    pub claims: Cell<usize>,
     /// Pools the store defines, as etcd's `PREFIX/pools/NAME`.
     pub pools: HashMap<String, Value>,
     /// How many claims to come lose a race, as if another node won.
@@ -121,6 +131,7 @@ impl FakeStore {
             addresses.insert(h.address, recorded.clone());
             if let Some(next) = h.address.plus(1) {
                 self.hints.borrow_mut().insert(h.pool.clone(), next);
+                self.guesses.borrow_mut().insert(h.pool.clone(), next);
             }
         }
         let allocation = Allocation {
@@ -217,6 +228,7 @@ impl Store for FakeStore {
                 message: "etcdserver: mvcc: database space exceeded".into(),
             }));
         }
+        self.claims.set(self.claims.get() + 1);
         let claimed = self.record_claim(owner, held, sticky)?;
         if self.unanswered_claims.get() > 0 {
             self.unanswered_claims.set(self.unanswered_claims.get() - 1);
@@ -226,6 +238,47 @@ impl Store for FakeStore {
             }));
         }
         Ok(claimed)
+    }
+
+    fn guess(&self, _node: &str, pool: &str) -> Option<Addr> {
+        match self.guessing {
+            true => self.guesses.borrow().get(pool).copied(),
+            false => None,
+        }
+    }
+
+    fn claim_or_look(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        looks: &[(Addr, Addr)],
+    ) -> Result<Attempt, PoolError> {
+        if self.claim(owner, held, None)? {
+            return Ok(Attempt::Claimed);
+        }
+        let addresses = self.addresses.borrow();
+        let pages = looks
+            .iter()
+            .map(|(from, to)| {
+                let held: Vec<Addr> = addresses
+                    .range(*from..=*to)
+                    .map(|(address, _)| *address)
+                    .take(PAGE)
+                    .collect();
+                Page {
+                    from: *from,
+                    to: *to,
+                    whole: held.len() < PAGE,
+                    held,
+                }
+            })
+            .collect();
+        let key = (owner.id.clone(), owner.ifname.clone());
+        Ok(Attempt::Refused(Seen {
+            attached: self.attachments.borrow().contains_key(&key),
+            fenced: self.fenced(&owner.node)?,
+            pages,
+        }))
     }
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {

@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::addr::Addr;
+use crate::addr::{Addr, Range};
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::StoreSettings;
 use crate::etcd::{EtcdClient, EtcdSettings};
@@ -71,6 +71,45 @@ pub trait Store {
 
     /// Whether a search found `pool` full moments ago, as noted.
     fn noted_full(&self, pool: &str) -> Result<bool, PoolError>;
+
+    /// Where node `node` expects the next free address of `pool`, from
+    /// what it noted itself: no request. `None` where it noted nothing,
+    /// and on a store that does not guess (a local store, whose reads
+    /// cost next to nothing).
+    fn guess(&self, _node: &str, _pool: &str) -> Option<Addr> {
+        None
+    }
+
+    /// As [`Store::claim`], for an attachment without a workload; where
+    /// the claim fails, what the next try needs ([`Seen`]): on etcd, read
+    /// in the same round trip, with, for each `(from, to)` of `looks`, the
+    /// addresses held from `from` to `to`.
+    fn claim_or_look(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        looks: &[(Addr, Addr)],
+    ) -> Result<Attempt, PoolError> {
+        let _ = looks;
+        if self.claim(owner, held, None)? {
+            return Ok(Attempt::Claimed);
+        }
+        Ok(Attempt::Refused(Seen {
+            attached: self
+                .allocation(&owner.node, &owner.id, &owner.ifname)?
+                .is_some(),
+            fenced: self.fenced(&owner.node)?,
+            pages: Vec::new(),
+        }))
+    }
+
+    /// What `owner`'s node noted of the attachment's claim, if it keeps
+    /// notes: an allocation to release without reading it first, which
+    /// [`Store::release`] releases only if the records are still as
+    /// noted.
+    fn noted(&self, _owner: &Owner) -> Option<Allocation> {
+        None
+    }
 
     /// Records that `owner` holds `held` (an address of each pool), all of
     /// it or none: `Ok(false)`, and nothing changed, if an address was
@@ -143,6 +182,71 @@ pub trait Store {
     fn is_shared(&self) -> bool;
 }
 
+/// What a claim that failed saw ([`Store::claim_or_look`]).
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// The attachment has a record already: an ADD repeated, or one whose
+    /// answer was lost.
+    pub attached: bool,
+    /// Why the node may not claim, if it is fenced.
+    pub fenced: Option<PoolError>,
+    /// What each look found, in order; none if the store read nothing.
+    pub pages: Vec<Page>,
+}
+
+/// How a claim with looks went.
+#[derive(Debug)]
+pub enum Attempt {
+    /// Recorded.
+    Claimed,
+    /// Nothing recorded, and what was seen instead.
+    Refused(Seen),
+}
+
+/// The addresses held from `from` to `to`, as one read found them: all of
+/// them if `whole`, else as many as a page holds, the first ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub from: Addr,
+    pub to: Addr,
+    /// In order.
+    pub held: Vec<Addr>,
+    pub whole: bool,
+}
+
+impl Page {
+    /// Up to `count` addresses of `range`, in order from the page's
+    /// start, that the page says nobody holds and that `gives` allows;
+    /// none past what the page knows of (its last held address, unless it
+    /// is whole). Excluded blocks are stepped over whole.
+    pub fn free(&self, range: &Range, gives: &dyn Fn(Addr) -> bool, count: usize) -> Vec<Addr> {
+        let known = match (self.whole, self.held.last()) {
+            (true, _) => self.to,
+            (false, Some(last)) => *last,
+            (false, None) => return Vec::new(),
+        };
+        let mut free = Vec::new();
+        let mut held = self.held.iter().peekable();
+        for (first, last) in range.spans(self.from, known.min(self.to)) {
+            let mut candidate = first;
+            loop {
+                while held.next_if(|h| **h < candidate).is_some() {}
+                if held.peek() != Some(&&candidate) && gives(candidate) {
+                    free.push(candidate);
+                    if free.len() == count {
+                        return free;
+                    }
+                }
+                match candidate.plus(1) {
+                    Some(next) if next <= last => candidate = next,
+                    _ => break,
+                }
+            }
+        }
+        free
+    }
+}
+
 /// The addresses `owner` (an attachment, or, named without a container, a
 /// workload's hold) lists in `store`, as read now.
 pub fn listed_by(store: &dyn Store, owner: &Owner) -> Result<Vec<Addr>, PoolError> {
@@ -203,9 +307,11 @@ impl Stores {
             StoreSettings::Local { data_dir } => {
                 Box::new(LocalStore::create(data_dir, network)?.synced(durable))
             }
-            StoreSettings::Etcd(cluster) => {
-                Box::new(EtcdStore::new(self.client(cluster)?, network))
-            }
+            StoreSettings::Etcd { cluster, data_dir } => Box::new(EtcdStore::new(
+                self.client(cluster)?,
+                network,
+                Some(data_dir),
+            )),
         })
     }
 
@@ -228,16 +334,18 @@ impl Stores {
                 };
                 store.map(|store| Box::new(store) as Box<dyn Store>)
             }
-            StoreSettings::Etcd(cluster) => {
-                Some(Box::new(EtcdStore::new(self.client(cluster)?, network)))
-            }
+            StoreSettings::Etcd { cluster, data_dir } => Some(Box::new(EtcdStore::new(
+                self.client(cluster)?,
+                network,
+                Some(data_dir),
+            ))),
         })
     }
 
     /// Whether these are stores on etcd, which every node shares; nothing
     /// is opened to tell.
     pub fn on_etcd(&self) -> bool {
-        matches!(self.settings, StoreSettings::Etcd(_))
+        matches!(self.settings, StoreSettings::Etcd { .. })
     }
 
     /// The local store of network `network` under `data_dir`, made if
@@ -253,7 +361,7 @@ impl Stores {
     pub fn cluster(&self) -> Result<Option<Rc<EtcdClient>>, PoolError> {
         match &self.settings {
             StoreSettings::Local { .. } => Ok(None),
-            StoreSettings::Etcd(cluster) => self.client(cluster).map(Some),
+            StoreSettings::Etcd { cluster, .. } => self.client(cluster).map(Some),
         }
     }
 
@@ -261,9 +369,13 @@ impl Stores {
     /// guarded releases, the previous layout's records): `None` for a
     /// local store.
     pub fn etcd(&self, network: &str) -> Result<Option<EtcdStore>, PoolError> {
+        let data_dir = match &self.settings {
+            StoreSettings::Etcd { data_dir, .. } => Some(data_dir.as_path()),
+            StoreSettings::Local { .. } => None,
+        };
         Ok(self
             .cluster()?
-            .map(|client| EtcdStore::new(client, network)))
+            .map(|client| EtcdStore::new(client, network, data_dir)))
     }
 
     /// The cluster's client, made at the first call.

@@ -28,20 +28,26 @@
 //! its changes also needs more to hold, and also writes more, in the same
 //! transaction.
 
+mod claims;
+mod notes;
+mod releases;
+
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::path::Path;
 use std::rc::Rc;
 
 use serde_json::Value;
 
 use super::fence;
 use super::records::{self, Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
-use super::{Store, WINDOW};
+use super::{Attempt, Store};
 use crate::addr::Addr;
 use crate::cni;
-use crate::da_pool::clock;
 use crate::da_pool::error::PoolError;
-use crate::etcd::{Compare, EtcdClient, EtcdError, Op};
+use crate::etcd::{Compare, EtcdClient, EtcdError, Op, Outcome, Read};
+use notes::Notes;
+pub use releases::Released;
 
 /// The layout's version, as `PREFIX/networks/NETWORK/layout` says once
 /// `migrate` has moved the previous one's records.
@@ -55,14 +61,6 @@ const FULL_FOR: u64 = 5;
 /// How many held keys one read looks at while searching for a free address.
 const PAGE: usize = 256;
 
-/// What the record of an address says of an owner.
-enum Record {
-    Absent,
-    /// The owner's (or its workload's), last written at this revision.
-    Owned(i64),
-    Other,
-}
-
 /// A network's keys in a cluster.
 pub struct EtcdStore {
     client: Rc<EtcdClient>,
@@ -70,8 +68,11 @@ pub struct EtcdStore {
     network: String,
     /// What every change also needs and does: nothing, but in a guarded view.
     guard: Guard,
-    /// The hint of each pool as this process read it, if it did.
+    /// The hint of each pool as this process read it (or its node noted
+    /// it), if it did.
     hints_read: RefCell<HashMap<String, Option<Addr>>>,
+    /// What the nodes on this machine noted of their claims.
+    notes: Rc<Notes>,
 }
 
 /// What every change of a guarded view of a store also needs to hold, and
@@ -86,10 +87,14 @@ pub struct Guard {
 }
 
 impl EtcdStore {
-    /// The store of network `name` on the cluster `client` reaches.
-    pub fn new(client: Rc<EtcdClient>, name: &str) -> EtcdStore {
-        let network = format!("{}/networks/{name}/", client.settings().prefix);
+    /// The store of network `name` on the cluster `client` reaches, with
+    /// the nodes' notes of their claims under `data_dir`, if any.
+    pub fn new(client: Rc<EtcdClient>, name: &str, data_dir: Option<&Path>) -> EtcdStore {
+        let settings = client.settings();
+        let network = format!("{}/networks/{name}/", settings.prefix);
+        let cluster = format!("{} {}", settings.described(), settings.prefix);
         EtcdStore {
+            notes: Rc::new(Notes::new(data_dir, &cluster, name)),
             client,
             network,
             guard: Guard::default(),
@@ -110,6 +115,7 @@ impl EtcdStore {
             network: self.network.clone(),
             guard: both,
             hints_read: RefCell::new(HashMap::new()),
+            notes: Rc::clone(&self.notes),
         }
     }
 
@@ -119,14 +125,25 @@ impl EtcdStore {
     }
 
     /// Runs `ops` if the guard and `compares` hold.
-    fn txn(&self, mut compares: Vec<Compare>, ops: &[Op]) -> Result<bool, PoolError> {
+    fn txn(&self, compares: Vec<Compare>, ops: &[Op]) -> Result<bool, PoolError> {
+        Ok(self.txn_or_read(compares, ops, &[])?.succeeded)
+    }
+
+    /// Runs `ops` if the guard and `compares` hold, else makes `reads`,
+    /// in one round trip.
+    fn txn_or_read(
+        &self,
+        mut compares: Vec<Compare>,
+        ops: &[Op],
+        reads: &[Read],
+    ) -> Result<Outcome, PoolError> {
         compares.extend(self.guard.compares.iter().cloned());
         if self.guard.also.is_empty() {
-            return Ok(self.client.txn(&compares, ops)?);
+            return Ok(self.client.txn_or_read(&compares, ops, reads)?);
         }
         let mut ops = ops.to_vec();
         ops.extend(self.guard.also.iter().cloned());
-        Ok(self.client.txn(&compares, &ops)?)
+        Ok(self.client.txn_or_read(&compares, &ops, reads)?)
     }
 
     /// What a claim of `owner`'s needs: its node not fenced (a fence
@@ -142,119 +159,6 @@ impl EtcdStore {
             records::hold_name(workload, ifname)
         )
         .into_bytes()
-    }
-
-    /// What the record of `address` says of `owner`, as read now.
-    fn record_of(&self, owner: &Owner, address: Addr) -> Result<Record, PoolError> {
-        Ok(match self.client.get(&self.address_key(address))? {
-            None => Record::Absent,
-            Some(kv) if records::read_owner(&kv.value).is_some_and(|o| owner.owns(&o)) => {
-                Record::Owned(kv.mod_revision)
-            }
-            Some(_) => Record::Other,
-        })
-    }
-
-    /// Adds to `compares` and `ops` the removal of each record of `held`
-    /// that names `owner` (or its workload), as read now.
-    fn give_back(
-        &self,
-        owner: &Owner,
-        held: &[PoolAddress],
-        compares: &mut Vec<Compare>,
-        ops: &mut Vec<Op>,
-    ) -> Result<(), PoolError> {
-        for h in held {
-            if let Record::Owned(revision) = self.record_of(owner, h.address)? {
-                let key = self.address_key(h.address);
-                compares.push(Compare::Unchanged(key.clone(), revision));
-                ops.push(Op::Delete(key));
-                // The pool is not full now. Deleting a key that is not
-                // there writes nothing to etcd's history.
-                let full = Op::Delete(self.full_key(&h.pool));
-                if !ops.contains(&full) {
-                    ops.push(full);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Adds to `ops` `owner`'s node's hint of each pool of `held` whose
-    /// hint this process read: just after the address, but written only
-    /// when that is a search's [`WINDOW`] or more past the hint read, or
-    /// before it (the search went round): a node's ADDs in order leave one
-    /// write of the hint in [`WINDOW`], and the next search, which starts
-    /// a little before where it could, still finds its address in its
-    /// first look. (A hint that lagged further would send every search
-    /// to a random place first, with a read more.)
-    fn hint_after(&self, owner: &Owner, held: &[PoolAddress], ops: &mut Vec<Op>) {
-        let read = self.hints_read.borrow();
-        for h in held {
-            let (Some(next), Some(hint)) = (h.address.plus(1), read.get(&h.pool)) else {
-                continue;
-            };
-            let far = match hint {
-                Some(hint) => next < *hint || next.distance(*hint) >= WINDOW,
-                None => true,
-            };
-            if far {
-                ops.push(Op::Put(
-                    self.hint_key(&owner.node, &h.pool),
-                    next.to_string().into_bytes(),
-                ));
-            }
-        }
-    }
-
-    /// A claim for a workload's container, in one transaction: the
-    /// attachment absent and the hold as read; each address the workload's
-    /// already (as read) or absent and recorded as the workload's; what
-    /// the prior hold kept and the claim does not, given back; the hold
-    /// bound to the container.
-    fn claim_for_workload(
-        &self,
-        owner: &Owner,
-        held: &[PoolAddress],
-        sticky: &StickyClaim,
-    ) -> Result<bool, PoolError> {
-        let owner = &sticky.owner(owner);
-        let attachment = self.attachment_key(&owner.node, &owner.id, &owner.ifname);
-        let hold = self.hold_key(sticky.workload, &owner.ifname);
-        let mut compares = vec![
-            Compare::Absent(attachment.clone()),
-            Compare::Absent(self.legacy_key(&owner.id, &owner.ifname)),
-            self.unfenced(owner),
-            match sticky.prior {
-                Some(prior) => Compare::Unchanged(hold.clone(), prior.revision),
-                None => Compare::Absent(hold.clone()),
-            },
-        ];
-        let mut ops = vec![
-            Op::Put(attachment, records::attachment_record(owner, held)),
-            Op::Put(hold, records::hold_record(&sticky.hold_after(owner, held))),
-        ];
-        let prior: &[PoolAddress] = sticky.prior.map_or(&[], |p| &p.held);
-        for h in held {
-            let key = self.address_key(h.address);
-            // Only an address the prior hold kept can be the workload's.
-            let record = match prior.iter().any(|p| p.address == h.address) {
-                true => self.record_of(owner, h.address)?,
-                false => Record::Absent,
-            };
-            match record {
-                Record::Owned(revision) => compares.push(Compare::Unchanged(key, revision)),
-                Record::Other => return Ok(false),
-                Record::Absent => {
-                    compares.push(Compare::Absent(key.clone()));
-                    ops.push(Op::Put(key, records::address_record(owner, &h.pool)));
-                }
-            }
-        }
-        let dropped: Vec<PoolAddress> = sticky.dropped(held).cloned().collect();
-        self.give_back(owner, &dropped, &mut compares, &mut ops)?;
-        self.hint_after(owner, held, &mut ops);
-        self.txn(compares, &ops)
     }
 
     /// Node `node`'s attachments: `PREFIX/networks/NETWORK/nodes/NODE/attachments/`.
@@ -352,86 +256,6 @@ impl EtcdStore {
     /// The note that `pool` was found full, under a short lease.
     fn full_key(&self, pool: &str) -> Vec<u8> {
         format!("{}full/{pool}", self.network).into_bytes()
-    }
-}
-
-/// What [`EtcdStore::release_ending_hold`] did.
-#[derive(Debug)]
-pub enum Released {
-    /// Nothing: the attachment, or its workload's hold, changed meanwhile.
-    Changed,
-    /// The attachment released, with its workload's hold ended if it was
-    /// the attachment's.
-    Done(Option<WorkloadHold>),
-}
-
-impl EtcdStore {
-    /// As [`Store::release`], but a workload's hold bound to the
-    /// attachment is ended with it, in the same transaction, its addresses
-    /// given back rather than kept for `stickyFor`: for a node reclaimed,
-    /// whose containers may still use them, so that the workload's next
-    /// container, elsewhere, gets new ones rather than these.
-    pub fn release_ending_hold(&self, allocation: &Allocation) -> Result<Released, PoolError> {
-        self.release_with(allocation, true)
-    }
-
-    /// Releases `allocation` as read; its workload's hold, if bound to it,
-    /// kept for `stickyFor` or, if `ending`, ended.
-    fn release_with(&self, allocation: &Allocation, ending: bool) -> Result<Released, PoolError> {
-        let owner = &allocation.owner;
-        let attachment = self.key_of(allocation);
-        let mut compares = vec![Compare::Unchanged(attachment.clone(), allocation.revision)];
-        let mut ops = vec![Op::Delete(attachment)];
-        let mut given_back = allocation.held.clone();
-        let mut ended = None;
-        let mut hold_put = None;
-        if let Some(workload) = &owner.workload {
-            let key = self.hold_key(workload, &owner.ifname);
-            match self.workload_hold(workload, &owner.ifname)? {
-                Some(hold) => {
-                    compares.push(Compare::Unchanged(key.clone(), hold.revision));
-                    let bound_here = hold.container.as_deref() == Some(owner.id.as_str());
-                    if bound_here && ending {
-                        ops.push(Op::Delete(key));
-                        given_back.extend(
-                            hold.held
-                                .iter()
-                                .filter(|h| !given_back.iter().any(|g| g.address == h.address))
-                                .cloned()
-                                .collect::<Vec<_>>(),
-                        );
-                        ended = Some(hold);
-                    } else {
-                        if bound_here {
-                            let released = hold.released(clock::now());
-                            hold_put = Some(Op::Put(key, records::hold_record(&released)));
-                        }
-                        // Kept by the hold.
-                        given_back.clear();
-                    }
-                }
-                // Ended by an operator: nothing keeps the addresses.
-                None => compares.push(Compare::Absent(key)),
-            }
-        }
-        self.give_back(owner, &given_back, &mut compares, &mut ops)?;
-        let done = |made: bool| match made {
-            true => Released::Done(ended.clone()),
-            false => Released::Changed,
-        };
-        let Some(put) = hold_put else {
-            return self.txn(compares, &ops).map(done);
-        };
-        let deletes = ops.clone();
-        ops.push(put);
-        match self.txn(compares.clone(), &ops) {
-            // A full etcd takes deletes only: the hold stays bound to the
-            // container whose attachment goes, and so ends `stickyFor`
-            // after it was bound rather than after now.
-            Err(PoolError::Etcd(EtcdError::NoSpace { .. })) => self.txn(compares, &deletes),
-            made => made,
-        }
-        .map(done)
     }
 }
 
@@ -563,23 +387,36 @@ impl Store for EtcdStore {
         held: &[PoolAddress],
         sticky: Option<&StickyClaim>,
     ) -> Result<bool, PoolError> {
-        if let Some(sticky) = sticky {
-            return self.claim_for_workload(owner, held, sticky);
+        match sticky {
+            Some(sticky) => self.claim_for_workload(owner, held, sticky),
+            None => Ok(matches!(
+                self.claim_looking(owner, held, &[])?,
+                Attempt::Claimed
+            )),
         }
-        let attachment = self.attachment_key(&owner.node, &owner.id, &owner.ifname);
-        let mut compares = vec![
-            Compare::Absent(attachment.clone()),
-            Compare::Absent(self.legacy_key(&owner.id, &owner.ifname)),
-            self.unfenced(owner),
-        ];
-        let mut ops = vec![Op::Put(attachment, records::attachment_record(owner, held))];
-        for h in held {
-            let key = self.address_key(h.address);
-            compares.push(Compare::Absent(key.clone()));
-            ops.push(Op::Put(key, records::address_record(owner, &h.pool)));
-        }
-        self.hint_after(owner, held, &mut ops);
-        self.txn(compares, &ops)
+    }
+
+    fn guess(&self, node: &str, pool: &str) -> Option<Addr> {
+        let guess = self.notes.guess(node, pool)?;
+        // What the node last saw of the shared hint: moved far enough
+        // from it, a claim writes it anew.
+        self.hints_read
+            .borrow_mut()
+            .insert(pool.to_owned(), guess.shared);
+        Some(guess.next)
+    }
+
+    fn claim_or_look(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        looks: &[(Addr, Addr)],
+    ) -> Result<Attempt, PoolError> {
+        self.claim_looking(owner, held, looks)
+    }
+
+    fn noted(&self, owner: &Owner) -> Option<Allocation> {
+        self.notes.claimed(owner)
     }
 
     fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {
@@ -590,37 +427,7 @@ impl Store for EtcdStore {
     }
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
-        let key = self.address_key(address);
-        let Some(kv) = self.client.get(&key)? else {
-            return Ok(false);
-        };
-        let named = records::read_owner(&kv.value).unwrap_or_else(Owner::unknown);
-        if named != *holder {
-            return Ok(false);
-        }
-        let mut compares = vec![Compare::Unchanged(key.clone(), kv.mod_revision)];
-        // What would list it: unchanged (or still absent) until the delete,
-        // so that no claim made meanwhile, of the same owner, loses it.
-        let listing = match (&holder.workload, holder.id.is_empty()) {
-            (Some(workload), true) => vec![self.hold_key(workload, &holder.ifname)],
-            _ => vec![
-                self.attachment_key(&holder.node, &holder.id, &holder.ifname),
-                self.legacy_key(&holder.id, &holder.ifname),
-            ],
-        };
-        for listing_key in listing {
-            match self.client.get(&listing_key)? {
-                None => compares.push(Compare::Absent(listing_key)),
-                Some(record) if records::lists(&record.value, address) => return Ok(false),
-                Some(record) => compares.push(Compare::Unchanged(listing_key, record.mod_revision)),
-            }
-        }
-        let mut ops = vec![Op::Delete(key.clone())];
-        // The pool is not full now, if the record says which it is.
-        if let Some(pool) = records::read_pool(&kv.value) {
-            ops.push(Op::Delete(self.full_key(&pool)));
-        }
-        self.txn(compares, &ops)
+        self.free_unlisted(address, holder)
     }
 
     fn workload_hold(
@@ -644,19 +451,7 @@ impl Store for EtcdStore {
     }
 
     fn end_hold(&self, hold: &WorkloadHold) -> Result<bool, PoolError> {
-        let key = self.hold_key(&hold.workload, &hold.ifname);
-        let mut compares = vec![Compare::Unchanged(key.clone(), hold.revision)];
-        if let Some(id) = &hold.container {
-            compares.push(Compare::Absent(self.attachment_key(
-                &hold.node,
-                id,
-                &hold.ifname,
-            )));
-            compares.push(Compare::Absent(self.legacy_key(id, &hold.ifname)));
-        }
-        let mut ops = vec![Op::Delete(key)];
-        self.give_back(&hold.owner(), &hold.held, &mut compares, &mut ops)?;
-        self.txn(compares, &ops)
+        self.end_workload_hold(hold)
     }
 
     fn allocations(&self) -> Result<Vec<Allocation>, PoolError> {

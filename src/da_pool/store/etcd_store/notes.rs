@@ -1,0 +1,168 @@
+//! What a node notes of its own claims on etcd, under `dataDir`: where
+//! it expects the next free address of each pool, and what each of its
+//! attachments was given, at which revision. Notes are only guesses: one
+//! lost, stale, garbled or never written costs a round trip, never a
+//! wrong answer, since every claim compares the address absent and every
+//! release compares the records unchanged since the noted revision. A
+//! note that cannot be written is not an error.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::addr::Addr;
+use crate::da_pool::store::records::{self, Allocation, Owner, PoolAddress};
+use crate::dir::{name_digest, Dir, Durability};
+
+/// Where a node expects the next free address of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guess {
+    /// The address it will claim first.
+    pub next: Addr,
+    /// The pool's hint on etcd, as the node last read or wrote it.
+    pub shared: Option<Addr>,
+}
+
+/// The notes of the nodes that run on this machine, for one network of
+/// one cluster.
+pub struct Notes {
+    /// `dataDir/etcd/`, if the settings name a directory to keep notes in.
+    root: Option<PathBuf>,
+    /// What the directory is named after: the cluster and the network.
+    scope: String,
+    /// Each node's directory, once opened.
+    opened: RefCell<HashMap<String, Dir>>,
+}
+
+impl Notes {
+    /// The notes under `data_dir` of network `network` of the cluster
+    /// that `cluster` names (its endpoints and prefix); none if
+    /// `data_dir` is `None`.
+    pub fn new(data_dir: Option<&Path>, cluster: &str, network: &str) -> Notes {
+        Notes {
+            root: data_dir.map(|dir| dir.join("etcd")),
+            scope: format!("{cluster}\n{network}"),
+            opened: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Where node `node` expects the next free address of `pool`, if it
+    /// noted it.
+    pub fn guess(&self, node: &str, pool: &str) -> Option<Guess> {
+        let text = self.with_dir(node, false, |dir| dir.read(&guess_name(pool)))??;
+        let value: Value = serde_json::from_slice(&text).ok()?;
+        let address =
+            |name: &str| -> Option<Addr> { value.get(name)?.as_str()?.parse().ok().map(Addr::new) };
+        Some(Guess {
+            next: address("next")?,
+            shared: address("shared"),
+        })
+    }
+
+    /// Notes where node `node` expects the next free address of `pool`.
+    pub fn note_guess(&self, node: &str, pool: &str, guess: Guess) {
+        let text = json!({
+            "next": guess.next.to_string(),
+            "shared": guess.shared.map(|a| a.to_string()),
+        })
+        .to_string();
+        // In place, unsynced: two ADDs at once may garble it, which makes
+        // it no guess or a wrong one, and costs the next ADD a round trip.
+        self.with_dir(node, true, |dir| {
+            dir.overwrite(&guess_name(pool), text.as_bytes())
+        });
+    }
+
+    /// What `owner` was noted to hold, as claimed at the noted revision.
+    pub fn claimed(&self, owner: &Owner) -> Option<Allocation> {
+        let name = claim_name(owner)?;
+        let text = self.with_dir(&owner.node, false, |dir| dir.read(&name))??;
+        let value: Value = serde_json::from_slice(&text).ok()?;
+        let revision = value.get("revision")?.as_i64()?;
+        let record = value.get("record")?.to_string();
+        let allocation = records::read_allocation(record.as_bytes(), revision)?;
+        (allocation.owner == *owner).then_some(allocation)
+    }
+
+    /// Notes that `owner` was given `held` at `revision`, as `record`
+    /// (the attachment's record) says.
+    pub fn note_claim(&self, owner: &Owner, held: &[PoolAddress], revision: i64) {
+        let Some(name) = claim_name(owner) else {
+            return;
+        };
+        let record: Value =
+            serde_json::from_slice(&records::attachment_record(owner, held)).unwrap_or_default();
+        let text = json!({"revision": revision, "record": record}).to_string();
+        self.with_dir(&owner.node, true, |dir| {
+            dir.replace_record(&name, text.as_bytes())
+        });
+    }
+
+    /// Forgets what `owner` was noted to hold: it was released, or the
+    /// note was found stale.
+    pub fn forget(&self, owner: &Owner) {
+        if let Some(name) = claim_name(owner) {
+            self.with_dir(&owner.node, false, |dir| dir.remove(&name));
+        }
+    }
+
+    /// `work` on node `node`'s directory (made first if `make`); `None`
+    /// if there is none, or it fails.
+    fn with_dir<T>(
+        &self,
+        node: &str,
+        make: bool,
+        work: impl FnOnce(&Dir) -> std::io::Result<T>,
+    ) -> Option<T> {
+        let mut opened = self.opened.borrow_mut();
+        if !opened.contains_key(node) {
+            // Not kept when it fails: a later call may make it.
+            let dir = self.open(node, make)?;
+            opened.insert(node.to_owned(), dir);
+        }
+        let dir = opened.get(node)?;
+        match work(dir) {
+            Ok(done) => Some(done),
+            Err(e) => {
+                tracing::debug!("the node's note in {} failed: {e}", dir.path().display());
+                None
+            }
+        }
+    }
+
+    /// Node `node`'s directory, made (with those above it) if `make`.
+    fn open(&self, node: &str, make: bool) -> Option<Dir> {
+        let root = self.root.as_ref()?;
+        // Named by a digest: a node's, a network's and a cluster's names
+        // may hold anything a file name may not.
+        let digest = name_digest(&format!("{}\n{node}", self.scope));
+        let path = root.join(format!("{digest:016x}"));
+        let opened = match make {
+            true => Dir::open_made(&path),
+            false => Dir::open(&path),
+        };
+        match opened {
+            Ok(dir) => Some(dir.with_durability(Durability::Ordered)),
+            Err(e) => {
+                if make {
+                    tracing::debug!("no notes of the node's claims in {}: {e}", path.display());
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The file of a pool's guess.
+fn guess_name(pool: &str) -> String {
+    format!("guess-{:016x}", name_digest(pool))
+}
+
+/// The file of an attachment's claim, if its name can be one.
+fn claim_name(owner: &Owner) -> Option<String> {
+    let name = records::attachment_name(&owner.id, &owner.ifname);
+    let fits = name.len() < 200 && !name.starts_with('.') && !name.contains('/');
+    fits.then(|| format!("claim-{name}"))
+}
