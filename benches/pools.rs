@@ -21,7 +21,10 @@
 //!    holding 2 attachments while another holds 10,000, in the previous
 //!    layout and this one; for ADDs on an exhausted /20, the first and
 //!    those retried after it; and the ADD's p50 with 1,000 and 100,000
-//!    addresses held in the pool.
+//!    addresses held in the pool;
+//! 6. on etcd, the requests per ADD and per DEL, counted by a proxy, in
+//!    order and with 32 workers on one /24, and the ADD's p50 against its
+//!    limit: a process start and one claim transaction by a bare client.
 //!
 //! Run with `cargo bench --bench pools`; needs Debian's
 //! containernetworking-plugins and etcd-server (./.ci/test installs them).
@@ -30,6 +33,8 @@
 #[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/round_trips.rs"]
+mod round_trips;
 #[path = "support/static_build.rs"]
 mod static_build;
 
@@ -99,7 +104,8 @@ fn main() {
     let local =
         move |round: usize| json!({"dataDir": data.join(format!("pool-{round}")), "node": "bench"});
     let data = work.path().to_owned();
-    let on_etcd = move |round: usize| json!({"etcd": {"endpoints": endpoints, "prefix": format!("/bench-{round}")}, "node": "bench"});
+    let notes = work.path().join("notes");
+    let on_etcd = move |round: usize| json!({"etcd": {"endpoints": endpoints, "prefix": format!("/bench-{round}")}, "node": "bench", "dataDir": notes});
     let variant =
         |label, dir: &Path, program: &str, config: Box<dyn Fn(usize) -> String>| Variant {
             label,
@@ -335,6 +341,7 @@ fn main() {
     );
 
     cluster_costs(&allocator, &bin);
+    round_trips::section(&allocator, &bin, work.path());
 }
 
 /// Bytes etcd sends, as its metric counts them.

@@ -11,6 +11,12 @@ use super::store::{Attempt, Owner, Page, PoolAddress, Store, WINDOW};
 use crate::addr::{Addr, Range};
 use crate::pools::Pool;
 
+/// How many addresses from a guess a failed claim reads the holders of: a
+/// page's worth at most. etcd counts every key of a range it reads,
+/// whatever the read's limit, so a look to the end of a /16 90 % full
+/// costs five times the claim.
+const LOOK: u128 = 256;
+
 /// Claims a predicted ADD makes at most: the guess, then one free address
 /// of what its failure read. One other claim racing for an address costs
 /// the second; more go the usual way, from random places.
@@ -59,7 +65,11 @@ pub(super) fn claim(
         let looks: Vec<(Addr, Addr)> = chosen
             .iter()
             .zip(pools)
-            .map(|(h, pool)| (h.address, range_of(pool, h.address).end))
+            .map(|(h, pool)| {
+                let end = range_of(pool, h.address).end;
+                let look = h.address.plus(LOOK - 1).filter(|to| *to <= end);
+                (h.address, look.unwrap_or(end))
+            })
             .collect();
         let seen = match store.claim_or_look(owner, &chosen, &looks) {
             Ok(Attempt::Claimed) => return Ok(Predicted::Claimed(chosen)),

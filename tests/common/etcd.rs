@@ -534,6 +534,8 @@ impl Counting {
                 let Ok(member) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
+                // As the plugin's and etcd's own: no request held back.
+                let _ = (client.set_nodelay(true), member.set_nodelay(true));
                 let (mut from_member, mut to_client) =
                     (member.try_clone().unwrap(), client.try_clone().unwrap());
                 std::thread::spawn(move || std::io::copy(&mut from_member, &mut to_client));

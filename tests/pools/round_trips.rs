@@ -214,3 +214,45 @@ fn a_stale_note_never_frees_what_the_attachment_no_longer_holds() {
     del(&other, "c2");
     assert!(holders(&cluster).is_empty());
 }
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn in_a_pool_held_all_but_every_tenth_address_a_page_read_once_guesses_the_next_adds() {
+    let cluster = Cluster::start(1, None);
+    let proxy = Counting::to(&cluster.endpoints()[0]);
+    let notes = temp_dir("trips-tenth");
+    let config = pods(&proxy, "node-a", notes.path()).replace("10.70.0.0/28", "10.70.0.0/24");
+    let other = json!({"containerID": "other", "ifname": "eth0", "node": "node-b",
+        "pool": "pods", "since": 0});
+    let taken: Vec<(String, String)> = (2..255u32)
+        .filter(|n| n % 10 != 0)
+        .map(|n| {
+            let key = format!("{PREFIX}/networks/pods/addresses/010.070.000.{n:03}");
+            (key, other.to_string())
+        })
+        .collect();
+    cluster.put_all(&taken);
+    // The first ADD reads; the second's guess (just after the first) is
+    // taken, and its failed claim reads a page; the next ones claim what
+    // that page showed free, one request each.
+    let mut given = vec![add(&config, "c0", "")];
+    let mut trips = Vec::new();
+    for n in 1..8 {
+        trips.push(counted(&proxy, || {
+            given.push(add(&config, &format!("c{n}"), ""))
+        }));
+    }
+    assert_eq!(trips[0], 2, "{trips:?}");
+    assert!(
+        trips[1..].iter().filter(|t| **t == 1).count() >= 5,
+        "{trips:?}"
+    );
+    for address in &given {
+        let last: u32 = address.rsplit('.').next().unwrap().parse().unwrap();
+        assert_eq!(last % 10, 0, "{address} was free: {given:?}");
+    }
+    let mut distinct = given.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), given.len(), "{given:?}");
+}

@@ -3,7 +3,7 @@
 //! fenced; where it fails, the reads that the next try needs made in the
 //! same round trip; and, where it lands, the node's notes of it.
 
-use super::notes::Guess;
+use super::notes::{Guess, GUESSES};
 use super::releases::Record;
 use super::{EtcdStore, PAGE};
 use crate::addr::Addr;
@@ -60,10 +60,16 @@ impl EtcdStore {
         let fenced = found()
             .first()
             .map(|kv| fence::Fence::from_kv(&owner.node, kv).refusal());
-        let pages = looks
+        let pages: Vec<Page> = looks
             .iter()
             .map(|(from, to)| self.page_of(*from, *to, &found()))
             .collect();
+        // What the pages show free is what the node expects next.
+        for (h, page) in held.iter().zip(&pages) {
+            self.expected
+                .borrow_mut()
+                .insert(h.pool.clone(), unheld(page));
+        }
         Ok(Attempt::Refused(Seen {
             attached,
             fenced,
@@ -132,12 +138,22 @@ impl EtcdStore {
     }
 
     /// Notes, for `owner`'s node, where it expects each pool's next free
-    /// address after a claim of `held` made with `ops`; and, for a claim
-    /// made at `revision` of an attachment alone, what it holds.
+    /// addresses after a claim of `held` made with `ops`: those it
+    /// expected after the one claimed, else the one just after it; and,
+    /// for a claim made at `revision` of an attachment alone, what it
+    /// holds.
     fn note_claim(&self, owner: &Owner, held: &[PoolAddress], ops: &[Op], revision: Option<i64>) {
         for h in held {
             let Some(next) = h.address.plus(1) else {
                 continue;
+            };
+            let expected: Vec<Addr> = match self.expected.borrow().get(&h.pool) {
+                Some(expected) => expected
+                    .iter()
+                    .copied()
+                    .filter(|a| *a > h.address)
+                    .collect(),
+                None => Vec::new(),
             };
             let written = Op::Put(
                 self.hint_key(&owner.node, &h.pool),
@@ -146,6 +162,10 @@ impl EtcdStore {
             let shared = match ops.contains(&written) {
                 true => Some(next),
                 false => self.hints_read.borrow().get(&h.pool).copied().flatten(),
+            };
+            let next = match expected.is_empty() {
+                true => vec![next],
+                false => expected,
             };
             self.notes
                 .note_guess(&owner.node, &h.pool, Guess { next, shared });
@@ -210,4 +230,27 @@ impl EtcdStore {
         }
         Ok(claimed)
     }
+}
+
+/// The first addresses that `page` shows nobody holds, in order, as many
+/// as a guess keeps: whether the pool gives them is for the one who
+/// guesses to judge.
+fn unheld(page: &Page) -> Vec<Addr> {
+    let known = match (page.whole, page.held.last()) {
+        (true, _) => page.to,
+        (false, Some(last)) => *last,
+        (false, None) => return Vec::new(),
+    };
+    let mut free = Vec::new();
+    let mut candidate = page.from;
+    while candidate <= known && free.len() < GUESSES {
+        if page.held.binary_search(&candidate).is_err() {
+            free.push(candidate);
+        }
+        match candidate.plus(1) {
+            Some(next) => candidate = next,
+            None => break,
+        }
+    }
+    free
 }

@@ -73,6 +73,9 @@ pub struct EtcdStore {
     hints_read: RefCell<HashMap<String, Option<Addr>>>,
     /// What the nodes on this machine noted of their claims.
     notes: Rc<Notes>,
+    /// The addresses of each pool this process expects free, in order:
+    /// as the node noted them, or as a failed claim's page showed them.
+    expected: RefCell<HashMap<String, Vec<Addr>>>,
 }
 
 /// What every change of a guarded view of a store also needs to hold, and
@@ -99,6 +102,7 @@ impl EtcdStore {
             network,
             guard: Guard::default(),
             hints_read: RefCell::new(HashMap::new()),
+            expected: RefCell::new(HashMap::new()),
         }
     }
 
@@ -116,6 +120,7 @@ impl EtcdStore {
             guard: both,
             hints_read: RefCell::new(HashMap::new()),
             notes: Rc::clone(&self.notes),
+            expected: RefCell::new(HashMap::new()),
         }
     }
 
@@ -403,7 +408,11 @@ impl Store for EtcdStore {
         self.hints_read
             .borrow_mut()
             .insert(pool.to_owned(), guess.shared);
-        Some(guess.next)
+        let first = guess.next.first().copied();
+        self.expected
+            .borrow_mut()
+            .insert(pool.to_owned(), guess.next);
+        first
     }
 
     fn claim_or_look(

@@ -16,11 +16,16 @@ use crate::addr::Addr;
 use crate::da_pool::store::records::{self, Allocation, Owner, PoolAddress};
 use crate::dir::{name_digest, Dir, Durability};
 
-/// Where a node expects the next free address of a pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How many addresses a guess keeps at most.
+pub const GUESSES: usize = 16;
+
+/// Where a node expects the next free addresses of a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Guess {
-    /// The address it will claim first.
-    pub next: Addr,
+    /// The addresses it expects free, in order: the first it claims
+    /// first; those after it, as a page of the pool last showed them free,
+    /// next.
+    pub next: Vec<Addr>,
     /// The pool's hint on etcd, as the node last read or wrote it.
     pub shared: Option<Addr>,
 }
@@ -48,23 +53,35 @@ impl Notes {
         }
     }
 
-    /// Where node `node` expects the next free address of `pool`, if it
+    /// Where node `node` expects the next free addresses of `pool`, if it
     /// noted it.
     pub fn guess(&self, node: &str, pool: &str) -> Option<Guess> {
         let text = self.with_dir(node, false, |dir| dir.read(&guess_name(pool)))??;
         let value: Value = serde_json::from_slice(&text).ok()?;
         let address =
-            |name: &str| -> Option<Addr> { value.get(name)?.as_str()?.parse().ok().map(Addr::new) };
+            |value: &Value| -> Option<Addr> { value.as_str()?.parse().ok().map(Addr::new) };
+        let next: Vec<Addr> = value
+            .get("next")?
+            .as_array()?
+            .iter()
+            .map(address)
+            .collect::<Option<_>>()?;
         Some(Guess {
-            next: address("next")?,
-            shared: address("shared"),
+            next: next.into_iter().take(GUESSES).collect(),
+            shared: value.get("shared").and_then(address),
         })
     }
 
-    /// Notes where node `node` expects the next free address of `pool`.
+    /// Notes where node `node` expects the next free addresses of `pool`.
     pub fn note_guess(&self, node: &str, pool: &str, guess: Guess) {
+        let next: Vec<String> = guess
+            .next
+            .iter()
+            .take(GUESSES)
+            .map(Addr::to_string)
+            .collect();
         let text = json!({
-            "next": guess.next.to_string(),
+            "next": next,
             "shared": guess.shared.map(|a| a.to_string()),
         })
         .to_string();
