@@ -81,7 +81,8 @@ pub(super) fn claim(
         if let Some(fenced) = seen.fenced {
             return Err(fenced);
         }
-        if seen.attached || tried == TRIES || seen.pages.len() != pools.len() {
+        // After the last try, what the pages show is only noted.
+        if seen.attached || seen.pages.len() != pools.len() {
             return Ok(Predicted::Unsettled { lost: tried });
         }
         // One of the first free addresses each page shows, drawn at
@@ -252,6 +253,8 @@ mod tests {
         let again = add_for(&store, &raw, "c1", &[]).unwrap();
         assert_eq!(first, again);
         assert_eq!(store.held(), ["10.2.0.2"]);
+        // The repeated ADD's claim met the attachment: no second claim.
+        assert_eq!(store.claims.get(), 2);
     }
 
     #[test]
@@ -282,6 +285,35 @@ mod tests {
         add_for(&store, &raw(json!("p")), "c1", &[]).unwrap();
         assert_eq!(store.claims.get(), 3, "two predicted, one the usual way");
         assert_eq!(store.held().len(), 1);
+    }
+
+    #[test]
+    fn a_claim_refused_for_good_is_the_answer_and_not_made_again() {
+        let store = guessing_at("p", "10.2.0.9");
+        store.refused_claims.set(1);
+        let e = add_for(&store, &raw(json!("p")), "c1", &[]).unwrap_err();
+        assert!(e.to_string().contains("space exceeded"), "{e}");
+        assert_eq!(store.claims.get(), 1);
+        assert!(store.held().is_empty());
+    }
+
+    #[test]
+    fn a_failed_claim_looks_a_page_wide_within_its_range() {
+        let raw = config(
+            "1.1.0",
+            json!({"node": "node-a", "default": "w",
+                "pools": {"w": [{"subnet": "10.4.0.0/16"}]}}),
+            None,
+        );
+        for (guess, look) in [
+            ("10.4.0.9", ("10.4.0.9", "10.4.1.8")),
+            ("10.4.255.250", ("10.4.255.250", "10.4.255.254")),
+        ] {
+            let store = guessing_at("w", guess);
+            store.losing_claims.set(1);
+            add_for(&store, &raw, "c1", &[]).unwrap();
+            assert_eq!(store.looks.borrow()[0], (addr(look.0), addr(look.1)));
+        }
     }
 
     #[test]

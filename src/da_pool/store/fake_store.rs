@@ -33,6 +33,8 @@ pub struct FakeStore {
     pub guesses: RefCell<HashMap<String, Addr>>,
     /// How many claims were made (each a round trip on etcd).
     pub claims: Cell<usize>,
+    /// What each failed claim looked at, in order.
+    pub looks: RefCell<Vec<(Addr, Addr)>>,
     /// Pools the store defines, as etcd's `PREFIX/pools/NAME`.
     pub pools: HashMap<String, Value>,
     /// How many claims to come lose a race, as if another node won.
@@ -222,13 +224,13 @@ impl Store for FakeStore {
         held: &[PoolAddress],
         sticky: Option<&StickyClaim>,
     ) -> Result<bool, PoolError> {
+        self.claims.set(self.claims.get() + 1);
         if self.refused_claims.get() > 0 {
             self.refused_claims.set(self.refused_claims.get() - 1);
             return Err(PoolError::Etcd(EtcdError::NoSpace {
                 message: "etcdserver: mvcc: database space exceeded".into(),
             }));
         }
-        self.claims.set(self.claims.get() + 1);
         let claimed = self.record_claim(owner, held, sticky)?;
         if self.unanswered_claims.get() > 0 {
             self.unanswered_claims.set(self.unanswered_claims.get() - 1);
@@ -256,6 +258,7 @@ impl Store for FakeStore {
         if self.claim(owner, held, None)? {
             return Ok(Attempt::Claimed);
         }
+        self.looks.borrow_mut().extend_from_slice(looks);
         let addresses = self.addresses.borrow();
         let pages = looks
             .iter()
