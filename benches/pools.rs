@@ -597,7 +597,7 @@ fn fill_local(network: &Path, layout: Layout) {
     .unwrap();
 }
 
-/// The etcd store's address keys (src/da_pool/store/etcd_store.rs),
+/// The etcd store's address keys (src/da_pool/store/etcd_store/mod.rs),
 /// which are all a search reads, and its hint.
 fn fill_etcd(cluster: &Cluster, network: &str, layout: Layout) {
     let (held, next) = layout.held();
