@@ -78,12 +78,14 @@ pub(super) fn claim(
             Err(e) if e.may_have_landed() => return Ok(Predicted::Unsettled { lost: tried }),
             Err(e) => return Err(e),
         };
-        if let Some(fenced) = seen.fenced {
-            return Err(fenced);
-        }
-        // After the last try, what the pages show is only noted.
+        // An ADD repeated answers what the attachment holds, fenced or
+        // not, as the usual way does. After the last try, what the pages
+        // show is only noted.
         if seen.attached || seen.pages.len() != pools.len() {
             return Ok(Predicted::Unsettled { lost: tried });
+        }
+        if let Some(fenced) = seen.fenced {
+            return Err(fenced);
         }
         // One of the first free addresses each page shows, drawn at
         // random: two ADDs that raced for one address do not race again
@@ -233,6 +235,20 @@ mod tests {
         assert!(e.to_string().contains("fenced"), "{e}");
         assert_eq!(store.claims.get(), 1);
         assert!(store.held().is_empty());
+    }
+
+    #[test]
+    fn an_add_repeated_on_a_node_fenced_since_answers_what_it_holds() {
+        let store = guessing();
+        let raw = raw(json!("p"));
+        let first = add_for(&store, &raw, "c1", &[]).unwrap();
+        store
+            .fences
+            .borrow_mut()
+            .insert("node-a".into(), "node node-a is fenced".into());
+        assert_eq!(add_for(&store, &raw, "c1", &[]).unwrap(), first);
+        let e = add_for(&store, &raw, "c2", &[]).unwrap_err();
+        assert!(e.to_string().contains("fenced"), "{e}");
     }
 
     #[test]

@@ -81,12 +81,21 @@ impl EtcdClient {
         let (succeeded, revision) = (answer.succeeded, answer.revision());
         let mut read = Vec::new();
         if !succeeded {
-            let mut ranges = answer.ranges();
-            for _ in reads {
-                read.push(match ranges.next().flatten() {
-                    Some(range) => self.kvs(range)?,
-                    None => Vec::new(),
+            // Each read answered, or none of it is trusted: a read missing
+            // would pass for a key absent.
+            let ranges: Vec<_> = answer.ranges().collect();
+            if ranges.len() != reads.len() || ranges.iter().any(Option::is_none) {
+                return Err(EtcdError::Refused {
+                    status: 200,
+                    message: format!(
+                        "a transaction answered {} of its {} reads",
+                        ranges.iter().flatten().count(),
+                        reads.len()
+                    ),
                 });
+            }
+            for range in ranges.into_iter().flatten() {
+                read.push(self.kvs(range)?);
             }
         }
         Ok(Outcome {

@@ -122,20 +122,28 @@ fn a_guess_another_node_took_costs_one_request_more_and_two_nodes_never_share_on
     // over after the DELs.
     let run = |config: String, node: &'static str| {
         std::thread::spawn(move || {
-            for n in 0..5 {
-                let id = format!("{node}-{n}");
-                let out = cni("ADD", &config, &id, "");
-                assert!(out.status.success(), "{id}: {out:?}");
-            }
+            (0..5)
+                .map(|n| add(&config, &format!("{node}-{n}"), ""))
+                .collect::<Vec<String>>()
         })
     };
     let (ta, tb) = (run(a.clone(), "ra"), run(b.clone(), "rb"));
-    ta.join().unwrap();
-    tb.join().unwrap();
+    let mut answered = ta.join().unwrap();
+    answered.extend(tb.join().unwrap());
+    answered.extend([given, "10.70.0.2".into(), "10.70.0.3".into()]);
+    answered.sort();
+    answered.dedup();
+    assert_eq!(
+        answered.len(),
+        13,
+        "an address answered twice: {answered:?}"
+    );
+    // Thirteen records, each naming a container of its own.
     let held = holders(&cluster);
-    let mut addresses: Vec<&String> = held.iter().map(|(a, _)| a).collect();
-    addresses.dedup();
-    assert_eq!(addresses.len(), 13, "{held:?}");
+    let mut containers: Vec<&String> = held.iter().map(|(_, c)| c).collect();
+    containers.sort();
+    containers.dedup();
+    assert_eq!((held.len(), containers.len()), (13, 13), "{held:?}");
     assert_eq!(attachments(&cluster).len(), 13);
     for n in 0..5 {
         del(&a, &format!("ra-{n}"));
@@ -194,8 +202,9 @@ fn a_stale_note_never_frees_what_the_attachment_no_longer_holds() {
     cluster.put(&key, &record);
     assert_eq!(counted(&proxy, || del(&noting, "c1")), 4);
     assert!(holders(&cluster).is_empty() && attachments(&cluster).is_empty());
-    // Released and claimed again by another process: c1 now holds .3 and
-    // c2 the .2 that the note lists. The DEL frees c1's .3, never c2's .2.
+    // Released and claimed again by another process: c2 now holds the .3
+    // that the note lists for c1, and c1 holds .2. The DEL frees c1's .2,
+    // never c2's .3.
     assert_eq!(add(&noting, "c1", ""), "10.70.0.3");
     del(&other, "c1");
     assert_eq!(

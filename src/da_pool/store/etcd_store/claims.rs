@@ -170,7 +170,8 @@ impl EtcdStore {
             self.notes
                 .note_guess(&owner.node, &h.pool, Guess { next, shared });
         }
-        if let Some(revision) = revision {
+        // A revision the answer did not give is no note.
+        if let Some(revision) = revision.filter(|r| *r > 0) {
             self.notes.note_claim(owner, held, revision);
         }
     }
