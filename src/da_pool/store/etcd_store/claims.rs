@@ -33,10 +33,8 @@ impl EtcdStore {
             Compare::Absent(legacy.clone()),
             Compare::Absent(fence.clone()),
         ];
-        let mut ops = vec![Op::Put(
-            attachment.clone(),
-            records::attachment_record(owner, held),
-        )];
+        let record = records::attachment_record(owner, held);
+        let mut ops = vec![Op::Put(attachment.clone(), record.clone())];
         for h in held {
             let key = self.address_key(h.address);
             compares.push(Compare::Absent(key.clone()));
@@ -50,7 +48,7 @@ impl EtcdStore {
         }
         let outcome = self.txn_or_read(compares, &ops, &reads)?;
         if outcome.succeeded {
-            self.note_claim(owner, held, &ops, Some(outcome.revision));
+            self.note_claim(owner, held, &ops, Some((outcome.revision, &record)));
             return Ok(Attempt::Claimed);
         }
         let mut read = outcome.read.into_iter();
@@ -140,9 +138,15 @@ impl EtcdStore {
     /// Notes, for `owner`'s node, where it expects each pool's next free
     /// addresses after a claim of `held` made with `ops`: those it
     /// expected after the one claimed, else the one just after it; and,
-    /// for a claim made at `revision` of an attachment alone, what it
-    /// holds.
-    fn note_claim(&self, owner: &Owner, held: &[PoolAddress], ops: &[Op], revision: Option<i64>) {
+    /// for a claim of an attachment alone made at a revision, the record
+    /// it wrote then.
+    fn note_claim(
+        &self,
+        owner: &Owner,
+        held: &[PoolAddress],
+        ops: &[Op],
+        claimed: Option<(i64, &[u8])>,
+    ) {
         for h in held {
             let Some(next) = h.address.plus(1) else {
                 continue;
@@ -171,8 +175,8 @@ impl EtcdStore {
                 .note_guess(&owner.node, &h.pool, Guess { next, shared });
         }
         // A revision the answer did not give is no note.
-        if let Some(revision) = revision.filter(|r| *r > 0) {
-            self.notes.note_claim(owner, held, revision);
+        if let Some((revision, record)) = claimed.filter(|(r, _)| *r > 0) {
+            self.notes.note_claim(owner, record, revision);
         }
     }
 
@@ -233,9 +237,10 @@ impl EtcdStore {
     }
 }
 
-/// The first addresses that `page` shows nobody holds, in order, as many
-/// as a guess keeps: whether the pool gives them is for the one who
-/// guesses to judge.
+/// The first addresses that `page` shows nobody holds, in order: twice
+/// as many as a guess keeps, since the next claim takes one of the first
+/// of them at random, and a guess's worth should be left after it.
+/// Whether the pool gives them is for the one who guesses to judge.
 fn unheld(page: &Page) -> Vec<Addr> {
     let known = match (page.whole, page.held.last()) {
         (true, _) => page.to,
@@ -244,7 +249,7 @@ fn unheld(page: &Page) -> Vec<Addr> {
     };
     let mut free = Vec::new();
     let mut candidate = page.from;
-    while candidate <= known && free.len() < GUESSES {
+    while candidate <= known && free.len() < 2 * GUESSES {
         if page.held.binary_search(&candidate).is_err() {
             free.push(candidate);
         }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::addr::Addr;
-use crate::da_pool::store::records::{self, Allocation, Owner, PoolAddress};
+use crate::da_pool::store::records::{self, Allocation, Owner};
 use crate::dir::{name_digest, Dir, Durability};
 
 /// How many addresses a guess keeps at most.
@@ -103,15 +103,15 @@ impl Notes {
         (allocation.owner == *owner).then_some(allocation)
     }
 
-    /// Notes that `owner` was given `held` at `revision`, as `record`
-    /// (the attachment's record) says.
-    pub fn note_claim(&self, owner: &Owner, held: &[PoolAddress], revision: i64) {
+    /// Notes that `owner`'s claim wrote `record` (the attachment's record,
+    /// JSON) at `revision`: its bytes as they are, not read and written
+    /// again.
+    pub fn note_claim(&self, owner: &Owner, record: &[u8], revision: i64) {
         let Some(name) = claim_name(owner) else {
             return;
         };
-        let record: Value =
-            serde_json::from_slice(&records::attachment_record(owner, held)).unwrap_or_default();
-        let text = json!({"revision": revision, "record": record}).to_string();
+        let record = String::from_utf8_lossy(record);
+        let text = format!("{{\"revision\":{revision},\"record\":{record}}}");
         self.with_dir(&owner.node, true, |dir| {
             dir.replace_record(&name, text.as_bytes())
         });
