@@ -18,6 +18,8 @@ pub enum Compare {
     LeasedTo(Vec<u8>, i64),
     /// The key is there.
     Present(Vec<u8>),
+    /// The key holds exactly this value.
+    Holds(Vec<u8>, Vec<u8>),
 }
 
 /// A write of a transaction.
@@ -119,6 +121,9 @@ fn compare(compare: &Compare) -> Value {
         }),
         Compare::LeasedTo(key, lease) => json!({
             "key": encode(key), "target": "LEASE", "result": "EQUAL", "lease": lease.to_string(),
+        }),
+        Compare::Holds(key, value) => json!({
+            "key": encode(key), "target": "VALUE", "result": "EQUAL", "value": encode(value),
         }),
     }
 }

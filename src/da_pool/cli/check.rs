@@ -606,6 +606,7 @@ mod tests {
                 revision: 0,
                 since: 0,
                 legacy: false,
+                record: None,
             },
         );
         drop(attachments);

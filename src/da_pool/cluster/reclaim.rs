@@ -209,6 +209,7 @@ mod tests {
             revision: 1,
             since: 0,
             legacy: false,
+            record: None,
         }
     }
 

@@ -142,6 +142,7 @@ impl FakeStore {
             revision: 1,
             since: clock::now(),
             legacy: false,
+            record: None,
         };
         self.attachments.borrow_mut().insert(key, allocation);
         Ok(true)

@@ -95,6 +95,11 @@ pub struct Allocation {
     /// Whether the record is where the etcd store's previous layout kept
     /// it (not under its node's prefix): there it is released, or moved.
     pub legacy: bool,
+    /// The record's bytes, where the store compares them as well as its
+    /// revision to release it: as a node's note of its claim keeps them,
+    /// since an etcd rebuilt or restored counts its revisions again, and
+    /// another record may reach the noted one.
+    pub record: Option<Vec<u8>>,
 }
 
 /// What a workload's hold keeps for it (`ipam.pool.sticky`): its
@@ -334,6 +339,7 @@ pub fn read_allocation(record: &[u8], revision: i64) -> Option<Allocation> {
         revision,
         since,
         legacy: false,
+        record: None,
     })
 }
 

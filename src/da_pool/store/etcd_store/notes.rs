@@ -3,13 +3,16 @@
 //! attachments was given, at which revision. Notes are only guesses: one
 //! lost, stale, garbled or never written costs a round trip, never a
 //! wrong answer, since every claim compares the address absent and every
-//! release compares the records unchanged since the noted revision. A
-//! note that cannot be written is not an error.
+//! release compares the records unchanged since the noted revision, the
+//! attachment's holding the bytes its claim wrote. A note that cannot be
+//! written is not an error.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::addr::Addr;
@@ -28,6 +31,15 @@ pub struct Guess {
     pub next: Vec<Addr>,
     /// The pool's hint on etcd, as the node last read or wrote it.
     pub shared: Option<Addr>,
+}
+
+/// A note of a claim, as [`Notes::note_claim`] writes it.
+#[derive(Deserialize)]
+struct Claim<'a> {
+    revision: i64,
+    /// The attachment's record, its bytes as the claim wrote them.
+    #[serde(borrow)]
+    record: &'a RawValue,
 }
 
 /// The notes of the nodes that run on this machine, for one network of
@@ -96,11 +108,13 @@ impl Notes {
     pub fn claimed(&self, owner: &Owner) -> Option<Allocation> {
         let name = claim_name(owner)?;
         let text = self.with_dir(&owner.node, false, |dir| dir.read(&name))??;
-        let value: Value = serde_json::from_slice(&text).ok()?;
-        let revision = value.get("revision")?.as_i64()?;
-        let record = value.get("record")?.to_string();
-        let allocation = records::read_allocation(record.as_bytes(), revision)?;
-        (allocation.owner == *owner).then_some(allocation)
+        let noted: Claim = serde_json::from_slice(&text).ok()?;
+        let record = noted.record.get().as_bytes();
+        let allocation = records::read_allocation(record, noted.revision)?;
+        (allocation.owner == *owner).then(|| Allocation {
+            record: Some(record.to_vec()),
+            ..allocation
+        })
     }
 
     /// Notes that `owner`'s claim wrote `record` (the attachment's record,

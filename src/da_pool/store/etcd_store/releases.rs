@@ -53,7 +53,7 @@ impl EtcdStore {
             return self.release_alone(allocation);
         }
         let attachment = self.key_of(allocation);
-        let mut compares = vec![Compare::Unchanged(attachment.clone(), allocation.revision)];
+        let mut compares = as_read(&attachment, allocation);
         let mut ops = vec![Op::Delete(attachment)];
         let mut given_back = allocation.held.clone();
         let mut ended = None;
@@ -163,7 +163,7 @@ impl EtcdStore {
             .iter()
             .map(|h| self.address_key(h.address))
             .collect();
-        let mut compares = vec![Compare::Unchanged(attachment.clone(), allocation.revision)];
+        let mut compares = as_read(&attachment, allocation);
         let mut ops = vec![Op::Delete(attachment.clone())];
         for (h, key) in allocation.held.iter().zip(&keys) {
             compares.push(Compare::Unchanged(key.clone(), allocation.revision));
@@ -175,8 +175,14 @@ impl EtcdStore {
         let outcome = self.txn_or_read(compares, &ops, &reads)?;
         let mut read = outcome.read.into_iter();
         let current = read.next().unwrap_or_default();
-        let as_read = current.first().map(|kv| kv.mod_revision) == Some(allocation.revision);
-        if outcome.succeeded || !as_read {
+        let unchanged = current.first().is_some_and(|kv| {
+            kv.mod_revision == allocation.revision
+                && allocation
+                    .record
+                    .as_ref()
+                    .is_none_or(|bytes| *bytes == kv.value)
+        });
+        if outcome.succeeded || !unchanged {
             // Released, or a note found stale: no note of it stays.
             self.notes.forget(owner);
             return Ok(match outcome.succeeded {
@@ -184,7 +190,7 @@ impl EtcdStore {
                 false => Released::Changed,
             });
         }
-        let mut compares = vec![Compare::Unchanged(attachment.clone(), allocation.revision)];
+        let mut compares = as_read(&attachment, allocation);
         let mut ops = vec![Op::Delete(attachment)];
         for ((h, key), kvs) in allocation.held.iter().zip(keys).zip(read) {
             if let Some(kv) = kvs.first().filter(|kv| names(owner, kv)) {
@@ -261,4 +267,16 @@ impl EtcdStore {
 /// Whether the address record `kv` names `owner` (or its workload).
 fn names(owner: &Owner, kv: &Kv) -> bool {
     records::read_owner(&kv.value).is_some_and(|o| owner.owns(&o))
+}
+
+/// The conditions that `allocation`'s record, at key `attachment`, is as
+/// read: unchanged since its revision, and, where its bytes are known
+/// (a node's note), holding them, since a rebuilt or restored etcd counts
+/// its revisions again and may reach the noted one with another record.
+fn as_read(attachment: &[u8], allocation: &Allocation) -> Vec<Compare> {
+    let mut compares = vec![Compare::Unchanged(attachment.to_vec(), allocation.revision)];
+    if let Some(bytes) = &allocation.record {
+        compares.push(Compare::Holds(attachment.to_vec(), bytes.clone()));
+    }
+    compares
 }
