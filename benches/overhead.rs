@@ -279,7 +279,7 @@ fn main() {
 }
 
 /// Builds fixtures/minimal-forwarder.rs, statically linked with the flags
-/// of the plugin's static build, with rustc as cargo would call it for a
+/// and the target of the plugin's static build, with rustc as cargo would call it for a
 /// release build.
 fn build_forwarder(work: &Path) -> PathBuf {
     let out = work.join("build/minimal-forwarder");
@@ -287,6 +287,7 @@ fn build_forwarder(work: &Path) -> PathBuf {
     let built = Command::new("rustc")
         .args(["--edition", "2021", "-O", "-C", "panic=abort"])
         .args(static_build::STATIC_RUSTFLAGS)
+        .args(["--target", static_build::STATIC_TARGET])
         .arg("-o")
         .arg(&out)
         .arg(source)

@@ -1,11 +1,18 @@
-//! The crate's binaries built statically linked, as the README's Install
-//! section builds them, in a target directory of their own.
+//! The crate's binaries built statically linked against musl, as the
+//! README's Install section builds them, in a target directory of their
+//! own.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The README's flags for a static build: glibc linked in, and code at
-/// fixed addresses, so that no process spends its start relocating itself.
+/// The target of the static build: musl, whose start-up asks the CPU
+/// nothing, where glibc's asks it dozens of questions (CPUID), each a trap
+/// to the hypervisor on a virtual machine (docs/performance.md).
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+
+/// The README's flags for a static build: the C library linked in, and
+/// code at fixed addresses, so that no process spends its start
+/// relocating itself.
 pub const STATIC_RUSTFLAGS: [&str; 4] = [
     "-C",
     "target-feature=+crt-static",
@@ -17,10 +24,9 @@ pub const STATIC_RUSTFLAGS: [&str; 4] = [
 const STATIC_TARGET_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/static");
 
 /// Builds every binary of the package statically linked, as `cargo build`
-/// would with RUSTFLAGS set to [`STATIC_RUSTFLAGS`] and an explicit
-/// --target (so that proc-macros stay dynamic): the directory they are in.
+/// would with RUSTFLAGS set to [`STATIC_RUSTFLAGS`] and `--target`
+/// [`STATIC_TARGET`]: the directory they are in.
 pub fn build_static() -> PathBuf {
-    let target = "x86_64-unknown-linux-gnu";
     let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
         .args([
             "build",
@@ -29,13 +35,19 @@ pub fn build_static() -> PathBuf {
             "--locked",
             "--bins",
             "--target",
-            target,
+            STATIC_TARGET,
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("CARGO_TARGET_DIR", STATIC_TARGET_DIR)
         .env("RUSTFLAGS", STATIC_RUSTFLAGS.join(" "))
         .status()
         .expect("cargo runs");
-    assert!(built.success(), "the static build failed");
-    Path::new(STATIC_TARGET_DIR).join(target).join("release")
+    assert!(
+        built.success(),
+        "the static build failed: it needs `rustup target add {STATIC_TARGET}` and \
+         Debian's musl-tools (./.ci/test installs both)"
+    );
+    Path::new(STATIC_TARGET_DIR)
+        .join(STATIC_TARGET)
+        .join("release")
 }

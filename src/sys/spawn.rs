@@ -5,6 +5,7 @@
 
 use std::ffi::CStr;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -84,9 +85,14 @@ pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
         error: AtomicI32::new(0),
     };
     // Its stack, for the moments before exec: it only makes system calls.
-    let mut stack: Vec<u128> = Vec::with_capacity(CHILD_STACK / 16);
-    // SAFETY: the end of the allocation, 16-byte aligned, as the stack grows down.
-    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
+    // A region of ours, as musl's posix_spawn has it: we are suspended,
+    // and this frame outlives the child's use, whereas an allocation of
+    // this size is a mapping made and unmapped for every delegate under
+    // musl's malloc.
+    let mut stack = MaybeUninit::<[u128; CHILD_STACK / 16]>::uninit();
+    // SAFETY: one past the end of the region, 16-byte aligned, as the
+    // stack grows down.
+    let top = unsafe { stack.as_mut_ptr().add(1) };
     // CLONE_VM | CLONE_VFORK: the child borrows our memory (nothing to copy)
     // and we are suspended until it has called execve or exited, so what it
     // reads from `child` stays valid and `child.error` is final after.
@@ -103,7 +109,6 @@ pub fn spawn(program: &CStr, env: &[&CStr], start: &Start) -> io::Result<u32> {
     };
     let cloned = io::Error::last_os_error();
     let _ = set_mask(before);
-    drop(stack);
     if pid < 0 {
         return Err(cloned);
     }

@@ -38,6 +38,9 @@ const STDERR_LINE_CAP: usize = 64 * 1024;
 /// The most one read(2) of a delegate's pipe takes.
 const READ_SIZE: usize = 16 * 1024;
 
+/// What a delegate's stderr is first read into.
+const STDERR_START: usize = 512;
+
 /// How many reads of a delegate's stderr one wake-up copies: a pipe's worth.
 const STDERR_READS: usize = 4;
 
@@ -311,7 +314,10 @@ impl<'a> Pipes<'a> {
             stdout: Some(ours.stdout),
             stderr: Some(ours.stderr),
             output,
-            line: Vec::new(),
+            // Room for a few lines before it grows: its first read (most
+            // often of the end of the file) then takes no READ_SIZE
+            // allocation, which musl's malloc maps and unmaps.
+            line: Vec::with_capacity(STDERR_START),
             read_error: None,
         };
         // A pipe takes 64 KiB at once: most inputs are written before the
