@@ -42,7 +42,7 @@ fn main() {
     let work = std::env::temp_dir().join(format!("ipam-delegated-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("bin")).expect("bench directory");
-    let noop = build_noop(&work);
+    let noop = static_build::build_noop(&work);
     // Hard links: the very file the baseline calls, at a path with no
     // symbolic link to resolve (three resolutions, lookup and exec, cost a
     // delegate about 0.05 no-ops here, nothing to do with the plugin).
@@ -295,21 +295,6 @@ fn build_forwarder(work: &Path) -> PathBuf {
         .expect("rustc runs");
     assert!(built.success(), "building the minimal forwarder failed");
     install(&work.join("build"), &["minimal-forwarder"], work).join("minimal-forwarder")
-}
-
-/// Builds fixtures/noop-delegate.c, statically linked.
-fn build_noop(work: &Path) -> PathBuf {
-    let out = work.join("build/noop-delegate");
-    std::fs::create_dir_all(work.join("build")).expect("build directory");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/noop-delegate.c");
-    let built = Command::new("gcc")
-        .args(["-O2", "-static", "-o"])
-        .arg(&out)
-        .arg(source)
-        .status()
-        .expect("gcc runs (apt-get install gcc libc6-dev)");
-    assert!(built.success(), "gcc -O2 -static failed");
-    install(&work.join("build"), &["noop-delegate"], work).join("noop-delegate")
 }
 
 /// Copies the programs `names` from `from` into `to`, as an installation

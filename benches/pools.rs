@@ -29,6 +29,8 @@
 //! Run with `cargo bench --bench pools`; needs Debian's
 //! containernetworking-plugins and etcd-server (./.ci/test installs them).
 
+#[path = "support/cni_call.rs"]
+mod cni_call;
 // The tests' harness, of which the bench uses the etcd clusters.
 #[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
@@ -38,7 +40,6 @@ mod round_trips;
 #[path = "support/static_build.rs"]
 mod static_build;
 
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -46,6 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_call::call;
 use common::etcd::Cluster;
 use common::{temp_dir, PLUGIN};
 use serde_json::{json, Value};
@@ -673,28 +675,6 @@ fn del(program: &Path, bin: &Path, config: &str, id: &str) {
         program.display(),
         String::from_utf8_lossy(&out.stdout)
     );
-}
-
-fn call(program: &Path, bin: &Path, config: &str, id: &str, command: &str) -> std::process::Output {
-    let mut child = Command::new(program)
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", id)
-        .env("CNI_NETNS", "/var/run/netns/bench")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", bin)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the plugin starts");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 fn median(times: &mut [Duration]) -> Duration {

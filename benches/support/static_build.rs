@@ -1,6 +1,6 @@
 //! The crate's binaries built statically linked against musl, as the
 //! README's Install section builds them, in a target directory of their
-//! own.
+//! own; and the no-op delegate the benches measure against.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,4 +50,25 @@ pub fn build_static() -> PathBuf {
     Path::new(STATIC_TARGET_DIR)
         .join(STATIC_TARGET)
         .join("release")
+}
+
+/// Builds fixtures/noop-delegate.c, statically linked (the cheapest
+/// delegate there is, built as C programs usually are), and installs it
+/// in `dir`: its path there.
+#[allow(dead_code)] // The packaging tests, which share this file, need no no-op.
+pub fn build_noop(dir: &Path) -> PathBuf {
+    let build = dir.join("build");
+    std::fs::create_dir_all(&build).expect("build directory");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/noop-delegate.c");
+    let built = Command::new("gcc")
+        .args(["-O2", "-static", "-o"])
+        .arg(build.join("noop-delegate"))
+        .arg(source)
+        .status()
+        .expect("gcc runs (apt-get install gcc libc6-dev)");
+    assert!(built.success(), "gcc -O2 -static failed");
+    // A copy, as an installation makes: see benches/overhead.rs's install.
+    let installed = dir.join("noop-delegate");
+    std::fs::copy(build.join("noop-delegate"), &installed).expect("install the no-op");
+    installed
 }

@@ -416,6 +416,16 @@ impl Cluster {
         total
     }
 
+    /// The first running member's database: its file's size and the part
+    /// of it in use (etcd's `dbSize` and `dbSizeInUse`), in bytes.
+    pub fn db_size(&self) -> (u64, u64) {
+        let member = self.members.iter().find(|m| m.process.is_some()).unwrap();
+        let status =
+            post(member.admin, "/v3/maintenance/status", &json!({})).expect("the member answers");
+        let field = |name: &str| status[name].as_str().unwrap_or("0").parse().unwrap_or(0);
+        (field("dbSize"), field("dbSizeInUse"))
+    }
+
     /// The cluster's revision now: how many changes it has made.
     pub fn revision(&self) -> i64 {
         let member = self.members.iter().find(|m| m.process.is_some()).unwrap();
