@@ -42,7 +42,7 @@ fn main() {
     let work = std::env::temp_dir().join(format!("ipam-delegated-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("bin")).expect("bench directory");
-    let noop = static_build::build_noop(&work);
+    let noop = static_build::build_noop(&work, "gcc");
     // Hard links: the very file the baseline calls, at a path with no
     // symbolic link to resolve (three resolutions, lookup and exec, cost a
     // delegate about 0.05 no-ops here, nothing to do with the plugin).

@@ -4,20 +4,20 @@
 //! runtime calls it, and its keeper a real `ipam-da-pool node-keeper`
 //! process. In order:
 //!
-//! 1. 10,000 ADDs by 100 nodes, 16 at a time: etcd's database size per
-//!    10,000 attachments (`dbSize`, and `dbSizeInUse`, which counts no
-//!    free page), and the ADDs' throughput; ADD p50 and p99 of one more
-//!    node after the first 1,000;
-//! 2. the records of 90,000 more attachments, held by 900 other nodes,
-//!    written as the store writes them: 100,000 in all;
-//! 3. GC on a node holding 100 of the 100,000, in the bytes etcd sends;
-//! 4. 1,000 keepers started: how long until all are registered, the
+//! 1. 1,000 keepers started: how long until all are registered, the
 //!    memory each takes, then the revisions per second they add while the
 //!    cluster is otherwise idle (goal 0: a renewal is a lease keep-alive
-//!    and a read) and the requests they make;
-//! 5. with the keepers running, ADD p50 and p99 of one node at 100,000
-//!    attachments, against step 1's; then the same beside 4 workers
-//!    churning ADD→DEL.
+//!    and a read) and the bytes etcd receives from them;
+//! 2. with the keepers running from here on, 10,000 ADDs by 100 nodes, 16
+//!    at a time: etcd's database size per 10,000 attachments (`dbSize`,
+//!    and `dbSizeInUse`, which counts no free page), and the ADDs'
+//!    throughput; ADD p50 and p99 of one more node after the first 1,000;
+//! 3. the records of 90,000 more attachments, held by 900 other nodes in
+//!    the network's second pool, written as the store writes them:
+//!    100,000 in all;
+//! 4. GC on a node holding 100 of the 100,000, in the bytes etcd sends;
+//! 5. ADD p50 and p99 of one node at 100,000 attachments, against step
+//!    2's; then the same beside 4 workers churning ADD→DEL.
 //!
 //! Run with `cargo bench --bench scale` (about four minutes; needs
 //! etcd-server, which ./.ci/test installs, and some 2 GiB of memory for
@@ -59,12 +59,18 @@ const TIMED: usize = 200;
 const IDLE: Duration = Duration::from_secs(60);
 /// Workers churning ADD→DEL while the last ADDs are timed.
 const CHURNERS: usize = 4;
-/// The etcd prefix, and the network's pool: 10.64.0.0/14.
+/// The etcd prefix, and the network's two pools: "p", which the ADDs
+/// are given from, and "q", whose attachments are written directly (an
+/// ADD that loses a race goes on from a random place of its pool, so
+/// records written in its own pool could meet its claims).
 const PREFIX: &str = "/scale";
-const SUBNET: &str = "10.64.0.0/14";
-/// Where the records written directly start: 10.66.0.0, clear of the
-/// addresses the real ADDs are given from the start of the /14.
+const SUBNET: &str = "10.64.0.0/15";
+const WRITTEN_SUBNET: &str = "10.66.0.0/15";
+/// Where the records written directly start: 10.66.0.0.
 const WRITTEN_FROM: u32 = 0x0a42_0000;
+/// When the written records say they were made (seconds since the
+/// epoch, as the store writes it): 2026-11-28.
+const SINCE: u64 = 1_795_800_000;
 
 /// Bytes etcd sends and receives, as its metrics count them.
 const SENT: &str = "etcd_network_client_grpc_sent_bytes_total";
@@ -82,16 +88,50 @@ fn main() {
         dir: work.path().to_owned(),
         allocator,
     };
-    println!("{NODES} nodes on a 3-member etcd cluster, one network, pool {SUBNET}:");
+    println!(
+        "{NODES} nodes on a 3-member etcd cluster, one network, pools {SUBNET} and {WRITTEN_SUBNET}:"
+    );
 
-    // 1. The real ADDs; the first 1,000 and then the rest.
+    // 1. The keepers, on a cluster that holds nothing yet.
+    let started = Instant::now();
+    let keepers = Keepers((0..NODES).map(|n| nodes.keeper(n)).collect());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while registered(&cluster) < NODES {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {NODES} keepers registered after 120 s",
+            registered(&cluster)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let registering = started.elapsed();
+    let rss: u64 = keepers.0.iter().map(|k| rss_kib(k.id())).sum();
+    // A renewal's interval is a third of the default nodeTTL (60 s): the
+    // window sees each keeper renew three times.
+    let (revision, received) = (cluster.revision(), cluster.metric(RECEIVED));
+    std::thread::sleep(IDLE);
+    let revisions = cluster.revision() - revision;
+    let received = cluster.metric(RECEIVED) - received;
+    println!(
+        "  {NODES} keepers: all registered in {:.1} s; {:.0} KiB of memory each; idle for {} s, \
+         {:.2} revisions/s (goal 0), etcd received {:.1} KiB/s",
+        registering.as_secs_f64(),
+        rss as f64 / NODES as f64,
+        IDLE.as_secs(),
+        revisions as f64 / IDLE.as_secs_f64(),
+        received / IDLE.as_secs_f64() / 1024.0
+    );
+
+    // 2. The real ADDs, the keepers running; the first 1,000 and then the rest.
     let (size_before, in_use_before) = cluster.db_size();
     let first = ADDING_NODES * 10;
     let started = Instant::now();
     nodes.add_many(0..first);
+    let mut took = started.elapsed();
     let early = nodes.timed_adds("probe-early", TIMED);
+    let started = Instant::now();
     nodes.add_many(first..ADDING_NODES * ADDS_EACH);
-    let took = started.elapsed();
+    took += started.elapsed();
     let (size_after, in_use_after) = cluster.db_size();
     let added = ADDING_NODES * ADDS_EACH + TIMED;
     let per_10k = |bytes: u64| bytes as f64 / added as f64 * 10_000.0 / (1024.0 * 1024.0);
@@ -103,7 +143,7 @@ fn main() {
         (ADDING_NODES * ADDS_EACH) as f64 / took.as_secs_f64()
     );
 
-    // 2. The other attachments, as the store writes them.
+    // 3. The other attachments, as the store writes them.
     let written = ATTACHMENTS - ADDING_NODES * ADDS_EACH;
     let per_node = written / (NODES - ADDING_NODES);
     let base = format!("{PREFIX}/networks/scale/");
@@ -113,10 +153,9 @@ fn main() {
             let at = Ipv4Addr::from(WRITTEN_FROM + n as u32);
             let [a, b, c, d] = at.octets();
             let id = format!("w{n}");
-            let owner =
-                json!({"containerID": id, "ifname": "eth0", "node": node, "pool": "p", "since": 0});
+            let owner = json!({"containerID": id, "ifname": "eth0", "node": node, "pool": "q", "since": SINCE});
             let mut attachment = owner.clone();
-            attachment["addresses"] = json!([{"pool": "p", "address": at.to_string()}]);
+            attachment["addresses"] = json!([{"pool": "q", "address": at.to_string()}]);
             attachment.as_object_mut().unwrap().remove("pool");
             [
                 (
@@ -132,7 +171,8 @@ fn main() {
         .collect();
     cluster.put_all(&pairs);
 
-    // 3. GC on a node holding `per_node` of them, keeping them all.
+    // 4. GC on a node holding `per_node` of them, keeping them all (the
+    // keepers' renewals are in the figure too: about 50 a second).
     let gc_node = ADDING_NODES;
     let valid: Vec<_> = (0..per_node)
         .map(|n| json!({"containerID": format!("w{n}"), "ifname": "eth0"}))
@@ -152,37 +192,7 @@ fn main() {
         median_f64(gc_bytes) / 1024.0
     );
 
-    // 4. The keepers.
-    let started = Instant::now();
-    let mut keepers: Vec<Child> = (0..NODES).map(|n| nodes.keeper(n)).collect();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while registered(&cluster) < NODES {
-        assert!(
-            Instant::now() < deadline,
-            "{} of {NODES} keepers registered after 120 s",
-            registered(&cluster)
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    let registering = started.elapsed();
-    let rss: u64 = keepers.iter().map(|k| rss_kib(k.id())).sum();
-    // A renewal's interval is a third of the default nodeTTL (60 s): the
-    // window sees each keeper renew three times.
-    let (revision, received) = (cluster.revision(), cluster.metric(RECEIVED));
-    std::thread::sleep(IDLE);
-    let revisions = cluster.revision() - revision;
-    let received = cluster.metric(RECEIVED) - received;
-    println!(
-        "  {NODES} keepers: all registered in {:.1} s; {:.0} KiB of memory each; idle for {} s, \
-         {:.2} revisions/s (goal 0), etcd received {:.1} KiB/s",
-        registering.as_secs_f64(),
-        rss as f64 / NODES as f64,
-        IDLE.as_secs(),
-        revisions as f64 / IDLE.as_secs_f64(),
-        received / IDLE.as_secs_f64() / 1024.0
-    );
-
-    // 5. ADDs at 100,000, the keepers running: alone, then beside churn.
+    // 5. ADDs at 100,000: alone, then beside churn.
     let late = nodes.timed_adds("probe-late", TIMED);
     println!(
         "  ADD p50 / p99 of one node: with {first} attachments {:.2} / {:.2} ms; with {ATTACHMENTS} \
@@ -220,13 +230,23 @@ fn main() {
         ms(churning.0),
         ms(churning.1)
     );
-    for keeper in &keepers {
-        let _ = Command::new("kill")
-            .args(["-TERM", &keeper.id().to_string()])
-            .status();
-    }
-    for keeper in &mut keepers {
-        let _ = keeper.wait();
+    drop(keepers);
+}
+
+/// The keepers started, stopped (SIGTERM: each withdraws its
+/// registration) however the bench ends.
+struct Keepers(Vec<Child>);
+
+impl Drop for Keepers {
+    fn drop(&mut self) {
+        for keeper in &self.0 {
+            let _ = Command::new("kill")
+                .args(["-TERM", &keeper.id().to_string()])
+                .status();
+        }
+        for keeper in &mut self.0 {
+            let _ = keeper.wait();
+        }
     }
 }
 
@@ -250,7 +270,7 @@ impl Nodes {
             "dataDir": self.dir.join("notes").join(node),
             "default": "p",
             "gcGraceSeconds": 0,
-            "pools": {"p": [{"subnet": SUBNET}]},
+            "pools": {"p": [{"subnet": SUBNET}], "q": [{"subnet": WRITTEN_SUBNET}]},
         });
         json!({"cniVersion": "1.1.0", "name": "scale", "ipam": {"type": "ipam-da-pool", "pool": pool}})
             .to_string()

@@ -1,8 +1,8 @@
 //! Section 6 of the pools bench: what an ADD and a DEL on etcd cost the
 //! cluster in requests, counted by a proxy in front of a member of a
 //! 3-member cluster on loopback, and how near the ADD comes to its limit
-//! (the no-op delegate's start and one claim transaction by a bare
-//! client), side by side.
+//! (the no-op delegate's start, static against musl, and one claim
+//! transaction by a bare client), side by side.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -72,12 +72,13 @@ pub fn section(allocator: &Path, bin: &Path, work: &Path) {
     // straight to the member, as the bare claim is (the proxy only
     // counts): the no-op's start, a bare client's claim, and an ADD of a
     // node of its own.
-    let noop = crate::static_build::build_noop(work);
+    // Built against musl, as the allocator is: the cheapest start there is.
+    let noop = crate::static_build::build_noop(work, "musl-gcc");
     let direct = alone(
         &member,
         "direct",
         &work.join("notes-direct"),
-        "10.67.0.0/16",
+        "10.68.0.0/16",
     );
     add(allocator, bin, &direct, "first");
     let (mut starts, mut claims, mut direct_adds) = (Vec::new(), Vec::new(), Vec::new());

@@ -52,23 +52,24 @@ pub fn build_static() -> PathBuf {
         .join("release")
 }
 
-/// Builds fixtures/noop-delegate.c, statically linked (the cheapest
-/// delegate there is, built as C programs usually are), and installs it
-/// in `dir`: its path there.
+/// Builds fixtures/noop-delegate.c, statically linked by C compiler
+/// `cc` (`gcc`, against glibc, as C programs usually are; `musl-gcc`),
+/// and installs it in `dir`: its path there.
 #[allow(dead_code)] // The packaging tests, which share this file, need no no-op.
-pub fn build_noop(dir: &Path) -> PathBuf {
+pub fn build_noop(dir: &Path, cc: &str) -> PathBuf {
     let build = dir.join("build");
     std::fs::create_dir_all(&build).expect("build directory");
+    let name = format!("noop-delegate-{cc}");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/noop-delegate.c");
-    let built = Command::new("gcc")
+    let built = Command::new(cc)
         .args(["-O2", "-static", "-o"])
-        .arg(build.join("noop-delegate"))
+        .arg(build.join(&name))
         .arg(source)
         .status()
-        .expect("gcc runs (apt-get install gcc libc6-dev)");
-    assert!(built.success(), "gcc -O2 -static failed");
+        .unwrap_or_else(|e| panic!("{cc} runs (gcc: libc6-dev; musl-gcc: musl-tools): {e}"));
+    assert!(built.success(), "{cc} -O2 -static failed");
     // A copy, as an installation makes: see benches/overhead.rs's install.
-    let installed = dir.join("noop-delegate");
-    std::fs::copy(build.join("noop-delegate"), &installed).expect("install the no-op");
+    let installed = dir.join(&name);
+    std::fs::copy(build.join(&name), &installed).expect("install the no-op");
     installed
 }

@@ -387,6 +387,11 @@ impl<'a> Pipes<'a> {
             match sys::read_into(stderr.as_fd(), &mut self.line, READ_SIZE) {
                 Ok(0) => return self.finish_stderr(sink),
                 Ok(_) => {
+                    // A delegate that writes to stderr is read READ_SIZE at
+                    // a time from here, whatever its lines' length.
+                    if self.line.capacity() < READ_SIZE {
+                        self.line.reserve(READ_SIZE - self.line.len());
+                    }
                     let whole = match self.line.iter().rposition(|b| *b == b'\n') {
                         Some(end) => end + 1,
                         None if self.line.len() > STDERR_LINE_CAP => self.line.len(),
@@ -498,27 +503,46 @@ mod tests {
             assert_eq!(child.wait().unwrap().code(), Some(3), "asking: {asking}");
         }
     }
-    #[test]
-    fn one_wake_up_copies_a_bounded_part_of_stderr_in_whole_lines() {
-        use std::os::unix::net::UnixStream;
-        // A socket holds more than a pipe: more is there than one copy takes.
-        let (mut writer, reader) = UnixStream::pair().unwrap();
+    /// Pipes whose delegate's stderr holds lines of `length` bytes, as
+    /// many as a socket takes (more than a pipe: more than one copy
+    /// takes), read into `line`; with the writing end and what it wrote.
+    fn flooded(
+        length: usize,
+        line: Vec<u8>,
+    ) -> (Pipes<'static>, std::os::unix::net::UnixStream, usize) {
+        let (mut writer, reader) = std::os::unix::net::UnixStream::pair().unwrap();
         writer.set_nonblocking(true).unwrap();
-        let line = [&[b'x'; 999][..], b"\n"].concat();
+        let text = [&vec![b'x'; length - 1][..], b"\n"].concat();
         let mut written = 0;
-        while let Ok(n) = writer.write(&line) {
+        while let Ok(n) = writer.write(&text) {
             written += n;
         }
         reader.set_nonblocking(true).unwrap();
-        let mut pipes = Pipes {
+        let pipes = Pipes {
             input: b"",
             stdin: None,
             stdout: None,
             stderr: Some(PipeReader::from(OwnedFd::from(reader))),
             output: Vec::new(),
-            line: Vec::new(),
+            line,
             read_error: None,
         };
+        (pipes, writer, written)
+    }
+
+    #[test]
+    fn a_stderr_with_short_lines_is_read_a_pipes_worth_at_a_time() {
+        let (mut pipes, _writer, written) = flooded(100, Vec::with_capacity(STDERR_START));
+        let mut sink = Vec::new();
+        pipes.copy_stderr(&mut sink);
+        // Not STDERR_START bytes a read, as the first one was.
+        assert!(sink.len() > STDERR_READS * STDERR_START, "{}", sink.len());
+        assert!(written >= sink.len() && sink.len() % 100 == 0);
+    }
+
+    #[test]
+    fn one_wake_up_copies_a_bounded_part_of_stderr_in_whole_lines() {
+        let (mut pipes, writer, written) = flooded(1000, Vec::new());
         let mut sink = Vec::new();
         pipes.copy_stderr(&mut sink);
         let bound = STDERR_READS * READ_SIZE;
