@@ -164,7 +164,9 @@ fn an_add_retried_after_a_kill_between_post_and_reply_answers_its_one_port() {
 fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
     let neutron = shared();
     let mut net = Net::on(neutron, "late");
-    net.extra = json!({"timeout": 2});
+    // Long enough for the shared controller, busy with the other tests,
+    // to answer the calls meant to succeed (2 s was not, once, in CI).
+    net.extra = json!({"timeout": 4});
     // Through a controller that ignores list filters, so that the plugin
     // must itself pass over what looks like an orphan of the pod and is
     // not: another pod's port, another interface's, another cluster's.
@@ -248,7 +250,7 @@ fn a_late_posts_port_goes_to_the_pods_retried_sandbox_or_its_del() {
     };
     // An ADD and its undo take at most twice the timeout: until then the
     // late port may be its ADD's still, and the retry makes its own.
-    let ended = || std::thread::sleep(Duration::from_secs(7));
+    let ended = || std::thread::sleep(Duration::from_secs(11));
     late(&mut net, "c-first", "uid-1");
     assert_eq!(holders(&net), ["c-first"]);
     let retry = run(&net, "ADD", "c-second", "uid-1");
