@@ -343,7 +343,12 @@ fn main() {
     );
 
     cluster_costs(&allocator, &bin);
-    round_trips::section(&allocator, &bin, work.path());
+    round_trips::section(
+        &allocator,
+        &bin,
+        &static_bin.join("ipam-da-pool"),
+        work.path(),
+    );
 }
 
 /// Bytes etcd sends, as its metric counts them.

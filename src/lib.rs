@@ -36,6 +36,8 @@ mod secret;
 mod signals;
 mod sys;
 
+pub use sys::Arena;
+
 /// Makes the process undumpable, first thing in every binary: a root
 /// process that holds passwords and tokens leaves no core file when it
 /// aborts, and no other process of its user may read its memory.

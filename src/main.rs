@@ -24,6 +24,10 @@ const COMMAND_LINE: Program = Program {
     ..delegated::PROGRAM
 };
 
+/// A plugin call's memory, with no mapping and unmapping per allocation.
+#[global_allocator]
+static ALLOCATOR: ipam_delegated::Arena = ipam_delegated::Arena::new();
+
 fn main() -> ExitCode {
     logging::init("ipam-delegated");
     ipam_delegated::forbid_core_dumps();

@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use ipam_delegated::da_neutron::{self, PortAllocator};
 use ipam_delegated::{logging, skel};
 
+/// A plugin call's memory, with no mapping and unmapping per allocation.
+#[global_allocator]
+static ALLOCATOR: ipam_delegated::Arena = ipam_delegated::Arena::new();
+
 fn main() -> ExitCode {
     logging::init("ipam-da-neutron");
     ipam_delegated::forbid_core_dumps();

@@ -8,6 +8,10 @@ use std::process::ExitCode;
 use ipam_delegated::da_pool::{self, Allocator};
 use ipam_delegated::{logging, skel};
 
+/// A plugin call's memory, with no mapping and unmapping per allocation.
+#[global_allocator]
+static ALLOCATOR: ipam_delegated::Arena = ipam_delegated::Arena::new();
+
 fn main() -> ExitCode {
     logging::init("ipam-da-pool");
     ipam_delegated::forbid_core_dumps();

@@ -4,13 +4,16 @@
 //! and reaping a delegate's process, reading into a buffer's spare room;
 //! starting a delegate (`spawn`), and the calls relative to a directory
 //! descriptor and the file locks records are kept under (`at`); core dumps
-//! forbidden; a TCP connection started without waiting (`net`).
+//! forbidden; a TCP connection started without waiting (`net`); the
+//! binaries' memory allocator (`arena`).
 #![allow(unsafe_code)]
 
+mod arena;
 mod at;
 mod net;
 mod spawn;
 
+pub use arena::Arena;
 pub use at::{
     exists_at, linkat, mkdirat, openat, readlinkat, renameat, symlinkat, try_flock, unlinkat, Lock,
 };
