@@ -109,11 +109,12 @@ unsafe impl GlobalAlloc for Arena {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let block = self.alloc(layout);
-        // Arena memory may have been handed out and given back before.
-        if !block.is_null() && self.offset(block).is_some() {
-            std::ptr::write_bytes(block, 0, layout.size());
+        let block = self.bump(layout);
+        if block.is_null() {
+            return System.alloc_zeroed(layout);
         }
+        // Arena memory may have been handed out and given back before.
+        std::ptr::write_bytes(block, 0, layout.size());
         block
     }
 
@@ -194,6 +195,27 @@ mod tests {
             assert!(std::slice::from_raw_parts(zeroed, 64)
                 .iter()
                 .all(|b| *b == 0));
+        }
+    }
+
+    #[test]
+    fn memory_from_the_system_is_zeroed_when_asked_too() {
+        static ARENA_: Arena = Arena::new();
+        // SAFETY: each block is used within the layout it was asked with,
+        // and given back with it.
+        unsafe {
+            let all = ARENA_.alloc(layout(ARENA, 1));
+            assert!(ARENA_.offset(all).is_some());
+            // The system's allocator hands a block freed back out.
+            let dirty = ARENA_.alloc(layout(4096, 8));
+            assert!(ARENA_.offset(dirty).is_none());
+            dirty.write_bytes(0xff, 4096);
+            ARENA_.dealloc(dirty, layout(4096, 8));
+            let zeroed = ARENA_.alloc_zeroed(layout(4096, 8));
+            assert!(std::slice::from_raw_parts(zeroed, 4096)
+                .iter()
+                .all(|b| *b == 0));
+            ARENA_.dealloc(zeroed, layout(4096, 8));
         }
     }
 
