@@ -377,6 +377,18 @@ impl Dir {
         }
     }
 
+    /// How long ago entry `name` (a link, unfollowed) was last changed, by
+    /// this machine's clock: `None` if there is no such entry, or it was
+    /// changed in the future.
+    pub fn age(&self, name: &str) -> io::Result<Option<std::time::Duration>> {
+        let changed = match fs::symlink_metadata(self.path.join(name)) {
+            Ok(meta) => meta.modified()?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(changed.elapsed().ok())
+    }
+
     /// The names in this directory but dot-files (temporary files, by
     /// this module's naming), read through the descriptor, so that it is
     /// this very directory's.

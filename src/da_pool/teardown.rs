@@ -2,6 +2,8 @@
 //! attachments hold. They read only where the records are, so that a
 //! mistake in a pool never stops a teardown.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::clock;
@@ -122,15 +124,19 @@ pub(super) fn gc(
                 .any(|(id, ifname)| *id == h.owner.id && *ifname == h.owner.ifname)
     };
     // This node's records only, read without every other node's.
-    for allocation in store
-        .allocations_of(&settings.node)?
-        .into_iter()
-        .filter(stale)
-    {
+    let live = store.allocations_of(&settings.node)?;
+    for allocation in live.iter().filter(|a| stale(a)) {
         // A record that changed meanwhile is a new ADD's: the next GC
         // judges it. A workload's addresses stay held by its hold.
-        store.release(&allocation)?;
+        store.release(allocation)?;
     }
+    // Notes of attachments released elsewhere (those released here were
+    // forgotten as they went), as old as the grace.
+    store.forget_notes_except(
+        &settings.node,
+        &live,
+        Duration::from_secs(settings.gc_grace),
+    );
     // Holds are left alone until their time is up; then they are no more.
     sweep_ended_holds(store)?;
     Ok(())

@@ -306,3 +306,65 @@ fn in_a_pool_held_all_but_every_tenth_address_a_page_read_once_guesses_the_next_
     distinct.dedup();
     assert_eq!(distinct.len(), given.len(), "{given:?}");
 }
+
+/// The names of the node's notes of claims under `notes`, read from the
+/// directory itself.
+fn claim_notes(notes: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for node in std::fs::read_dir(notes.join("etcd")).unwrap() {
+        for entry in std::fs::read_dir(node.unwrap().path()).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.starts_with("claim-") {
+                found.push(name);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn notes_of_attachments_released_elsewhere_go_at_a_gc_once_as_old_as_its_grace() {
+    let cluster = Cluster::start(1, None);
+    let proxy = Counting::to(&cluster.endpoints()[0]);
+    let notes = temp_dir("trips-gc");
+    let store = |data: Option<&Path>, grace: u64| {
+        let mut store = json!({
+            "etcd": {"endpoints": [proxy.endpoint()], "prefix": PREFIX, "timeout": 5},
+        });
+        if let Some(data) = data {
+            store["dataDir"] = json!(data);
+        }
+        operating::pods(&store, "node-a", json!({"gcGraceSeconds": grace}))
+    };
+    let (node, young) = (store(Some(notes.path()), 0), store(Some(notes.path()), 60));
+    for id in ["c1", "c2", "c3"] {
+        add(&node, id, "");
+    }
+    let noted = ["claim-c1:eth0", "claim-c2:eth0", "claim-c3:eth0"];
+    assert_eq!(claim_notes(notes.path()), noted);
+    // Released where the node's notes are not: the node's DEL never
+    // comes, and the notes would stay.
+    let elsewhere = store(None, 0);
+    del(&elsewhere, "c1");
+    del(&elsewhere, "c2");
+    assert_eq!(attachments(&cluster).len(), 1);
+    assert_eq!(claim_notes(notes.path()), noted);
+    let gc = |config: &str| {
+        let mut gc: Value = serde_json::from_str(config).unwrap();
+        gc["cni.dev/valid-attachments"] = json!([{"containerID": "c3", "ifname": "eth0"}]);
+        cni("GC", &gc.to_string(), "", "").assert_silent_success();
+    };
+    // Younger than the grace, a note may be an ADD's that finished after
+    // the store was read: it stays.
+    gc(&young);
+    assert_eq!(claim_notes(notes.path()), noted);
+    // As old as the grace, those of attachments the store no longer holds
+    // go; the live attachment's stays, and its DEL is still one request.
+    gc(&node);
+    assert_eq!(claim_notes(notes.path()), ["claim-c3:eth0"]);
+    assert_eq!(counted(&proxy, || del(&node, "c3")), 1);
+    assert!(claim_notes(notes.path()).is_empty());
+    assert!(holders(&cluster).is_empty());
+}

@@ -15,6 +15,7 @@ pub mod records;
 use std::cell::OnceCell;
 use std::path::Path;
 use std::rc::Rc;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -110,6 +111,14 @@ pub trait Store {
     fn noted(&self, _owner: &Owner) -> Option<Allocation> {
         None
     }
+
+    /// Forgets `node`'s notes of claims at least `older_than` old whose
+    /// attachments are not among `live`, the node's as the store holds
+    /// them: released where the node's notes are not (an operator's
+    /// `release` on another machine, a migration, a rebuilt store), they
+    /// would otherwise stay on disk for good. A younger note may be an
+    /// ADD's that finished after `live` was read.
+    fn forget_notes_except(&self, _node: &str, _live: &[Allocation], _older_than: Duration) {}
 
     /// Records that `owner` holds `held` (an address of each pool), all of
     /// it or none: `Ok(false)`, and nothing changed, if an address was

@@ -36,6 +36,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -426,6 +427,11 @@ impl Store for EtcdStore {
 
     fn noted(&self, owner: &Owner) -> Option<Allocation> {
         self.notes.claimed(owner)
+    }
+
+    fn forget_notes_except(&self, node: &str, live: &[Allocation], older_than: Duration) {
+        let owners: Vec<&Owner> = live.iter().map(|a| &a.owner).collect();
+        self.notes.forget_except(node, &owners, older_than);
     }
 
     fn release(&self, allocation: &Allocation) -> Result<bool, PoolError> {

@@ -8,8 +8,9 @@
 //! written is not an error.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -137,6 +138,21 @@ impl Notes {
         if let Some(name) = claim_name(owner) {
             self.with_dir(&owner.node, false, |dir| dir.remove(&name));
         }
+    }
+
+    /// Forgets node `node`'s notes of claims at least `older_than` old,
+    /// but those of `live`'s attachments.
+    pub fn forget_except(&self, node: &str, live: &[&Owner], older_than: Duration) {
+        let kept: HashSet<String> = live.iter().filter_map(|owner| claim_name(owner)).collect();
+        self.with_dir(node, false, |dir| {
+            for name in dir.names()? {
+                let stale = name.starts_with("claim-") && !kept.contains(&name);
+                if stale && dir.age(&name)?.is_some_and(|age| age >= older_than) {
+                    dir.remove(&name)?;
+                }
+            }
+            Ok(())
+        });
     }
 
     /// `work` on node `node`'s directory (made first if `make`); `None`
