@@ -4,10 +4,12 @@
 //! the test process die first). Keys are read and written through the
 //! members' JSON gateway.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -74,15 +76,28 @@ pub struct Cluster {
     flags: Vec<String>,
 }
 
-/// Ports nothing listens on now, each different.
+/// Ports nothing listens on now, each different, and none handed out
+/// before in this process: the kernel may hand a port freed here to the
+/// next caller, and two tests' clusters started at once on one port would
+/// share the first one's members (the second's fail to listen, and its
+/// health check is answered by the first's).
 fn free_ports(count: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // Held until every port is chosen, so that none comes twice.
+    let mut listeners = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < count {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if given.insert(port) {
+            ports.push(port);
+        }
+        listeners.push(listener);
+    }
+    ports
 }
 
 impl Cluster {
