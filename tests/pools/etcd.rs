@@ -955,3 +955,36 @@ fn an_add_stalled_at_any_write_to_etcd_answers_its_claim_or_leaves_nothing() {
         assert_eq!(addresses, attachments, "write {n}: {left:?}");
     }
 }
+
+#[test]
+#[ignore = "needs etcd-server"]
+fn an_ended_hold_gives_back_only_the_records_that_still_name_its_workload() {
+    let cluster = Cluster::start(1, None);
+    let config = operating::pods(
+        &operating::on_etcd(&cluster),
+        "node-a",
+        operating::sticky("1s"),
+    );
+    let kept = operating::add(&config, "w1", &operating::pod("db/pg-0", None));
+    operating::del(&config, "w1");
+    // The workload's hold keeps the address, whose record is made
+    // another's meanwhile (as a restore from an older backup leaves it).
+    let octets: Vec<String> = kept.split('.').map(|o| format!("{o:0>3}")).collect();
+    let key = format!(
+        "{}/networks/pods/addresses/{}",
+        operating::PREFIX,
+        octets.join(".")
+    );
+    let another = json!({"containerID": "c9", "ifname": "eth0", "node": "node-b",
+        "pool": "pods", "since": 1})
+    .to_string();
+    cluster.put(&key, &another);
+    // Its time up, GC ends the hold: it gives back what names the
+    // workload, and nothing of another's.
+    std::thread::sleep(Duration::from_millis(2_100));
+    let mut gc: Value = serde_json::from_str(&config).unwrap();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    operating::cni("GC", &gc.to_string(), "", "").assert_silent_success();
+    assert_eq!(operating::holders(&cluster), Vec::<String>::new());
+    assert_eq!(cluster.values(&key), [(key.clone(), another)]);
+}
