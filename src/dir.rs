@@ -378,15 +378,11 @@ impl Dir {
     }
 
     /// How long ago entry `name` (a link, unfollowed) was last changed, by
-    /// this machine's clock: `None` if there is no such entry, or it was
-    /// changed in the future.
-    pub fn age(&self, name: &str) -> io::Result<Option<std::time::Duration>> {
-        let changed = match fs::symlink_metadata(self.path.join(name)) {
-            Ok(meta) => meta.modified()?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        Ok(changed.elapsed().ok())
+    /// this machine's clock; none at all if that is in the future (the
+    /// clock was set back).
+    pub fn age(&self, name: &str) -> io::Result<std::time::Duration> {
+        let changed = fs::symlink_metadata(self.path.join(name))?.modified()?;
+        Ok(changed.elapsed().unwrap_or_default())
     }
 
     /// The names in this directory but dot-files (temporary files, by

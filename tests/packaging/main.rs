@@ -1,7 +1,7 @@
-//! What ships: the static plugin's size, the release archive, the image
-//! and its installer, every binary's command line and manual page, the
-//! release notes, and documentation whose every relative link and anchor
-//! resolves.
+//! What ships: the static plugin's size and what its processes map, the
+//! release archive, the image and its installer, every binary's command
+//! line and manual page, the release notes, and documentation whose every
+//! relative link and anchor resolves.
 
 // The harness every test binary and the pools bench share: each uses
 // the part it needs.
@@ -19,6 +19,7 @@ mod image;
 mod install;
 mod kubernetes;
 mod links;
+mod memory;
 mod release;
 mod size;
 mod units;

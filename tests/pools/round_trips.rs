@@ -338,7 +338,7 @@ fn notes_of_attachments_released_elsewhere_go_at_a_gc_once_as_old_as_its_grace()
         }
         operating::pods(&store, "node-a", json!({"gcGraceSeconds": grace}))
     };
-    let (node, young) = (store(Some(notes.path()), 0), store(Some(notes.path()), 60));
+    let (node, young) = (store(Some(notes.path()), 1), store(Some(notes.path()), 60));
     for id in ["c1", "c2", "c3"] {
         add(&node, id, "");
     }
@@ -362,6 +362,7 @@ fn notes_of_attachments_released_elsewhere_go_at_a_gc_once_as_old_as_its_grace()
     assert_eq!(claim_notes(notes.path()), noted);
     // As old as the grace, those of attachments the store no longer holds
     // go; the live attachment's stays, and its DEL is still one request.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
     gc(&node);
     assert_eq!(claim_notes(notes.path()), ["claim-c3:eth0"]);
     assert_eq!(counted(&proxy, || del(&node, "c3")), 1);

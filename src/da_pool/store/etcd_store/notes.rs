@@ -147,7 +147,8 @@ impl Notes {
         self.with_dir(node, false, |dir| {
             for name in dir.names()? {
                 let stale = name.starts_with("claim-") && !kept.contains(&name);
-                if stale && dir.age(&name)?.is_some_and(|age| age >= older_than) {
+                // One gone meanwhile (its DEL forgot it) has no age.
+                if stale && dir.age(&name).is_ok_and(|age| age >= older_than) {
                     dir.remove(&name)?;
                 }
             }
