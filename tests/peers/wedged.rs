@@ -392,9 +392,13 @@ fn one_wedged_member_of_three_is_passed_over_and_the_keeper_keeps_its_lease() {
             let out = run(ALLOCATOR, &env("ADD", &id), &config(ipam.clone(), "ADD"));
             if out.outcome.status.success() {
                 added += 1;
+                // The timeout is per request: one begun during the election
+                // may spend it on its claim, and again on finding out whether
+                // that claim landed, before the new leader answers the retry.
+                let bound = if electing { 3 * 4 + 1 } else { 4 + 1 };
                 assert!(
-                    out.took < Duration::from_secs(4 + 1),
-                    "{what}: {:?}",
+                    out.took < Duration::from_secs(bound),
+                    "{what} (electing: {electing}): {:?}",
                     out.took
                 );
                 run(ALLOCATOR, &env("DEL", &id), &config(ipam.clone(), "DEL"))
