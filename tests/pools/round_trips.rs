@@ -163,14 +163,19 @@ fn a_fence_a_repeated_add_and_an_exhausted_pool_are_answered_as_ever() {
     let notes = temp_dir("trips-fence");
     let config = pods(&proxy, "node-a", notes.path());
     let first = add(&config, "c0", "");
-    // Repeated: the same answer, from the attachment the claim found.
-    assert_eq!(add(&config, "c0", ""), first);
+    // Repeated: the same answer, from the attachment the failed claim
+    // found: the claim, then the attachment's read and its address's,
+    // and no other claim.
+    let repeated = counted(&proxy, || assert_eq!(add(&config, "c0", ""), first));
+    assert_eq!(repeated, 3);
     assert_eq!(holders(&cluster).len(), 1);
     // Fenced after the node guessed: the claim meets the fence.
     let fence = json!({"at": 1_700_000_000u64});
     cluster.put(&format!("{PREFIX}/nodes/node-a/fenced"), &fence.to_string());
     let error = cni("ADD", &config, "c1", "").assert_error(50);
     assert!(error["msg"].as_str().unwrap().contains("fenced"), "{error}");
+    // An ADD repeated answers what the attachment holds, fenced or not.
+    assert_eq!(add(&config, "c0", ""), first);
     cluster.etcdctl(&["del", &format!("{PREFIX}/nodes/node-a/fenced")]);
     // .2 to .14: 13 addresses, one held.
     for n in 1..13 {

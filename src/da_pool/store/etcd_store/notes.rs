@@ -214,3 +214,26 @@ fn claim_name(owner: &Owner) -> Option<String> {
     let fits = name.len() < 200 && !name.starts_with('.') && !name.contains('/');
     fits.then(|| format!("claim-{name}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guess_of(address: &str) -> Guess {
+        Guess {
+            next: vec![Addr::new(address.parse().unwrap())],
+            shared: None,
+        }
+    }
+
+    #[test]
+    fn each_pool_keeps_its_own_guess() {
+        let dir = tempfile::tempdir().unwrap();
+        let notes = Notes::new(Some(dir.path()), "cluster", "pods");
+        notes.note_guess("node-a", "v4", guess_of("10.70.0.3"));
+        notes.note_guess("node-a", "v6", guess_of("fd00::3"));
+        assert_eq!(notes.guess("node-a", "v4"), Some(guess_of("10.70.0.3")));
+        assert_eq!(notes.guess("node-a", "v6"), Some(guess_of("fd00::3")));
+        assert_eq!(notes.guess("node-b", "v4"), None);
+    }
+}
