@@ -227,6 +227,27 @@ mod tests {
     }
 
     #[test]
+    fn an_attachment_whose_name_cannot_be_a_file_in_the_notes_has_no_note() {
+        // Owners also come from records in etcd, which anyone with write
+        // access there may have made: none may name a path out of the
+        // node's directory, or a temporary file.
+        let owner = |id: &str| Owner {
+            id: id.into(),
+            ifname: "eth0".into(),
+            node: "node-a".into(),
+            workload: None,
+        };
+        assert_eq!(claim_name(&owner("c1")).as_deref(), Some("claim-c1:eth0"));
+        for id in ["../../etc/x", "a/b", ".hidden", &"c".repeat(200)] {
+            assert_eq!(claim_name(&owner(id)), None, "{id}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let notes = Notes::new(Some(dir.path()), "cluster", "pods");
+        notes.note_claim(&owner("a/b"), b"{}", 7);
+        assert_eq!(notes.claimed(&owner("a/b")), None);
+    }
+
+    #[test]
     fn each_pool_keeps_its_own_guess() {
         let dir = tempfile::tempdir().unwrap();
         let notes = Notes::new(Some(dir.path()), "cluster", "pods");
