@@ -18,6 +18,7 @@
 //! - a used port is deleted, never pooled again.
 
 pub mod handout;
+mod heartbeat;
 pub mod keeper;
 pub mod ledger;
 
