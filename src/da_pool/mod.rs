@@ -15,6 +15,7 @@ mod add;
 mod cli;
 mod clock;
 mod cluster;
+mod counts;
 mod definitions;
 mod error;
 mod predicted;
