@@ -7,7 +7,50 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::cni::Reportable;
+use crate::da_pool::error::PoolError;
+
+/// Where each network's counts are left unless `ipam.pool.counts` says:
+/// on a tmpfs, so that a count costs no disk write, and the totals start
+/// again at boot, as a Prometheus counter may.
+pub const DEFAULT_DIR: &str = "/run/ipam-da-pool/counts";
+
+/// Leaves the count of `command` on network `network`, begun at
+/// `started`, in `dir`'s file of the network (made if need be). A count
+/// that cannot be left is logged, never the command's failure.
+pub fn record<T>(
+    dir: Option<&Path>,
+    network: &str,
+    command: &'static str,
+    started: Instant,
+    outcome: &Result<T, PoolError>,
+) {
+    let Some(dir) = dir else {
+        return;
+    };
+    let (requests, failures) = crate::etcd::requests();
+    let counted = Counted {
+        command,
+        code: outcome.as_ref().map_or_else(|e| e.code(), |_| 0),
+        took: started.elapsed(),
+        requests,
+        failures,
+    };
+    // The network's name is an identifier (the CNI layer checked it).
+    let file = dir.join(network);
+    let appended = append(&file, &counted).or_else(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            append(&file, &counted)
+        }
+        _ => Err(e),
+    });
+    if let Err(e) = appended {
+        tracing::debug!("no count left in {}: {e}", file.display());
+    }
+}
 
 /// The first word of every line: a line of another layout is skipped,
 /// never misread.

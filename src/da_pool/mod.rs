@@ -30,6 +30,8 @@ mod teardown;
 mod testing;
 
 use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
 
 use crate::cni::{Environment, NetConf};
 use crate::pools;
@@ -60,58 +62,103 @@ impl Plugin for Allocator {
         net: NetConf,
         stdout: &mut dyn Write,
     ) -> Result<(), PoolError> {
-        let settings = Settings::from_net(&net)?;
-        let asked = pools::requested_by_runtime(env, &net)?;
-        let store = Stores::new(&settings.store).create(&net.name, durable(env))?;
-        let owner = Owner {
-            workload: settings::workload(env, &settings),
-            ..owner(env, &settings)
-        };
-        let result = add(&*store, &net, &settings, &owner, &asked)?;
-        Ok(skel::write_reply(stdout, &result)?)
+        let started = Instant::now();
+        let settings = Settings::from_net(&net);
+        let dir = counts_dir(&settings);
+        let outcome = settings.and_then(|settings| {
+            let settings = &settings;
+            let asked = pools::requested_by_runtime(env, &net)?;
+            let store = Stores::new(&settings.store).create(&net.name, durable(env))?;
+            let owner = Owner {
+                workload: settings::workload(env, settings),
+                ..owner(env, settings)
+            };
+            let result = add(&*store, &net, settings, &owner, &asked)?;
+            Ok(skel::write_reply(stdout, &result)?)
+        });
+        counts::record(dir.as_deref(), &net.name, "ADD", started, &outcome);
+        outcome
     }
 
     /// Reads only where the records are: a mistake in a pool must never
     /// stop a teardown.
     fn del(&self, env: &Environment, net: NetConf) -> Result<(), PoolError> {
-        let settings = Settings::store_only(&net)?;
-        let access = match durable(env) {
-            true => Access::Durable,
-            false => Access::Locked,
-        };
-        match Stores::new(&settings.store).existing(&net.name, access)? {
-            Some(store) => del(&*store, &owner(env, &settings)),
-            None => Ok(()),
-        }
+        let started = Instant::now();
+        let settings = Settings::store_only(&net);
+        let dir = counts_dir(&settings);
+        let outcome = settings.and_then(|settings| {
+            let settings = &settings;
+            let access = match durable(env) {
+                true => Access::Durable,
+                false => Access::Locked,
+            };
+            match Stores::new(&settings.store).existing(&net.name, access)? {
+                Some(store) => del(&*store, &owner(env, settings)),
+                None => Ok(()),
+            }
+        });
+        counts::record(dir.as_deref(), &net.name, "DEL", started, &outcome);
+        outcome
     }
 
     fn check(&self, env: &Environment, net: NetConf) -> Result<(), PoolError> {
-        let settings = Settings::store_only(&net)?;
-        let owner = owner(env, &settings);
-        match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
-            Some(store) => check(&*store, &net, &owner),
-            None => Err(nothing_held(&owner)),
-        }
+        let started = Instant::now();
+        let settings = Settings::store_only(&net);
+        let dir = counts_dir(&settings);
+        let outcome = settings.and_then(|settings| {
+            let settings = &settings;
+            let owner = owner(env, settings);
+            match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
+                Some(store) => check(&*store, &net, &owner),
+                None => Err(nothing_held(&owner)),
+            }
+        });
+        counts::record(dir.as_deref(), &net.name, "CHECK", started, &outcome);
+        outcome
     }
 
     fn gc(&self, _env: &Environment, net: NetConf) -> Result<(), PoolError> {
-        let settings = Settings::store_only(&net)?;
-        let valid = pools::valid_attachments(&net)?;
-        match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
-            Some(store) => gc(&*store, &valid, &settings),
-            None => Ok(()),
-        }
+        let started = Instant::now();
+        let settings = Settings::store_only(&net);
+        let dir = counts_dir(&settings);
+        let outcome = settings.and_then(|settings| {
+            let settings = &settings;
+            let valid = pools::valid_attachments(&net)?;
+            match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
+                Some(store) => gc(&*store, &valid, settings),
+                None => Ok(()),
+            }
+        });
+        counts::record(dir.as_deref(), &net.name, "GC", started, &outcome);
+        outcome
     }
 
     fn status(&self, _env: &Environment, net: NetConf) -> Result<(), PoolError> {
-        let settings = Settings::from_net(&net)?;
-        let not_available = |e: PoolError| PoolError::NotAvailable(e.to_string());
-        let opened = Stores::new(&settings.store).existing(&net.name, Access::Locked);
-        match opened.map_err(not_available)? {
-            Some(store) => status(&*store, &settings),
-            // A local store with no records: every pool is free.
-            None => Ok(()),
-        }
+        let started = Instant::now();
+        let settings = Settings::from_net(&net);
+        let dir = counts_dir(&settings);
+        let outcome = settings.and_then(|settings| {
+            let settings = &settings;
+            let not_available = |e: PoolError| PoolError::NotAvailable(e.to_string());
+            let opened = Stores::new(&settings.store).existing(&net.name, Access::Locked);
+            match opened.map_err(not_available)? {
+                Some(store) => status(&*store, settings),
+                // A local store with no records: every pool is free.
+                None => Ok(()),
+            }
+        });
+        counts::record(dir.as_deref(), &net.name, "STATUS", started, &outcome);
+        outcome
+    }
+}
+
+/// Where a command's count goes: where `settings` say, or the default
+/// place where they could not be read (a configuration's error counts
+/// too).
+fn counts_dir(settings: &Result<Settings, PoolError>) -> Option<PathBuf> {
+    match settings {
+        Ok(settings) => settings.counts.clone(),
+        Err(_) => Some(counts::DEFAULT_DIR.into()),
     }
 }
 

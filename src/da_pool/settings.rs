@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use crate::cni::{self, Environment, NetConf};
+use crate::da_pool::counts;
 use crate::da_pool::error::PoolError;
 use crate::etcd::EtcdSettings;
 use crate::node_name;
 use crate::pools::{self, Pool};
 
 /// The keys of `ipam.pool`.
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 12] = [
     "pools",
     "default",
     "routes",
@@ -27,6 +28,7 @@ const KEYS: [&str; 11] = [
     "sticky",
     "stickyFor",
     "nodeTTL",
+    "counts",
 ];
 
 /// Where the local store keeps its files unless `ipam.pool.dataDir` says.
@@ -98,6 +100,9 @@ pub struct Settings {
     /// `nodeTTL`: how long, in seconds, the node's registration outlives
     /// its keeper's last renewal.
     pub node_ttl: u64,
+    /// `counts`: the directory where each command leaves its count for
+    /// the node's metrics; `None` where counting is off (`false`).
+    pub counts: Option<PathBuf>,
 }
 
 impl Settings {
@@ -281,6 +286,16 @@ impl Settings {
                 ))
             })?,
         };
+        let counts = match pool.get("counts") {
+            None => Some(PathBuf::from(counts::DEFAULT_DIR)),
+            Some(Value::Bool(false)) => None,
+            Some(Value::String(dir)) if dir.starts_with('/') => Some(dir.into()),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "\"ipam.pool.counts\" must be an absolute directory, or false, not {other}"
+                )))
+            }
+        };
         Ok(Settings {
             pools: Vec::new(),
             default: Vec::new(),
@@ -290,6 +305,7 @@ impl Settings {
             gc_grace,
             sticky: None,
             node_ttl: DEFAULT_NODE_TTL_SECONDS,
+            counts,
         })
     }
 

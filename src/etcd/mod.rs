@@ -12,6 +12,7 @@ mod txn;
 mod wire;
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,6 +123,20 @@ const PREFIX_PAGE: usize = 4096;
 /// The most pages [`EtcdClient::with_prefix`] reads: 4 million keys, 30
 /// times a 90 %-full /16.
 const PREFIX_PAGES: usize = 1024;
+
+/// This process's tries of a request to a member, and those that failed
+/// (unreached, out of time, refused): what its command leaves for the
+/// node's metrics.
+static TRIED: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// This process's tries of a request to etcd so far, and how many failed.
+pub fn requests() -> (u64, u64) {
+    (
+        TRIED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed),
+    )
+}
 
 /// How long a call waits before it tries every endpoint again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
@@ -466,7 +481,12 @@ impl EtcdClient {
                 // the rest.
                 let share = (self.settings.timeout / 4).max(MIN_TRY);
                 let try_deadline = deadline.min(Instant::now() + share);
-                match self.call_one(index, path, token, body, try_deadline) {
+                let tried = self.call_one(index, path, token, body, try_deadline);
+                TRIED.fetch_add(1, Ordering::Relaxed);
+                if tried.is_err() {
+                    FAILED.fetch_add(1, Ordering::Relaxed);
+                }
+                match tried {
                     // Running out of time says less than what came before
                     // it (an answer over its limit, a refusal).
                     Err(EtcdError::Unavailable { reason, .. })
