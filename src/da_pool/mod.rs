@@ -18,6 +18,7 @@ mod cluster;
 mod counts;
 mod definitions;
 mod error;
+mod metrics;
 mod predicted;
 mod result;
 mod search;

@@ -1,0 +1,211 @@
+//! The node's metrics, as its daemon serves them: the commands' counts
+//! read as the allocator's processes leave them, written in Prometheus'
+//! text format, and the endpoint that answers a scrape with the last
+//! text made, so that a scrape never waits on a store.
+
+use std::fmt::Write as _;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::counts::{Totals, BUCKETS};
+use crate::http::{self, Status};
+
+/// The text format's content type.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What a scrape's request may hold.
+const LIMITS: http::Limits = http::Limits {
+    line: 4096,
+    headers: 64,
+    body: 0,
+};
+
+/// How long a scraper may take to send its request or read the answer.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// One network's counts file, read on from where the last read ended.
+#[derive(Debug)]
+pub struct Tail {
+    /// The network.
+    pub network: String,
+    file: PathBuf,
+    offset: u64,
+    /// What its lines added up to so far.
+    pub totals: Totals,
+}
+
+impl Tail {
+    /// The counts of `network` under `dir`, none read yet.
+    pub fn new(dir: &std::path::Path, network: &str) -> Tail {
+        Tail {
+            network: network.to_owned(),
+            file: dir.join(network),
+            offset: 0,
+            totals: Totals::default(),
+        }
+    }
+
+    /// Adds what was appended since the last read. A file shorter than
+    /// what was read (made again, after a reboot or by an operator)
+    /// starts the totals again, as a Prometheus counter may.
+    pub fn read_on(&mut self) -> std::io::Result<()> {
+        let mut file = match std::fs::File::open(&self.file) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if file.metadata()?.len() < self.offset {
+            self.offset = 0;
+            self.totals = Totals::default();
+        }
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        self.offset += self.totals.fold(&bytes) as u64;
+        Ok(())
+    }
+}
+
+/// The commands' counters and latency histograms of `tails`, in the text
+/// format.
+pub fn render_counts(tails: &[Tail], out: &mut String) {
+    let _ = writeln!(
+        out,
+        "# HELP ipam_da_pool_operations_total Commands run by the allocator on this node, by CNI result code (0: success).\n# TYPE ipam_da_pool_operations_total counter"
+    );
+    for tail in tails {
+        for (command, totals) in &tail.totals.commands {
+            for (code, count) in &totals.by_code {
+                let _ = writeln!(
+                    out,
+                    "ipam_da_pool_operations_total{{network=\"{}\",command=\"{command}\",code=\"{code}\"}} {count}",
+                    tail.network
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP ipam_da_pool_operation_duration_seconds How long the allocator's commands took on this node.\n# TYPE ipam_da_pool_operation_duration_seconds histogram"
+    );
+    for tail in tails {
+        for (command, totals) in &tail.totals.commands {
+            let labels = format!("network=\"{}\",command=\"{command}\"", tail.network);
+            for (bound, count) in BUCKETS.iter().zip(totals.buckets) {
+                let _ = writeln!(
+                    out,
+                    "ipam_da_pool_operation_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
+                );
+            }
+            let all: u64 = totals.by_code.values().sum();
+            let _ = writeln!(
+                out,
+                "ipam_da_pool_operation_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {all}\nipam_da_pool_operation_duration_seconds_sum{{{labels}}} {}\nipam_da_pool_operation_duration_seconds_count{{{labels}}} {all}",
+                totals.seconds
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP ipam_da_pool_etcd_requests_total Requests the allocator's commands made to etcd on this node.\n# TYPE ipam_da_pool_etcd_requests_total counter\n# HELP ipam_da_pool_etcd_request_failures_total Requests to etcd that failed: unreached, out of time or refused.\n# TYPE ipam_da_pool_etcd_request_failures_total counter"
+    );
+    for tail in tails {
+        let _ = writeln!(
+            out,
+            "ipam_da_pool_etcd_requests_total{{network=\"{0}\"}} {1}\nipam_da_pool_etcd_request_failures_total{{network=\"{0}\"}} {2}",
+            tail.network, tail.totals.requests, tail.totals.failures
+        );
+    }
+}
+
+/// Answers every scrape on `listener` with the text `latest` holds, one
+/// connection at a time: the text is made elsewhere, so an answer never
+/// waits on a store, and a scraper that stalls is cut off at
+/// [`PATIENCE`].
+pub fn serve(listener: &TcpListener, latest: &Arc<Mutex<String>>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else {
+            continue;
+        };
+        let _ = stream.set_read_timeout(Some(PATIENCE));
+        let _ = stream.set_write_timeout(Some(PATIENCE));
+        let Ok(mut writer) = stream.try_clone() else {
+            continue;
+        };
+        let mut reader = BufReader::new(stream);
+        let Ok(Some(request)) = http::read_request(&mut reader, LIMITS) else {
+            continue;
+        };
+        let (status, body) = match (request.method.as_str(), request.path.as_str()) {
+            ("GET", "/metrics") => (Status::Ok, latest_text(latest)),
+            _ => (Status::NotFound, "only GET /metrics is served\n".to_owned()),
+        };
+        let _ = http::write_response(&mut writer, status, CONTENT_TYPE, body.as_bytes(), true);
+    }
+}
+
+/// The text last made; a collector that panicked while holding it left
+/// a whole text all the same, since it swaps in a finished one.
+fn latest_text(latest: &Mutex<String>) -> String {
+    match latest.lock() {
+        Ok(text) => text.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::da_pool::counts::{append, Counted};
+
+    fn counted(command: &'static str, code: u32) -> Counted {
+        Counted {
+            command,
+            code,
+            took: Duration::from_millis(3),
+            requests: 1,
+            failures: 0,
+        }
+    }
+
+    #[test]
+    fn a_tail_reads_on_from_where_it_stopped_and_starts_again_on_a_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tail = Tail::new(dir.path(), "pods");
+        tail.read_on().unwrap();
+        assert_eq!(tail.totals, Totals::default());
+        append(&dir.path().join("pods"), &counted("ADD", 0)).unwrap();
+        tail.read_on().unwrap();
+        append(&dir.path().join("pods"), &counted("ADD", 110)).unwrap();
+        tail.read_on().unwrap();
+        let adds = &tail.totals.commands["ADD"].by_code;
+        assert_eq!((adds[&0], adds[&110]), (1, 1));
+        std::fs::remove_file(dir.path().join("pods")).unwrap();
+        append(&dir.path().join("pods"), &counted("DEL", 0)).unwrap();
+        tail.read_on().unwrap();
+        assert_eq!(tail.totals.commands.keys().collect::<Vec<_>>(), ["DEL"]);
+    }
+
+    #[test]
+    fn counts_are_written_as_counters_and_a_histogram_per_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tail = Tail::new(dir.path(), "pods");
+        append(&dir.path().join("pods"), &counted("ADD", 0)).unwrap();
+        append(&dir.path().join("pods"), &counted("ADD", 110)).unwrap();
+        tail.read_on().unwrap();
+        let mut text = String::new();
+        render_counts(&[tail], &mut text);
+        for line in [
+            "ipam_da_pool_operations_total{network=\"pods\",command=\"ADD\",code=\"110\"} 1",
+            "ipam_da_pool_operation_duration_seconds_bucket{network=\"pods\",command=\"ADD\",le=\"0.002\"} 0",
+            "ipam_da_pool_operation_duration_seconds_bucket{network=\"pods\",command=\"ADD\",le=\"0.005\"} 2",
+            "ipam_da_pool_operation_duration_seconds_count{network=\"pods\",command=\"ADD\"} 2",
+            "ipam_da_pool_etcd_requests_total{network=\"pods\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+    }
+}
