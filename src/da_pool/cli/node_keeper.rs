@@ -1,12 +1,16 @@
 //! `ipam-da-pool node-keeper`: keeps this node registered in the etcd
 //! cluster its configuration names, until asked to stop.
 
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::{cluster_of, finish, read_network};
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::cluster::keeper;
 use crate::da_pool::error::PoolError;
+use crate::da_pool::metrics::{self, Tail};
 use crate::da_pool::settings::invalid;
 use crate::da_pool::store::Stores;
 use crate::node_name;
@@ -14,9 +18,10 @@ use crate::node_name;
 /// `node-keeper`.
 pub(super) const VERB: Verb = Verb {
     name: "node-keeper",
-    synopsis: "--config PATH [--network NAME] [--node-name NAME [--node-name-file FILE]]",
+    synopsis: "--config PATH [--network NAME] [--node-name NAME [--node-name-file FILE]] [--metrics-listen ADDRESS:PORT]",
     options: &[
         Opt::value("--config"),
+        Opt::value("--metrics-listen"),
         Opt::value("--network"),
         Opt::value("--node-name"),
         Opt::value("--node-name-file"),
@@ -36,7 +41,12 @@ is on its own lease, and exits 0. Logs to stderr. With --node-name, first
 pins NAME as `ipam-delegated install --node-name` does (in
 /var/lib/cni/ipam-da-pool/node-name, or FILE), so that a keeper
 started before the installer takes the node's name from the same
-source: a different name pinned already is refused.
+source: a different name pinned already is refused. With
+--metrics-listen, serves the node's metrics at
+http://ADDRESS:PORT/metrics (Prometheus' text format): the
+allocator's commands counted on this node (ipam.pool.counts). On
+a local store there is nothing to register, and the keeper runs
+for its metrics alone.
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
@@ -48,11 +58,20 @@ struct Keeper {
     network: Option<String>,
     /// The name to pin first, and where.
     node_name: Option<(String, PathBuf)>,
+    /// Where to serve the node's metrics.
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn options(given: &Options) -> Result<Keeper, String> {
     let node_name = node_name::given(given)?;
+    let metrics_listen = match given.value("--metrics-listen") {
+        Some(address) => Some(address.parse().map_err(|e| {
+            format!("--metrics-listen {address:?} is not ADDRESS:PORT (127.0.0.1:9641, [::1]:9641): {e}")
+        })?),
+        None => None,
+    };
     Ok(Keeper {
+        metrics_listen,
         config: given.path("--config").ok_or("node-keeper needs --config")?,
         network: given.value("--network").map(String::from),
         node_name,
@@ -64,7 +83,7 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
     if let Some((name, file)) = &options.node_name {
         node_name::pin(file, name)?;
     }
-    let (_, settings) = read_network(&options.config, options.network.as_deref())?;
+    let (network, settings) = read_network(&options.config, options.network.as_deref())?;
     if let Some((name, _)) = options
         .node_name
         .as_ref()
@@ -76,11 +95,32 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
             settings.node
         )));
     }
-    let client = cluster_of(
-        &Stores::new(&settings.store),
-        &options.config,
-        "node-keeper",
-    )?;
+    if let Some(address) = options.metrics_listen {
+        // Before any thread starts, so that each inherits the signals
+        // taken away from their default.
+        if let Err(e) = crate::signals::watch() {
+            eprintln!("ipam-da-pool node-keeper: SIGTERM and SIGINT will end it at once: {e}");
+        }
+        let listener = TcpListener::bind(address).map_err(|e| {
+            invalid(format!(
+                "--metrics-listen {address}: cannot listen there: {e}"
+            ))
+        })?;
+        let latest = Arc::new(Mutex::new(String::new()));
+        let served = latest.clone();
+        std::thread::spawn(move || metrics::serve(&listener, &served));
+        let counts = settings.counts.clone();
+        std::thread::spawn(move || collect(counts, &network, &latest));
+    }
+    let stores = Stores::new(&settings.store);
+    if stores.cluster()?.is_none() && options.metrics_listen.is_some() {
+        // Nothing to register: the metrics alone, until asked to stop.
+        while crate::signals::received(1).is_none() {
+            crate::signals::wait(Duration::from_secs(3600));
+        }
+        return Ok(true);
+    }
+    let client = cluster_of(&stores, &options.config, "node-keeper")?;
     keeper::keep(
         &client,
         &settings.node,
@@ -88,4 +128,27 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
         &mut std::io::stderr(),
     )?;
     Ok(true)
+}
+
+/// How often the metrics' text is made again.
+const REFRESH: Duration = Duration::from_secs(10);
+
+/// Makes the metrics' text of network `network` every [`REFRESH`], into
+/// `latest`, for ever: the counts under `counts`, if counting is on.
+fn collect(counts: Option<PathBuf>, network: &str, latest: &Mutex<String>) {
+    let mut tails: Vec<Tail> = counts.iter().map(|dir| Tail::new(dir, network)).collect();
+    loop {
+        for tail in &mut tails {
+            if let Err(e) = tail.read_on() {
+                tracing::warn!("the counts of {network} cannot be read: {e}");
+            }
+        }
+        let mut text = String::new();
+        metrics::render_counts(&tails, &mut text);
+        match latest.lock() {
+            Ok(mut held) => *held = text,
+            Err(poisoned) => *poisoned.into_inner() = text,
+        }
+        std::thread::sleep(REFRESH);
+    }
 }
