@@ -1,12 +1,13 @@
 //! `ipam-da-pool node-keeper`: keeps this node registered in the etcd
 //! cluster its configuration names, until asked to stop.
 
+use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{cluster_of, finish, read_network};
+use super::{cluster_of, finish, open_unlocked, read_network, show};
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::cluster::keeper;
 use crate::da_pool::error::PoolError;
@@ -110,7 +111,9 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
         let served = latest.clone();
         std::thread::spawn(move || metrics::serve(&listener, &served));
         let counts = settings.counts.clone();
-        std::thread::spawn(move || collect(counts, &network, &latest));
+        let config = options.config.clone();
+        let asked = options.network.clone();
+        std::thread::spawn(move || collect(&config, asked.as_deref(), counts, &network, &latest));
     }
     let stores = Stores::new(&settings.store);
     if stores.cluster()?.is_none() && options.metrics_listen.is_some() {
@@ -133,17 +136,39 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
 /// How often the metrics' text is made again.
 const REFRESH: Duration = Duration::from_secs(10);
 
-/// Makes the metrics' text of network `network` every [`REFRESH`], into
-/// `latest`, for ever: the counts under `counts`, if counting is on.
-fn collect(counts: Option<PathBuf>, network: &str, latest: &Mutex<String>) {
+/// Makes the metrics' text of network `network` (the configuration at
+/// `config`, `asked` as `--network` named it) every [`REFRESH`], into
+/// `latest`, for ever: its pools as the store shows them, whether the
+/// store answered, and the counts under `counts`, if counting is on.
+fn collect(
+    config: &Path,
+    asked: Option<&str>,
+    counts: Option<PathBuf>,
+    network: &str,
+    latest: &Mutex<String>,
+) {
     let mut tails: Vec<Tail> = counts.iter().map(|dir| Tail::new(dir, network)).collect();
     loop {
+        let mut text = String::new();
+        let up = match pools(config, asked) {
+            Ok(pools) => {
+                text.push_str(&pools);
+                1
+            }
+            Err(e) => {
+                tracing::warn!("the pools of {network} cannot be read: {e}");
+                0
+            }
+        };
+        let _ = writeln!(
+            text,
+            "# HELP ipam_da_pool_store_up Whether the store answered the last read of the pools.\n# TYPE ipam_da_pool_store_up gauge\nipam_da_pool_store_up{{network=\"{network}\"}} {up}"
+        );
         for tail in &mut tails {
             if let Err(e) = tail.read_on() {
                 tracing::warn!("the counts of {network} cannot be read: {e}");
             }
         }
-        let mut text = String::new();
         metrics::render_counts(&tails, &mut text);
         match latest.lock() {
             Ok(mut held) => *held = text,
@@ -151,4 +176,20 @@ fn collect(counts: Option<PathBuf>, network: &str, latest: &Mutex<String>) {
         }
         std::thread::sleep(REFRESH);
     }
+}
+
+/// The pools' gauges, as `show --format prometheus` prints them.
+fn pools(config: &Path, asked: Option<&str>) -> Result<String, PoolError> {
+    let opened = open_unlocked(config, asked)?;
+    let (allocations, holds) = match &opened.store {
+        Some(store) => (store.allocations()?, store.workload_holds()?),
+        None => (Vec::new(), Vec::new()),
+    };
+    let reports = show::report(
+        opened.store.as_deref(),
+        &opened.settings,
+        &allocations,
+        &holds,
+    )?;
+    Ok(show::prometheus(&opened.name, &reports))
 }
