@@ -13,7 +13,7 @@ use crate::da_pool::cluster::keeper;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::metrics::{self, Tail};
 use crate::da_pool::settings::invalid;
-use crate::da_pool::store::Stores;
+use crate::da_pool::store::{fence, Stores};
 use crate::node_name;
 
 /// `node-keeper`.
@@ -191,5 +191,16 @@ fn pools(config: &Path, asked: Option<&str>) -> Result<String, PoolError> {
         &allocations,
         &holds,
     )?;
-    Ok(show::prometheus(&opened.name, &reports))
+    let mut text = show::prometheus(&opened.name, &reports);
+    if let Some(client) = Stores::new(&opened.settings.store).cluster()? {
+        let node = &opened.settings.node;
+        let alive = fence::node_key(&client.settings().prefix, node, "alive");
+        let registered = u8::from(client.get(&alive)?.is_some());
+        let fenced = u8::from(fence::read(&client, node)?.is_some());
+        let _ = writeln!(
+            text,
+            "# HELP ipam_da_pool_node_registered Whether this node's registration is in etcd (a keeper renews it).\n# TYPE ipam_da_pool_node_registered gauge\nipam_da_pool_node_registered{{node=\"{node}\"}} {registered}\n# HELP ipam_da_pool_node_fenced Whether reclaim fenced this node: its ADDs are refused until readmit.\n# TYPE ipam_da_pool_node_fenced gauge\nipam_da_pool_node_fenced{{node=\"{node}\"}} {fenced}"
+        );
+    }
+    Ok(text)
 }
