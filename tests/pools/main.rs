@@ -14,6 +14,7 @@ mod common;
 mod cluster;
 mod etcd;
 mod local;
+mod metrics;
 mod operating;
 mod round_trips;
 mod upgrade;

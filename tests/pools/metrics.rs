@@ -1,0 +1,163 @@
+//! The node's metrics as an operator reads them: `node-keeper
+//! --metrics-listen` on a real etcd, scraped by a real Prometheus
+//! (Debian's `prometheus`) that the test starts on loopback, and asked
+//! through its query API.
+//!
+//! Ignored unless asked for with --include-ignored (./.ci/test installs
+//! etcd-server and prometheus, and does).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::common::etcd::Cluster;
+use crate::common::{spawn_program, temp_dir, Env, ALLOCATOR};
+use crate::operating::{add, cni, config_file, on_etcd, operator, pods, wait_for};
+use serde_json::{json, Value};
+
+/// A process killed when dropped.
+struct Running(Child);
+
+impl Running {
+    /// Asks it to stop (SIGTERM), as a service manager would, and waits.
+    fn stop(mut self) {
+        let pid = self.0.id().to_string();
+        let asked = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        assert!(asked.unwrap().success());
+        assert!(self.0.wait().unwrap().success());
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A node keeper of `config` serving its metrics on `port`.
+fn keeper(config: &Path, port: u16) -> Running {
+    let listen = format!("127.0.0.1:{port}");
+    Running(spawn_program(
+        ALLOCATOR,
+        Path::new("/"),
+        &[
+            "node-keeper",
+            "--config",
+            config.to_str().unwrap(),
+            "--metrics-listen",
+            &listen,
+        ],
+        &Env(Vec::new()),
+        Stdio::null(),
+    ))
+}
+
+/// Debian's Prometheus, scraping `target` every second, its data under
+/// `dir`, answering on `port`.
+fn prometheus(dir: &Path, target: u16, port: u16) -> Running {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: ipam\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+        ),
+    )
+    .unwrap();
+    let child = std::process::Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus runs (./.ci/test installs it)");
+    Running(child)
+}
+
+/// The value of the instant query `query` on the Prometheus at `port`:
+/// its first sample's, if it has one.
+fn query(port: u16, query: &str) -> Option<f64> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    write!(stream, "GET /api/v1/query?query={encoded} HTTP/1.0\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1)?).ok()?;
+    body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+/// Waits until `query` answers `want` (within 40 s: a scrape a second,
+/// and the daemon's own refresh every 10 s).
+fn wait_for_value(port: u16, what: &str, want: f64) {
+    wait_for(what, Duration::from_secs(40), || {
+        query(port, what) == Some(want)
+    });
+}
+
+#[test]
+#[ignore = "needs etcd-server and prometheus"]
+fn a_real_prometheus_sees_the_pools_use_the_adds_failures_and_a_fenced_node() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("metrics");
+    let counts = dir.path().join("counts");
+    let mut store = on_etcd(&cluster);
+    store["counts"] = json!(counts);
+    // .2 to .14: 13 addresses.
+    let config = pods(&store, "node-a", json!({}));
+    let file = config_file(dir.path(), "pods.conflist", &config);
+    let (metrics, api) = (free_port(), free_port());
+    let mut node = keeper(&file, metrics);
+    let _prometheus = prometheus(dir.path(), metrics, api);
+    for n in 0..3 {
+        add(&config, &format!("c{n}"), "");
+    }
+    wait_for_value(api, "ipam_da_pool_used{pool=\"pods\"}", 3.0);
+    for n in 3..13 {
+        add(&config, &format!("c{n}"), "");
+    }
+    cni("ADD", &config, "c13", "").assert_error(110);
+    wait_for_value(
+        api,
+        "ipam_da_pool_operations_total{command=\"ADD\",code=\"110\"}",
+        1.0,
+    );
+    wait_for_value(api, "ipam_da_pool_node_fenced{node=\"node-a\"}", 0.0);
+    // The node gone (its keeper stopped: its registration withdrawn),
+    // reclaimed; its keeper back.
+    node.stop();
+    let reclaimed = operator(&[
+        "reclaim",
+        "--config",
+        file.to_str().unwrap(),
+        "--node",
+        "node-a",
+    ]);
+    assert!(reclaimed.status.success(), "{reclaimed:?}");
+    node = keeper(&file, metrics);
+    wait_for_value(api, "ipam_da_pool_node_fenced{node=\"node-a\"}", 1.0);
+    drop(node);
+}
