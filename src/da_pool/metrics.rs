@@ -6,7 +6,8 @@
 use std::fmt::Write as _;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,48 @@ const LIMITS: http::Limits = http::Limits {
 
 /// How long a scraper may take to send its request or read the answer.
 const PATIENCE: Duration = Duration::from_secs(5);
+
+/// A label value as the exposition format escapes it.
+pub fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Writes the `# HELP` and `# TYPE` lines of metric `ipam_da_pool_NAME`.
+pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(
+        out,
+        "# HELP ipam_da_pool_{name} {help}\n# TYPE ipam_da_pool_{name} {kind}"
+    );
+}
+
+/// The disk space the files under `dir` take, in bytes, as `du` counts
+/// it; 0 where there is no `dir`.
+pub fn disk_usage(dir: &Path) -> std::io::Result<u64> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = std::fs::symlink_metadata(dir)?.blocks() * 512;
+    for entry in entries {
+        let entry = entry?;
+        let metadata = match entry.metadata() {
+            Ok(metadata) => metadata,
+            // Removed since it was listed: a DEL or a GC going on.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        bytes += if metadata.is_dir() {
+            disk_usage(&entry.path())?
+        } else {
+            metadata.blocks() * 512
+        };
+    }
+    Ok(bytes)
+}
 
 /// One network's counts file, read on from where the last read ended.
 #[derive(Debug)]
@@ -82,7 +125,7 @@ pub fn render_counts(tails: &[Tail], out: &mut String) {
                 let _ = writeln!(
                     out,
                     "ipam_da_pool_operations_total{{network=\"{}\",command=\"{command}\",code=\"{code}\"}} {count}",
-                    tail.network
+                    label(&tail.network)
                 );
             }
         }
@@ -93,7 +136,7 @@ pub fn render_counts(tails: &[Tail], out: &mut String) {
     );
     for tail in tails {
         for (command, totals) in &tail.totals.commands {
-            let labels = format!("network=\"{}\",command=\"{command}\"", tail.network);
+            let labels = format!("network=\"{}\",command=\"{command}\"", label(&tail.network));
             for (bound, count) in BUCKETS.iter().zip(totals.buckets) {
                 let _ = writeln!(
                     out,
@@ -116,7 +159,7 @@ pub fn render_counts(tails: &[Tail], out: &mut String) {
         let _ = writeln!(
             out,
             "ipam_da_pool_etcd_requests_total{{network=\"{0}\"}} {1}\nipam_da_pool_etcd_request_failures_total{{network=\"{0}\"}} {2}",
-            tail.network, tail.totals.requests, tail.totals.failures
+            label(&tail.network), tail.totals.requests, tail.totals.failures
         );
     }
 }
@@ -207,5 +250,10 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -11,17 +11,19 @@
 //! so that a record made or removed between the reads is not one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{dead_for, finish, open_unlocked, Opened, DEFAULT_DEAD_FOR};
+use super::{dead_for, finish, open_unlocked, Format, Opened, DEFAULT_DEAD_FOR};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::{self, utc};
 use crate::da_pool::cluster::{self, first_sight};
 use crate::da_pool::error::PoolError;
+use crate::da_pool::metrics::{header, label};
 use crate::da_pool::settings::Settings;
 use crate::da_pool::store::fence::Fence;
 use crate::da_pool::store::{listed_by, Allocation, Owner, PoolAddress, Store, WorkloadHold};
@@ -33,13 +35,14 @@ use crate::pools::Pool;
 pub(super) const VERB: Verb = Verb {
     name: "check",
     synopsis:
-        "--config PATH [--network NAME] [--valid-attachments FILE] [--dead-for DURATION] [--json]",
+        "--config PATH [--network NAME] [--valid-attachments FILE] [--dead-for DURATION] [--json | --format prometheus]",
     options: &[
         Opt::value("--config"),
         Opt::value("--network"),
         Opt::value("--valid-attachments"),
         Opt::value("--dead-for"),
         Opt::flag("--json"),
+        Opt::value("--format"),
     ],
     operands: false,
     help: "\
@@ -57,8 +60,12 @@ and a database at 80%
 of its quota (the database's size and quota are printed too),
 and, with
 FILE (a JSON array of {\"containerID\", \"ifname\"}, as the
-runtime lists them for GC), attachments not in it. Exit status
-1 when it finds anything. It takes no lock.
+runtime lists them for GC), attachments not in it. --json prints
+one JSON object; --format prometheus prints the count of findings
+and the time of the check (ipam_da_pool_check_findings,
+_check_timestamp_seconds) for node_exporter's textfile collector,
+where the alert rules read them. Exit status 1 when it finds
+anything. It takes no lock.
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
@@ -70,7 +77,7 @@ struct Check {
     network: Option<String>,
     valid: Option<PathBuf>,
     dead_for: u64,
-    json: bool,
+    format: Format,
 }
 
 fn options(given: &Options) -> Result<Check, String> {
@@ -82,7 +89,7 @@ fn options(given: &Options) -> Result<Check, String> {
             Some(text) => dead_for(text)?,
             None => DEFAULT_DEAD_FOR,
         },
-        json: given.flag("--json"),
+        format: Format::given(given, "check")?,
     })
 }
 
@@ -133,26 +140,55 @@ fn run(options: &Check) -> Result<bool, PoolError> {
         let _ = writeln!(std::io::stderr(), "ipam-da-pool: {unrecorded}");
     }
     let mut out = std::io::stdout().lock();
-    if options.json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::json!({
-                "network": name,
-                "node": settings.node,
-                "findings": findings,
-                "etcd": cluster.as_ref().map(|c| c.health_json()),
-                "unrecorded": cluster.as_ref().and_then(|c| c.unrecorded.as_deref()),
-            })
-        );
-    } else {
-        for finding in &findings {
-            let _ = writeln!(out, "{finding}");
+    match options.format {
+        Format::Json => {
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "network": name,
+                    "node": settings.node,
+                    "findings": findings,
+                    "etcd": cluster.as_ref().map(|c| c.health_json()),
+                    "unrecorded": cluster.as_ref().and_then(|c| c.unrecorded.as_deref()),
+                })
+            );
         }
-        if let Some(cluster) = &cluster {
-            let _ = writeln!(out, "{}", cluster.health_line());
+        Format::Prometheus => {
+            let network = label(&name);
+            let mut text = String::new();
+            header(
+                &mut text,
+                "check_findings",
+                "gauge",
+                "What the last `ipam-da-pool check` found wrong in the network's records.",
+            );
+            let _ = writeln!(
+                text,
+                "ipam_da_pool_check_findings{{network=\"{network}\"}} {}",
+                findings.len()
+            );
+            header(
+                &mut text,
+                "check_timestamp_seconds",
+                "gauge",
+                "When `ipam-da-pool check` last read the network's records to its end.",
+            );
+            let _ = writeln!(
+                text,
+                "ipam_da_pool_check_timestamp_seconds{{network=\"{network}\"}} {}",
+                clock::now()
+            );
+            let _ = out.write_all(text.as_bytes());
         }
-        let _ = writeln!(
+        Format::Text => {
+            for finding in &findings {
+                let _ = writeln!(out, "{finding}");
+            }
+            if let Some(cluster) = &cluster {
+                let _ = writeln!(out, "{}", cluster.health_line());
+            }
+            let _ = writeln!(
             out,
             "network {name} (this node: {}): {} attachment(s), {} hold(s), {} address record(s), {} finding(s)",
             settings.node,
@@ -161,6 +197,7 @@ fn run(options: &Check) -> Result<bool, PoolError> {
             records.addresses.len(),
             findings.len()
         );
+        }
     }
     Ok(findings.is_empty())
 }

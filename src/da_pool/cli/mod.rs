@@ -12,6 +12,7 @@ mod check;
 mod import;
 mod migrate;
 mod node_keeper;
+mod node_metrics;
 mod readmit;
 mod reclaim;
 mod release;
@@ -29,7 +30,7 @@ use super::error::PoolError;
 use super::settings::{invalid, parse_duration, Settings};
 use super::store::{Access, Allocation, Owner, PoolAddress, Store, Stores, WorkloadHold};
 use crate::addr::Addr;
-use crate::args::Program;
+use crate::args::{Options, Program};
 use crate::cni::NetConf;
 use crate::etcd::EtcdClient;
 use crate::netd;
@@ -104,6 +105,32 @@ struct Opened {
     stores: Stores,
     /// Opened without its lock; `None`: a local store that never held anything.
     store: Option<Box<dyn Store>>,
+}
+
+/// How a report prints: `--format text|json|prometheus`, or `--json`.
+#[derive(Debug, PartialEq, Clone, Copy)]
+enum Format {
+    Text,
+    Json,
+    /// Gauges in Prometheus' text format, for node_exporter's textfile
+    /// collector.
+    Prometheus,
+}
+
+impl Format {
+    /// The format `verb`'s options ask for: text unless they say.
+    fn given(given: &Options, verb: &str) -> Result<Format, String> {
+        // One format: of two, which was meant cannot be told.
+        match (given.flag("--json"), given.value("--format")) {
+            (false, None | Some("text")) => Ok(Format::Text),
+            (true, None) | (false, Some("json")) => Ok(Format::Json),
+            (false, Some("prometheus")) => Ok(Format::Prometheus),
+            (false, Some(other)) => Err(format!(
+                "--format is text, json or prometheus, not {other:?}"
+            )),
+            (true, Some(_)) => Err(format!("{verb} takes --json or --format, not both")),
+        }
+    }
 }
 
 /// The network the configuration at `config` names, its store opened

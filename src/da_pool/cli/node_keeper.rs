@@ -1,19 +1,20 @@
 //! `ipam-da-pool node-keeper`: keeps this node registered in the etcd
 //! cluster its configuration names, until asked to stop.
 
-use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{cluster_of, finish, open_unlocked, read_network, show};
+use super::node_metrics::{self, Sources};
+use super::{cluster_of, finish, read_network};
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::cluster::keeper;
 use crate::da_pool::error::PoolError;
-use crate::da_pool::metrics::{self, Tail};
+use crate::da_pool::metrics;
 use crate::da_pool::settings::invalid;
-use crate::da_pool::store::{fence, Stores};
+use crate::da_pool::store::Stores;
 use crate::node_name;
 
 /// `node-keeper`.
@@ -96,6 +97,8 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
             settings.node
         )));
     }
+    // When this keeper last found the node registered: none yet.
+    let renewed = Arc::new(AtomicU64::new(0));
     if let Some(address) = options.metrics_listen {
         // Before any thread starts, so that each inherits the signals
         // taken away from their default.
@@ -110,10 +113,14 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
         let latest = Arc::new(Mutex::new(String::new()));
         let served = latest.clone();
         std::thread::spawn(move || metrics::serve(&listener, &served));
-        let counts = settings.counts.clone();
-        let config = options.config.clone();
-        let asked = options.network.clone();
-        std::thread::spawn(move || collect(&config, asked.as_deref(), counts, &network, &latest));
+        let sources = Sources {
+            config: options.config.clone(),
+            asked: options.network.clone(),
+            network,
+            counts: settings.counts.clone(),
+        };
+        let renewed = renewed.clone();
+        std::thread::spawn(move || node_metrics::collect(&sources, &renewed, &latest));
     }
     let stores = Stores::new(&settings.store);
     if stores.cluster()?.is_none() && options.metrics_listen.is_some() {
@@ -128,79 +135,8 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
         &client,
         &settings.node,
         settings.node_ttl,
+        &renewed,
         &mut std::io::stderr(),
     )?;
     Ok(true)
-}
-
-/// How often the metrics' text is made again.
-const REFRESH: Duration = Duration::from_secs(10);
-
-/// Makes the metrics' text of network `network` (the configuration at
-/// `config`, `asked` as `--network` named it) every [`REFRESH`], into
-/// `latest`, for ever: its pools as the store shows them, whether the
-/// store answered, and the counts under `counts`, if counting is on.
-fn collect(
-    config: &Path,
-    asked: Option<&str>,
-    counts: Option<PathBuf>,
-    network: &str,
-    latest: &Mutex<String>,
-) {
-    let mut tails: Vec<Tail> = counts.iter().map(|dir| Tail::new(dir, network)).collect();
-    loop {
-        let mut text = String::new();
-        let up = match pools(config, asked) {
-            Ok(pools) => {
-                text.push_str(&pools);
-                1
-            }
-            Err(e) => {
-                tracing::warn!("the pools of {network} cannot be read: {e}");
-                0
-            }
-        };
-        let _ = writeln!(
-            text,
-            "# HELP ipam_da_pool_store_up Whether the store answered the last read of the pools.\n# TYPE ipam_da_pool_store_up gauge\nipam_da_pool_store_up{{network=\"{network}\"}} {up}"
-        );
-        for tail in &mut tails {
-            if let Err(e) = tail.read_on() {
-                tracing::warn!("the counts of {network} cannot be read: {e}");
-            }
-        }
-        metrics::render_counts(&tails, &mut text);
-        match latest.lock() {
-            Ok(mut held) => *held = text,
-            Err(poisoned) => *poisoned.into_inner() = text,
-        }
-        std::thread::sleep(REFRESH);
-    }
-}
-
-/// The pools' gauges, as `show --format prometheus` prints them.
-fn pools(config: &Path, asked: Option<&str>) -> Result<String, PoolError> {
-    let opened = open_unlocked(config, asked)?;
-    let (allocations, holds) = match &opened.store {
-        Some(store) => (store.allocations()?, store.workload_holds()?),
-        None => (Vec::new(), Vec::new()),
-    };
-    let reports = show::report(
-        opened.store.as_deref(),
-        &opened.settings,
-        &allocations,
-        &holds,
-    )?;
-    let mut text = show::prometheus(&opened.name, &reports);
-    if let Some(client) = Stores::new(&opened.settings.store).cluster()? {
-        let node = &opened.settings.node;
-        let alive = fence::node_key(&client.settings().prefix, node, "alive");
-        let registered = u8::from(client.get(&alive)?.is_some());
-        let fenced = u8::from(fence::read(&client, node)?.is_some());
-        let _ = writeln!(
-            text,
-            "# HELP ipam_da_pool_node_registered Whether this node's registration is in etcd (a keeper renews it).\n# TYPE ipam_da_pool_node_registered gauge\nipam_da_pool_node_registered{{node=\"{node}\"}} {registered}\n# HELP ipam_da_pool_node_fenced Whether reclaim fenced this node: its ADDs are refused until readmit.\n# TYPE ipam_da_pool_node_fenced gauge\nipam_da_pool_node_fenced{{node=\"{node}\"}} {fenced}"
-        );
-    }
-    Ok(text)
 }

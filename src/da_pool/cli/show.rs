@@ -12,11 +12,12 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use super::{finish, open_unlocked, Opened};
+use super::{finish, open_unlocked, Format, Opened};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::clock::utc;
 use crate::da_pool::error::PoolError;
+use crate::da_pool::metrics::label;
 use crate::da_pool::settings::Settings;
 use crate::da_pool::store::{Allocation, Store, WorkloadHold};
 use crate::pools::Pool;
@@ -41,20 +42,12 @@ only a workload's hold keeps, its container gone (sticky). With
 --addresses, each held address with its container ID,
 interface, node, workload and since (or, for a hold, until)
 when. --json prints one JSON object; --format prometheus prints
-gauges (ipam_da_pool_size, _used, _free, _sticky) for
+gauges (ipam_da_pool_size, _reserved, _used, _free, _sticky) for
 node_exporter's textfile collector. It takes no lock:
 allocation goes on.
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
-
-/// How `show` prints.
-#[derive(Debug, PartialEq, Clone, Copy)]
-enum Format {
-    Text,
-    Json,
-    Prometheus,
-}
 
 /// `show`'s options.
 #[derive(Debug, PartialEq)]
@@ -66,20 +59,7 @@ struct Show {
 }
 
 fn options(given: &Options) -> Result<Show, String> {
-    // One format: of two, which was meant cannot be told.
-    let format = match (given.flag("--json"), given.value("--format")) {
-        (false, None) => Format::Text,
-        (true, None) => Format::Json,
-        (false, Some("text")) => Format::Text,
-        (false, Some("json")) => Format::Json,
-        (false, Some("prometheus")) => Format::Prometheus,
-        (false, Some(other)) => {
-            return Err(format!(
-                "--format is text, json or prometheus, not {other:?}"
-            ))
-        }
-        (true, Some(_)) => return Err("show takes --json or --format, not both".into()),
-    };
+    let format = Format::given(given, "show")?;
     Ok(Show {
         config: given.path("--config").ok_or("show needs --config")?,
         network: given.value("--network").map(String::from),
@@ -372,8 +352,13 @@ type Figure = fn(&PoolReport) -> Option<u128>;
 /// node_exporter's textfile collector reads.
 pub fn prometheus(network: &str, reports: &[PoolReport]) -> String {
     let mut out = String::new();
-    let gauges: [(&str, &str, Figure); 4] = [
+    let gauges: [(&str, &str, Figure); 5] = [
         ("size", "Addresses the pool may give.", |p| p.size),
+        (
+            "reserved",
+            "Addresses of the pool kept back (reserved), never given.",
+            |p| Some(p.reserved as u128),
+        ),
         ("used", "Addresses of the pool held.", |p| {
             Some(p.held.len() as u128)
         }),
@@ -404,14 +389,6 @@ pub fn prometheus(network: &str, reports: &[PoolReport]) -> String {
         }
     }
     out
-}
-
-/// A label value as the exposition format escapes it.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// A count as a JSON number: exact up to 2^64, beyond (the size of a wide
@@ -616,6 +593,7 @@ mod tests {
             typed,
             [
                 "ipam_da_pool_size gauge",
+                "ipam_da_pool_reserved gauge",
                 "ipam_da_pool_used gauge",
                 "ipam_da_pool_free gauge",
                 "ipam_da_pool_sticky gauge"
@@ -633,10 +611,5 @@ mod tests {
             !out.contains("ipam_da_pool_size{network=\"n\",pool=\"inline\"}"),
             "no size for an unknown pool"
         );
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

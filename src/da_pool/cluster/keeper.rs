@@ -5,6 +5,7 @@
 //! is its own, when asked to stop.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
@@ -22,8 +23,9 @@ const RETRY: Duration = Duration::from_secs(1);
 /// termination request: then the registration is withdrawn if it is this
 /// keeper's (the node counts as gone at once, but reclaim still waits for
 /// its `--dead-for`). Says what it does on `log`, and, at every renewal,
-/// that the node is fenced while it is. Idle between renewals, in one
-/// poll(2).
+/// that the node is fenced while it is. Each renewal that finds the node
+/// registered sets `renewed` to the time of day, in seconds since the
+/// epoch, for the node's metrics. Idle between renewals, in one poll(2).
 ///
 /// Several keepers of one node (a service and a DaemonSet, a run by hand)
 /// share its one registration: a keeper registers the node only when it
@@ -36,6 +38,7 @@ pub fn keep(
     client: &EtcdClient,
     node: &str,
     ttl: u64,
+    renewed: &AtomicU64,
     log: &mut dyn Write,
 ) -> Result<(), EtcdError> {
     if let Err(e) = signals::watch() {
@@ -68,6 +71,7 @@ pub fn keep(
                             writeln!(log, "ipam-da-pool node-keeper: {}", now.said(node, id, ttl));
                     }
                     found = Some(now);
+                    renewed.store(clock::now(), Ordering::Relaxed);
                     say_fence(client, node, log);
                     renew_every
                 }
