@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::etcd::Cluster;
 use crate::common::{spawn_program, temp_dir, Env, ALLOCATOR};
@@ -118,10 +118,74 @@ fn wait_for_value(port: u16, what: &str, want: f64) {
     });
 }
 
+/// What `node-keeper`'s endpoint at `port` answers to `GET path`: its
+/// status line and body, and how long it took; `None` if it cannot be
+/// reached (not listening yet).
+fn get(port: u16, path: &str) -> Option<(String, String, Duration)> {
+    let began = Instant::now();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let status = head.lines().next().unwrap().to_owned();
+    Some((status, body.to_owned(), began.elapsed()))
+}
+
+/// The value of sample `series` (its name and labels, as written) in the
+/// metrics' `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map(|value| value.parse().unwrap())
+}
+
+/// Waits until the endpoint at `port` serves `series` at `want`.
+fn wait_for_sample(port: u16, series: &str, want: f64) -> String {
+    let mut text = String::new();
+    wait_for(series, Duration::from_secs(30), || {
+        text = get(port, "/metrics")
+            .map(|(_, body, _)| body)
+            .unwrap_or_default();
+        sample(&text, series) == Some(want)
+    });
+    text
+}
+
+/// `check --format prometheus`'s count of findings.
+fn check_findings(file: &Path) -> f64 {
+    let out = operator(&[
+        "check",
+        "--config",
+        file.to_str().unwrap(),
+        "--format",
+        "prometheus",
+    ]);
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    let found = sample(&text, "ipam_da_pool_check_findings{network=\"pods\"}").unwrap();
+    assert_eq!(out.status.success(), found == 0.0, "{out:?}");
+    assert!(
+        sample(
+            &text,
+            "ipam_da_pool_check_timestamp_seconds{network=\"pods\"}"
+        )
+        .unwrap()
+            > 1e9
+    );
+    found
+}
+
 #[test]
 #[ignore = "needs etcd-server and prometheus"]
 fn a_real_prometheus_sees_the_pools_use_the_adds_failures_and_a_fenced_node() {
-    let cluster = Cluster::start(1, None);
+    let cluster = Cluster::start_with(1, None, &["--quota-backend-bytes=104857600"]);
     let dir = temp_dir("metrics");
     let counts = dir.path().join("counts");
     let mut store = on_etcd(&cluster);
@@ -136,6 +200,21 @@ fn a_real_prometheus_sees_the_pools_use_the_adds_failures_and_a_fenced_node() {
         add(&config, &format!("c{n}"), "");
     }
     wait_for_value(api, "ipam_da_pool_used{pool=\"pods\"}", 3.0);
+    wait_for_value(
+        api,
+        "ipam_da_pool_node_used{pool=\"pods\",node=\"node-a\"}",
+        3.0,
+    );
+    // Renewed within the last minute; etcd's quota as it was started.
+    wait_for_value(
+        api,
+        "time() - ipam_da_pool_keeper_last_renewal_timestamp_seconds < bool 60",
+        1.0,
+    );
+    wait_for_value(api, "ipam_da_pool_etcd_quota_bytes", 104857600.0);
+    wait_for_value(api, "ipam_da_pool_etcd_db_size_bytes > bool 0", 1.0);
+    wait_for_value(api, "ipam_da_pool_etcd_alarms", 0.0);
+    assert_eq!(check_findings(&file), 0.0);
     for n in 3..13 {
         add(&config, &format!("c{n}"), "");
     }
@@ -159,5 +238,93 @@ fn a_real_prometheus_sees_the_pools_use_the_adds_failures_and_a_fenced_node() {
     assert!(reclaimed.status.success(), "{reclaimed:?}");
     node = keeper(&file, metrics);
     wait_for_value(api, "ipam_da_pool_node_fenced{node=\"node-a\"}", 1.0);
+    assert_eq!(check_findings(&file), 1.0, "the fence");
+    // etcd gone: the store is a gauge at 0, and a scrape still answers
+    // at once.
+    wait_for_sample(metrics, "ipam_da_pool_store_up{network=\"pods\"}", 1.0);
+    drop(cluster);
+    let text = wait_for_sample(metrics, "ipam_da_pool_store_up{network=\"pods\"}", 0.0);
+    assert!(
+        text.contains(
+            "ipam_da_pool_operations_total{network=\"pods\",command=\"ADD\",code=\"110\"} 1\n"
+        ),
+        "{text}"
+    );
+    for _ in 0..3 {
+        let (status, _, took) = get(metrics, "/metrics").unwrap();
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert!(took < Duration::from_secs(1), "a scrape took {took:?}");
+    }
     drop(node);
+}
+
+#[test]
+#[ignore = "needs the allocator's daemon on loopback"]
+fn a_keeper_on_a_local_store_serves_the_pools_and_the_counts_alone() {
+    let dir = temp_dir("metrics-local");
+    let counts = dir.path().join("counts");
+    let store = json!({"dataDir": dir.path().join("store"), "counts": counts});
+    let config = pods(
+        &store,
+        "node-a",
+        json!({"pools": {"pods": {"ranges": [{"subnet": "10.70.0.0/28"}], "reserved": ["10.70.0.14"]}}}),
+    );
+    let file = config_file(dir.path(), "pods.conflist", &config);
+    let metrics = free_port();
+    let node = keeper(&file, metrics);
+    let text = wait_for_sample(
+        metrics,
+        "ipam_da_pool_used{network=\"pods\",pool=\"pods\"}",
+        0.0,
+    );
+    assert_eq!(
+        sample(&text, "ipam_da_pool_local_store_bytes{network=\"pods\"}"),
+        Some(0.0),
+        "{text}"
+    );
+    for n in 0..2 {
+        add(&config, &format!("c{n}"), "");
+    }
+    cni("DEL", &config, "c0", "");
+    let text = wait_for_sample(
+        metrics,
+        "ipam_da_pool_used{network=\"pods\",pool=\"pods\"}",
+        1.0,
+    );
+    for (series, want) in [
+        ("ipam_da_pool_size{network=\"pods\",pool=\"pods\"}", 12.0),
+        ("ipam_da_pool_reserved{network=\"pods\",pool=\"pods\"}", 1.0),
+        ("ipam_da_pool_free{network=\"pods\",pool=\"pods\"}", 11.0),
+        (
+            "ipam_da_pool_node_used{network=\"pods\",pool=\"pods\",node=\"node-a\"}",
+            1.0,
+        ),
+        (
+            "ipam_da_pool_node_info{network=\"pods\",node=\"node-a\"}",
+            1.0,
+        ),
+        ("ipam_da_pool_store_up{network=\"pods\"}", 1.0),
+        (
+            "ipam_da_pool_operations_total{network=\"pods\",command=\"ADD\",code=\"0\"}",
+            2.0,
+        ),
+        (
+            "ipam_da_pool_operations_total{network=\"pods\",command=\"DEL\",code=\"0\"}",
+            1.0,
+        ),
+        (
+            "ipam_da_pool_operation_duration_seconds_count{network=\"pods\",command=\"ADD\"}",
+            2.0,
+        ),
+        ("ipam_da_pool_etcd_requests_total{network=\"pods\"}", 0.0),
+    ] {
+        assert_eq!(sample(&text, series), Some(want), "{series} in\n{text}");
+    }
+    assert!(sample(&text, "ipam_da_pool_local_store_bytes{network=\"pods\"}").unwrap() > 0.0);
+    assert!(
+        !text.contains("ipam_da_pool_node_registered"),
+        "nothing to register on files"
+    );
+    assert_eq!(get(metrics, "/").unwrap().0, "HTTP/1.1 404 Not Found");
+    node.stop();
 }
