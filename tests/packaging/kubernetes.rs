@@ -53,11 +53,20 @@ assert "--into=/host/opt/cni/bin" in install.args
 # spec.config; never the runtime's own net.d.
 assert "--conf-dir=/host/etc/cni/multus/net.d" in install.args, install.args
 assert "--conflist=/config/shared.conflist" in install.args, install.args
-for container in (keeper, install):
-    env = {e.name: e.value_from.field_ref.field_path for e in container.env}
-    assert env == {"NODE_NAME": "spec.nodeName"}, env
+env = {e.name: e.value_from.field_ref.field_path for e in install.env}
+assert env == {"NODE_NAME": "spec.nodeName"}, env
+env = {e.name: e.value_from.field_ref.field_path for e in keeper.env}
+assert env == {"NODE_NAME": "spec.nodeName", "NODE_IP": "status.hostIP"}, env
+# The metrics on the node's address, at the port named and annotated.
+assert "--metrics-listen=$(NODE_IP):9641" in keeper.command, keeper.command
+assert [(p.name, p.container_port) for p in keeper.ports] == [("metrics", 9641)], keeper.ports
+annotations = ds.spec.template.metadata.annotations
+assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": "9641", "prometheus.io/path": "/metrics"}, annotations
+# The counts the plugins leave on the host, read by the keeper.
+counts = [m for m in keeper.volume_mounts if m.name == "counts"]
+assert [(m.mount_path, m.read_only) for m in counts] == [("/run/ipam-da-pool/counts", True)], counts
 paths = sorted(v.host_path.path for v in pod.volumes if v.host_path)
-assert paths == ["/etc/cni/ipam-delegated/etcd", "/etc/cni/multus/net.d", "/opt/cni/bin", "/var/lib/cni"], paths
+assert paths == ["/etc/cni/ipam-delegated/etcd", "/etc/cni/multus/net.d", "/opt/cni/bin", "/run/ipam-da-pool/counts", "/var/lib/cni"], paths
 assert keeper.command[:2] == ["/ipam-da-pool", "node-keeper"], keeper.command
 assert "--node-name=$(NODE_NAME)" in keeper.command, keeper.command
 assert keeper.resources.requests == {"cpu": "5m", "memory": "16Mi"}, keeper.resources.requests
@@ -125,10 +134,12 @@ fn the_manifests_render_and_parse_as_kubernetes_objects() {
 /// empty directory (the test's etcd asks for no credentials), the
 /// configuration naming the test's etcd; and the ConfigMap beside it.
 /// podman does not expand `$(NODE_NAME)` from a fieldRef to spec.nodeName
-/// (it has no node): the name is written in.
+/// (it has no node): the name is written in, and the metrics' address
+/// made loopback, at a port of the test's; podman maps no port of a pod
+/// on the host's network, so the port's declaration goes.
 const PLAYABLE: &str = r#"
 import json, sys, yaml
-tag, root, endpoint, node = sys.argv[1:5]
+tag, root, endpoint, node, metrics = sys.argv[1:6]
 objects = {o["kind"]: o for o in yaml.safe_load_all(sys.stdin)}
 config = objects["ConfigMap"]
 conflist = json.loads(config["data"]["shared.conflist"])
@@ -138,9 +149,12 @@ spec = objects["DaemonSet"]["spec"]["template"]["spec"]
 for c in spec["containers"]:
     c["image"] = tag
     c.pop("env", None)
+    # Host networking: its ports are the host's, which podman will not map.
+    c.pop("ports", None)
     for key in ("args", "command"):
         if key in c:
-            c[key] = [a.replace("$(NODE_NAME)", node) for a in c[key]]
+            c[key] = [a.replace("$(NODE_NAME)", node).replace("$(NODE_IP):9641", metrics)
+                      for a in c[key]]
 for v in spec["volumes"]:
     if "hostPath" in v:
         v["hostPath"]["path"] = root + v["hostPath"]["path"]
@@ -172,6 +186,11 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
         && !Path::new("/sys/fs/cgroup/libpod_parent").exists())
     .then(|| crate::common::Cgroups("libpod_parent".into()));
     let cluster = Cluster::start(1, None);
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let root = work.path().join("host");
     // The node's own plugin, which the configuration names too.
     let bin = root.join("opt/cni/bin");
@@ -189,6 +208,7 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
         .args(["-c", PLAYABLE, &tag, root.to_str().unwrap()])
         .arg(&cluster.endpoints()[0])
         .arg("node-kube")
+        .arg(format!("127.0.0.1:{metrics}"))
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
@@ -244,6 +264,22 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
     assert_eq!(written["name"], "shared");
     let pinned = root.join("var/lib/cni/ipam-da-pool/node-name");
     assert_eq!(std::fs::read_to_string(pinned).unwrap(), "node-kube\n");
+    // The keeper's metrics: the node registered, as the next refresh
+    // (every 10 s) reads it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut text = String::new();
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", metrics)) {
+            use std::io::Read;
+            let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+            let _ = stream.read_to_string(&mut text);
+        }
+        if text.contains("ipam_da_pool_node_registered{node=\"node-kube\"} 1\n") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the keeper's metrics: {text}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
     podman.run(&["kube", "down", pod.to_str().unwrap()]);
     podman.run(&["rmi", "--force", &tag]);
     assert!(Path::new(&root).exists());
