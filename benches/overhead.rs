@@ -7,7 +7,9 @@
 //! statically linked one the bench builds (as the README's Install does);
 //! what each delegate after the first costs; the plugin with one delegate
 //! against the floor, a program that only forwards to one; the start-up
-//! of each plugin of the package (VERSION) against the no-op; the peak RSS
+//! of each plugin of the package (VERSION) against the no-op; the
+//! allocator's ADD on a local store with its count left for the node's
+//! metrics against one without; the peak RSS
 //! of one ADD, and of chains of delegates printing results near the 4 MiB
 //! cap; the stripped binaries' sizes; and, for information, host-local
 //! with and without the plugin in front. Each figure with a target prints
@@ -155,6 +157,35 @@ fn main() {
         }
     }
 
+    // The allocator's ADD on a local store, with its count left for the
+    // node's metrics and without: each round's stores start empty.
+    let pool_config = |counts: serde_json::Value, data: &str| {
+        serde_json::json!({"cniVersion": "1.0.0", "name": "bench", "ipam": {"type": "ipam-da-pool", "pool": {
+            "dataDir": work.join(data), "node": "bench", "default": "p",
+            "pools": {"p": [{"subnet": "10.251.0.0/16"}]}, "counts": counts}}})
+        .to_string()
+    };
+    for (label, counts, data) in [
+        (
+            "ipam-da-pool static, ADD, counting off",
+            serde_json::json!(false),
+            "data-uncounted",
+        ),
+        (
+            "ipam-da-pool static, ADD, counting on",
+            serde_json::json!(work.join("counts")),
+            "data-counted",
+        ),
+    ] {
+        variants.push(Variant {
+            label,
+            program: built.join("ipam-da-pool"),
+            stdin: pool_config(counts, data),
+            env: env("ADD", &bin),
+            per_call_id: true,
+        });
+    }
+
     // times[v][round]: one measurement of every variant per round.
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for round in 0..ROUNDS {
@@ -169,6 +200,8 @@ fn main() {
         // host-local's stores fill up: start each round empty.
         let _ = std::fs::remove_dir_all(work.join("data-alone"));
         let _ = std::fs::remove_dir_all(work.join("data-delegated"));
+        let _ = std::fs::remove_dir_all(work.join("data-uncounted"));
+        let _ = std::fs::remove_dir_all(work.join("data-counted"));
     }
     let of = |label: &str| {
         let i = variants.iter().position(|v| v.label == label);
@@ -217,6 +250,14 @@ fn main() {
     println!(
         "ipam-delegated static, 1 no-op / the floor: {:.3}  (target <= 1.05)",
         per_round(&|r| ours[r] / floor[r])
+    );
+    let (counted, uncounted) = (
+        of("ipam-da-pool static, ADD, counting on"),
+        of("ipam-da-pool static, ADD, counting off"),
+    );
+    println!(
+        "ipam-da-pool ADD, its count left for the metrics / not: {:.3}  (target <= 1.02)",
+        per_round(&|r| counted[r] / uncounted[r])
     );
     if host_local.exists() {
         let (alone, delegated) = (of("host-local alone"), of("ipam-delegated, host-local"));
