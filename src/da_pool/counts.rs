@@ -5,8 +5,8 @@
 //! from those lines as they come.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cni::Reportable;
@@ -169,6 +169,121 @@ impl Totals {
     }
 }
 
+/// How large a network's counts file may grow before the daemon starts
+/// a new one: about 30,000 commands (on a tmpfs, memory).
+const ROTATE_AT: u64 = 1 << 20;
+
+/// How long a counts file the daemon set aside is left before it reads
+/// the file's rest and removes it: a command that opened it just before
+/// has written its line by then.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// One network's counts file, read on from where the last read ended by
+/// the node's metrics daemon, which also keeps it from growing for ever:
+/// past [`ROTATE_AT`] the file is set aside (a name no network can have)
+/// and the commands make a new one; the old one's rest is read after
+/// [`SETTLE`], then it is removed. No count is lost to it.
+#[derive(Debug)]
+pub struct Tail {
+    /// The network.
+    pub network: String,
+    file: PathBuf,
+    offset: u64,
+    /// The file set aside, if one is: read up to its offset, and since when.
+    aside: Option<(u64, Instant)>,
+    /// What its lines added up to so far.
+    pub totals: Totals,
+    rotate_at: u64,
+    settle: Duration,
+}
+
+impl Tail {
+    /// The counts of `network` under `dir`, none read yet. A file an
+    /// earlier daemon set aside is read whole once it has settled: these
+    /// totals start with it.
+    pub fn new(dir: &Path, network: &str) -> Tail {
+        let mut tail = Tail {
+            network: network.to_owned(),
+            file: dir.join(network),
+            offset: 0,
+            aside: None,
+            totals: Totals::default(),
+            rotate_at: ROTATE_AT,
+            settle: SETTLE,
+        };
+        if tail.set_aside().exists() {
+            tail.aside = Some((0, Instant::now()));
+        }
+        tail
+    }
+
+    /// Where the file is set aside: a network's name never begins with a
+    /// dot.
+    fn set_aside(&self) -> PathBuf {
+        self.file.with_file_name(format!(".{}.aside", self.network))
+    }
+
+    /// Adds what was appended since the last read. A file shorter than
+    /// what was read (made again after a reboot, by an operator, or set
+    /// aside by another daemon) starts the totals again, as a Prometheus
+    /// counter may.
+    pub fn read_on(&mut self) -> std::io::Result<()> {
+        if let Some((offset, since)) = self.aside {
+            if since.elapsed() >= self.settle {
+                let aside = self.set_aside();
+                read_from(&aside, offset, &mut self.totals)?;
+                remove_if_there(&aside)?;
+                self.aside = None;
+            }
+        }
+        let length = match std::fs::metadata(&self.file) {
+            Ok(metadata) => metadata.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if length < self.offset {
+            self.offset = 0;
+            self.totals = Totals::default();
+        }
+        self.offset = read_from(&self.file, self.offset, &mut self.totals)?;
+        if self.aside.is_none() && self.offset >= self.rotate_at {
+            // Linked, then unlinked: never over a file set aside that
+            // another daemon has still to read.
+            match std::fs::hard_link(&self.file, self.set_aside()) {
+                Ok(()) => {
+                    remove_if_there(&self.file)?;
+                    self.aside = Some((self.offset, Instant::now()));
+                    self.offset = 0;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds the whole lines of `file` from `offset` on to `totals`: the offset
+/// after them (a file gone: `offset`).
+fn read_from(file: &Path, offset: u64, totals: &mut Totals) -> std::io::Result<u64> {
+    let mut file = match std::fs::File::open(file) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(offset),
+        Err(e) => return Err(e),
+    };
+    file.seek(SeekFrom::Start(offset))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(offset + totals.fold(&bytes) as u64)
+}
+
+fn remove_if_there(file: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +336,72 @@ mod tests {
         assert_eq!(totals.skipped, 4);
         assert_eq!(totals.commands.keys().collect::<Vec<_>>(), ["DEL"]);
         assert_eq!((totals.requests, totals.failures), (1, 1));
+    }
+    fn add_as(command: &'static str, code: u32) -> Counted {
+        Counted {
+            command,
+            code,
+            took: Duration::from_millis(3),
+            requests: 1,
+            failures: 0,
+        }
+    }
+
+    #[test]
+    fn a_tail_reads_on_from_where_it_stopped_and_starts_again_on_a_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tail = Tail::new(dir.path(), "pods");
+        tail.read_on().unwrap();
+        assert_eq!(tail.totals, Totals::default());
+        append(&dir.path().join("pods"), &add_as("ADD", 0)).unwrap();
+        tail.read_on().unwrap();
+        append(&dir.path().join("pods"), &add_as("ADD", 110)).unwrap();
+        tail.read_on().unwrap();
+        let adds = &tail.totals.commands["ADD"].by_code;
+        assert_eq!((adds[&0], adds[&110]), (1, 1));
+        std::fs::remove_file(dir.path().join("pods")).unwrap();
+        append(&dir.path().join("pods"), &add_as("DEL", 0)).unwrap();
+        tail.read_on().unwrap();
+        assert_eq!(tail.totals.commands.keys().collect::<Vec<_>>(), ["DEL"]);
+    }
+
+    #[test]
+    fn a_grown_file_is_set_aside_and_its_late_lines_still_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pods");
+        let aside = dir.path().join(".pods.aside");
+        let mut tail = Tail::new(dir.path(), "pods");
+        (tail.rotate_at, tail.settle) = (2 * add_as("ADD", 0).line().len() as u64, Duration::ZERO);
+        append(&file, &add_as("ADD", 0)).unwrap();
+        tail.read_on().unwrap();
+        assert!(file.exists() && !aside.exists());
+        append(&file, &add_as("ADD", 0)).unwrap();
+        // A settle of 0: but set aside only after this read.
+        tail.settle = Duration::from_secs(3600);
+        tail.read_on().unwrap();
+        assert!(!file.exists() && aside.exists());
+        // A command that opened the file before: its line lands aside.
+        append(&aside, &add_as("ADD", 110)).unwrap();
+        append(&file, &add_as("DEL", 0)).unwrap();
+        tail.read_on().unwrap();
+        assert_eq!(tail.totals.commands["ADD"].by_code.get(&110), None);
+        tail.settle = Duration::ZERO;
+        tail.read_on().unwrap();
+        assert!(!aside.exists());
+        assert_eq!(
+            tail.totals.commands["ADD"].by_code,
+            BTreeMap::from([(0, 2), (110, 1)])
+        );
+        assert_eq!(
+            tail.totals.commands["DEL"].by_code,
+            BTreeMap::from([(0, 1)])
+        );
+        // A new daemon reads what an earlier one set aside, whole.
+        std::fs::write(&aside, add_as("GC", 0).line()).unwrap();
+        let mut next = Tail::new(dir.path(), "pods");
+        next.settle = Duration::ZERO;
+        next.read_on().unwrap();
+        assert_eq!(next.totals.commands["GC"].by_code[&0], 1);
+        assert_eq!(next.totals.commands["DEL"].by_code[&0], 1);
     }
 }

@@ -4,14 +4,14 @@
 //! text made, so that a scrape never waits on a store.
 
 use std::fmt::Write as _;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::BufReader;
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::counts::{Totals, BUCKETS};
+use super::counts::{Tail, BUCKETS};
 use crate::http::{self, Status};
 
 /// The text format's content type.
@@ -67,49 +67,6 @@ pub fn disk_usage(dir: &Path) -> std::io::Result<u64> {
         };
     }
     Ok(bytes)
-}
-
-/// One network's counts file, read on from where the last read ended.
-#[derive(Debug)]
-pub struct Tail {
-    /// The network.
-    pub network: String,
-    file: PathBuf,
-    offset: u64,
-    /// What its lines added up to so far.
-    pub totals: Totals,
-}
-
-impl Tail {
-    /// The counts of `network` under `dir`, none read yet.
-    pub fn new(dir: &std::path::Path, network: &str) -> Tail {
-        Tail {
-            network: network.to_owned(),
-            file: dir.join(network),
-            offset: 0,
-            totals: Totals::default(),
-        }
-    }
-
-    /// Adds what was appended since the last read. A file shorter than
-    /// what was read (made again, after a reboot or by an operator)
-    /// starts the totals again, as a Prometheus counter may.
-    pub fn read_on(&mut self) -> std::io::Result<()> {
-        let mut file = match std::fs::File::open(&self.file) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        if file.metadata()?.len() < self.offset {
-            self.offset = 0;
-            self.totals = Totals::default();
-        }
-        file.seek(SeekFrom::Start(self.offset))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
-        self.offset += self.totals.fold(&bytes) as u64;
-        Ok(())
-    }
 }
 
 /// The commands' counters and latency histograms of `tails`, in the text
@@ -212,24 +169,6 @@ mod tests {
             requests: 1,
             failures: 0,
         }
-    }
-
-    #[test]
-    fn a_tail_reads_on_from_where_it_stopped_and_starts_again_on_a_new_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut tail = Tail::new(dir.path(), "pods");
-        tail.read_on().unwrap();
-        assert_eq!(tail.totals, Totals::default());
-        append(&dir.path().join("pods"), &counted("ADD", 0)).unwrap();
-        tail.read_on().unwrap();
-        append(&dir.path().join("pods"), &counted("ADD", 110)).unwrap();
-        tail.read_on().unwrap();
-        let adds = &tail.totals.commands["ADD"].by_code;
-        assert_eq!((adds[&0], adds[&110]), (1, 1));
-        std::fs::remove_file(dir.path().join("pods")).unwrap();
-        append(&dir.path().join("pods"), &counted("DEL", 0)).unwrap();
-        tail.read_on().unwrap();
-        assert_eq!(tail.totals.commands.keys().collect::<Vec<_>>(), ["DEL"]);
     }
 
     #[test]

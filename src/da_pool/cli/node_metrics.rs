@@ -12,8 +12,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{open_unlocked, show, Opened};
+use crate::da_pool::counts::Tail;
 use crate::da_pool::error::PoolError;
-use crate::da_pool::metrics::{self, header, label, Tail};
+use crate::da_pool::metrics::{self, header, label};
 use crate::da_pool::settings::StoreSettings;
 use crate::da_pool::store::fence;
 use crate::etcd::EtcdClient;
