@@ -45,8 +45,14 @@ pins NAME as `ipam-delegated install --node-name` does (in
 started before the installer takes the node's name from the same
 source: a different name pinned already is refused. With
 --metrics-listen, serves the node's metrics at
-http://ADDRESS:PORT/metrics (Prometheus' text format): the
-allocator's commands counted on this node (ipam.pool.counts). On
+http://ADDRESS:PORT/metrics (Prometheus' text format), made
+again every 10 s: each pool's size, use, free and reserved
+addresses as the store shows them, and this node's use; the
+node's registration, fence and last renewal; etcd's database
+size, quota and alarms, or the local store's size; whether the
+store answered; and the allocator's commands on this node, by
+code, with their latency and etcd requests (ipam.pool.counts).
+A scrape gets the last text made, never waiting on the store. On
 a local store there is nothing to register, and the keeper runs
 for its metrics alone.
 ",
