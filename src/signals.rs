@@ -85,6 +85,22 @@ pub fn wait(pause: std::time::Duration) {
     let _ = poll(&mut fds, Some(pause));
 }
 
+/// Sleeps for `pause`, or less if a termination request comes, even one
+/// another thread read first (an etcd call of a thread beside it drains
+/// requests too, and then this poll would not wake): in slices of at
+/// most a second, between which the count of requests is compared.
+pub fn sleep(pause: std::time::Duration) {
+    let until = std::time::Instant::now() + pause;
+    let seen = counted();
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || received(seen + 1).is_some() {
+            return;
+        }
+        wait(left.min(std::time::Duration::from_secs(1)));
+    }
+}
+
 /// Reads `input` to its end, unless a termination request comes first: a
 /// runtime that never closes the plugin's stdin must still be able to
 /// stop it, and the requests are blocked, so they cannot end the read.

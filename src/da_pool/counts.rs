@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,10 @@ pub fn record<T>(
     let file = dir.join(network);
     let appended = append(&file, &counted).or_else(|e| match e.kind() {
         std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir)?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)?;
             append(&file, &counted)
         }
         _ => Err(e),
@@ -68,8 +72,9 @@ pub struct Counted {
     pub code: u32,
     /// How long the command took.
     pub took: Duration,
-    /// The requests made to etcd, and how many of them failed.
+    /// The requests made to etcd.
     pub requests: u64,
+    /// How many of those failed: unreached, out of time or refused.
     pub failures: u64,
 }
 
@@ -89,11 +94,21 @@ impl Counted {
 
 /// Appends `counted` to the file at `path`, made if need be, in one write:
 /// `O_APPEND` places each write whole at the end, whoever else writes.
+/// The plugins run as root: a symbolic link or a FIFO planted at `path`
+/// is refused, never followed or waited on.
 pub fn append(path: &Path, counted: &Counted) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
     file.write_all(counted.line().as_bytes())
 }
 
@@ -113,8 +128,9 @@ pub struct CommandTotals {
 pub struct Totals {
     /// By command.
     pub commands: BTreeMap<String, CommandTotals>,
-    /// Requests to etcd, and those that failed.
+    /// Requests to etcd.
     pub requests: u64,
+    /// Those that failed.
     pub failures: u64,
     /// Lines that were not a count of this layout.
     pub skipped: u64,
@@ -182,15 +198,23 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// the node's metrics daemon, which also keeps it from growing for ever:
 /// past [`ROTATE_AT`] the file is set aside (a name no network can have)
 /// and the commands make a new one; the old one's rest is read after
-/// [`SETTLE`], then it is removed. No count is lost to it.
+/// [`SETTLE`], then it is removed. No count is lost to it. Of two daemons
+/// reading one network's counts (a unit beside a DaemonSet), only the
+/// one holding the network's lock sets files aside; the other's counters
+/// start again at each file set aside, and may miss its last lines.
 #[derive(Debug)]
 pub struct Tail {
     /// The network.
     pub network: String,
     file: PathBuf,
     offset: u64,
+    /// The file read up to `offset` (its inode; 0: none yet).
+    inode: u64,
     /// The file set aside, if one is: read up to its offset, and since when.
     aside: Option<(u64, Instant)>,
+    /// The network's lock, held for the daemon's life, if this daemon
+    /// took it: then it alone sets files aside.
+    lock: Option<std::fs::File>,
     /// What its lines added up to so far.
     pub totals: Totals,
     rotate_at: u64,
@@ -206,12 +230,14 @@ impl Tail {
             network: network.to_owned(),
             file: dir.join(network),
             offset: 0,
+            inode: 0,
             aside: None,
+            lock: lock(dir, network),
             totals: Totals::default(),
             rotate_at: ROTATE_AT,
             settle: SETTLE,
         };
-        if tail.set_aside().exists() {
+        if tail.lock.is_some() && tail.set_aside().exists() {
             tail.aside = Some((0, Instant::now()));
         }
         tail
@@ -236,30 +262,74 @@ impl Tail {
                 self.aside = None;
             }
         }
-        let length = match std::fs::metadata(&self.file) {
-            Ok(metadata) => metadata.len(),
+        let (length, inode) = match std::fs::metadata(&self.file) {
+            Ok(metadata) => (metadata.len(), metadata.ino()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        if length < self.offset {
+        if length < self.offset || (self.inode != 0 && inode != self.inode) {
             self.offset = 0;
             self.totals = Totals::default();
         }
+        self.inode = inode;
         self.offset = read_from(&self.file, self.offset, &mut self.totals)?;
-        if self.aside.is_none() && self.offset >= self.rotate_at {
+        if self.lock.is_some() && self.aside.is_none() && self.offset >= self.rotate_at {
             // Linked, then unlinked: never over a file set aside that
             // another daemon has still to read.
             match std::fs::hard_link(&self.file, self.set_aside()) {
                 Ok(()) => {
                     remove_if_there(&self.file)?;
                     self.aside = Some((self.offset, Instant::now()));
+                    // The commands' next file is read from its start,
+                    // these totals going on.
                     self.offset = 0;
+                    self.inode = 0;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(())
+    }
+}
+
+/// The lock of `network`'s counts in `dir` (a file whose name no network
+/// can have, made with the directory if need be), if no other daemon
+/// holds it; what stops this one taking it is logged.
+fn lock(dir: &Path, network: &str) -> Option<std::fs::File> {
+    let path = dir.join(format!(".{network}.lock"));
+    let taken = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .mode(0o644)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+        })
+        .and_then(|file| {
+            Ok(crate::sys::try_flock(&file, crate::sys::Lock::Exclusive)?.then_some(file))
+        });
+    match taken {
+        Ok(Some(file)) => Some(file),
+        Ok(None) => {
+            tracing::info!(
+                "another daemon keeps {}: this one sets no counts file aside",
+                path.display()
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                "{}: {e}: no counts file is set aside, and it grows",
+                path.display()
+            );
+            None
+        }
     }
 }
 
@@ -396,6 +466,13 @@ mod tests {
             tail.totals.commands["DEL"].by_code,
             BTreeMap::from([(0, 1)])
         );
+        // A second daemon beside it sets nothing aside, whatever it reads.
+        let mut beside = Tail::new(dir.path(), "pods");
+        (beside.rotate_at, beside.settle) = (1, Duration::ZERO);
+        beside.read_on().unwrap();
+        assert!(file.exists() && !aside.exists());
+        assert_eq!(beside.totals.commands["DEL"].by_code[&0], 1);
+        drop((tail, beside));
         // A new daemon reads what an earlier one set aside, whole.
         std::fs::write(&aside, add_as("GC", 0).line()).unwrap();
         let mut next = Tail::new(dir.path(), "pods");
@@ -403,5 +480,23 @@ mod tests {
         next.read_on().unwrap();
         assert_eq!(next.totals.commands["GC"].by_code[&0], 1);
         assert_eq!(next.totals.commands["DEL"].by_code[&0], 1);
+    }
+
+    #[test]
+    fn a_link_or_a_fifo_planted_for_the_counts_is_refused_not_followed_or_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("passwd");
+        std::fs::write(&target, "root\n").unwrap();
+        let link = dir.path().join("pods");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(append(&link, &add_as("ADD", 0)).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "root\n");
+        let fifo = dir.path().join("nodes");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(append(&fifo, &add_as("ADD", 0)).is_err());
     }
 }

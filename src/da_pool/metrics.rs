@@ -4,12 +4,12 @@
 //! text made, so that a scrape never waits on a store.
 
 use std::fmt::Write as _;
-use std::io::BufReader;
-use std::net::TcpListener;
+use std::io::{BufReader, Read};
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::counts::{Tail, BUCKETS};
 use crate::http::{self, Status};
@@ -24,7 +24,8 @@ const LIMITS: http::Limits = http::Limits {
     body: 0,
 };
 
-/// How long a scraper may take to send its request or read the answer.
+/// How long a scraper may take, in all, to send its request and read the
+/// answer.
 const PATIENCE: Duration = Duration::from_secs(5);
 
 /// A label value as the exposition format escapes it.
@@ -108,6 +109,20 @@ pub fn render_counts(tails: &[Tail], out: &mut String) {
             );
         }
     }
+    header(
+        out,
+        "counts_skipped_total",
+        "counter",
+        "Lines of the commands' counts files that were not a count (garbled, or of another version).",
+    );
+    for tail in tails {
+        let _ = writeln!(
+            out,
+            "ipam_da_pool_counts_skipped_total{{network=\"{}\"}} {}",
+            label(&tail.network),
+            tail.totals.skipped
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP ipam_da_pool_etcd_requests_total Requests the allocator's commands made to etcd on this node.\n# TYPE ipam_da_pool_etcd_requests_total counter\n# HELP ipam_da_pool_etcd_request_failures_total Requests to etcd that failed: unreached, out of time or refused.\n# TYPE ipam_da_pool_etcd_request_failures_total counter"
@@ -121,39 +136,105 @@ pub fn render_counts(tails: &[Tail], out: &mut String) {
     }
 }
 
+/// The metrics' text last made, and when.
+#[derive(Debug)]
+pub struct Latest {
+    text: String,
+    made: Instant,
+}
+
+impl Latest {
+    /// No text yet.
+    pub fn new() -> Latest {
+        Latest {
+            text: String::new(),
+            made: Instant::now(),
+        }
+    }
+
+    /// `text`, made now.
+    pub fn set(latest: &Mutex<Latest>, text: String) {
+        let new = Latest {
+            text,
+            made: Instant::now(),
+        };
+        match latest.lock() {
+            Ok(mut held) => *held = new,
+            Err(poisoned) => *poisoned.into_inner() = new,
+        }
+    }
+}
+
 /// Answers every scrape on `listener` with the text `latest` holds, one
-/// connection at a time: the text is made elsewhere, so an answer never
-/// waits on a store, and a scraper that stalls is cut off at
-/// [`PATIENCE`].
-pub fn serve(listener: &TcpListener, latest: &Arc<Mutex<String>>) {
+/// connection at a time, each given [`PATIENCE`] in all to send its
+/// request and read the answer: the text is made elsewhere, so an answer
+/// never waits on a store. A text older than `stale_after` (the thread
+/// that makes it stopped) is answered 503, never passed off as current.
+pub fn serve(listener: &TcpListener, latest: &Mutex<Latest>, stale_after: Duration) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else {
+            // Out of descriptors, say: not a loop that spins.
+            std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        let _ = stream.set_read_timeout(Some(PATIENCE));
-        let _ = stream.set_write_timeout(Some(PATIENCE));
-        let Ok(mut writer) = stream.try_clone() else {
-            continue;
-        };
-        let mut reader = BufReader::new(stream);
+        let until = Instant::now() + PATIENCE;
+        let mut reader = BufReader::new(Deadline {
+            stream: &stream,
+            until,
+        });
         let Ok(Some(request)) = http::read_request(&mut reader, LIMITS) else {
             continue;
         };
         let (status, body) = match (request.method.as_str(), request.path.as_str()) {
-            ("GET", "/metrics") => (Status::Ok, latest_text(latest)),
+            ("GET", "/metrics") => current(latest, stale_after),
             _ => (Status::NotFound, "only GET /metrics is served\n".to_owned()),
         };
-        let _ = http::write_response(&mut writer, status, CONTENT_TYPE, body.as_bytes(), true);
+        let left = until.saturating_duration_since(Instant::now());
+        if stream.set_write_timeout(Some(left.max(MOMENT))).is_ok() {
+            let mut writer = &stream;
+            let _ = http::write_response(&mut writer, status, CONTENT_TYPE, body.as_bytes(), true);
+        }
     }
 }
 
-/// The text last made; a collector that panicked while holding it left
-/// a whole text all the same, since it swaps in a finished one.
-fn latest_text(latest: &Mutex<String>) -> String {
-    match latest.lock() {
-        Ok(text) => text.clone(),
-        Err(poisoned) => poisoned.into_inner().clone(),
+/// The shortest timeout a socket is given: zero would mean none.
+const MOMENT: Duration = Duration::from_millis(1);
+
+/// A connection read until a deadline, however slowly its peer sends.
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left.max(MOMENT)))?;
+        let mut stream = self.stream;
+        stream.read(buffer)
     }
+}
+
+/// What a scrape is answered: the text last made, unless it is older
+/// than `stale_after`. A collector that panicked while holding it left a
+/// whole text all the same, since it swaps in a finished one.
+fn current(latest: &Mutex<Latest>, stale_after: Duration) -> (Status, String) {
+    let held = match latest.lock() {
+        Ok(held) => held,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let age = held.made.elapsed();
+    if age > stale_after {
+        let said = format!(
+            "the metrics were last made {}s ago: their collector has stopped\n",
+            age.as_secs()
+        );
+        return (Status::Unavailable, said);
+    }
+    (Status::Ok, held.text.clone())
 }
 
 #[cfg(test)]

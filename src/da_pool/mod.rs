@@ -65,7 +65,7 @@ impl Plugin for Allocator {
     ) -> Result<(), PoolError> {
         let started = Instant::now();
         let settings = Settings::from_net(&net);
-        let dir = counts_dir(&settings);
+        let dir = counts_dir(&settings, &net);
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let asked = pools::requested_by_runtime(env, &net)?;
@@ -86,7 +86,7 @@ impl Plugin for Allocator {
     fn del(&self, env: &Environment, net: NetConf) -> Result<(), PoolError> {
         let started = Instant::now();
         let settings = Settings::store_only(&net);
-        let dir = counts_dir(&settings);
+        let dir = counts_dir(&settings, &net);
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let access = match durable(env) {
@@ -105,7 +105,7 @@ impl Plugin for Allocator {
     fn check(&self, env: &Environment, net: NetConf) -> Result<(), PoolError> {
         let started = Instant::now();
         let settings = Settings::store_only(&net);
-        let dir = counts_dir(&settings);
+        let dir = counts_dir(&settings, &net);
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let owner = owner(env, settings);
@@ -121,7 +121,7 @@ impl Plugin for Allocator {
     fn gc(&self, _env: &Environment, net: NetConf) -> Result<(), PoolError> {
         let started = Instant::now();
         let settings = Settings::store_only(&net);
-        let dir = counts_dir(&settings);
+        let dir = counts_dir(&settings, &net);
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let valid = pools::valid_attachments(&net)?;
@@ -137,7 +137,7 @@ impl Plugin for Allocator {
     fn status(&self, _env: &Environment, net: NetConf) -> Result<(), PoolError> {
         let started = Instant::now();
         let settings = Settings::from_net(&net);
-        let dir = counts_dir(&settings);
+        let dir = counts_dir(&settings, &net);
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let not_available = |e: PoolError| PoolError::NotAvailable(e.to_string());
@@ -153,13 +153,13 @@ impl Plugin for Allocator {
     }
 }
 
-/// Where a command's count goes: where `settings` say, or the default
-/// place where they could not be read (a configuration's error counts
-/// too).
-fn counts_dir(settings: &Result<Settings, PoolError>) -> Option<PathBuf> {
+/// Where a command's count goes: where `settings` say, or, where they
+/// could not be read, where `net` says alone (a configuration's error
+/// counts too).
+fn counts_dir(settings: &Result<Settings, PoolError>, net: &NetConf) -> Option<PathBuf> {
     match settings {
         Ok(settings) => settings.counts.clone(),
-        Err(_) => Some(counts::DEFAULT_DIR.into()),
+        Err(_) => settings::counts_of(net),
     }
 }
 

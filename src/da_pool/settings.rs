@@ -286,16 +286,11 @@ impl Settings {
                 ))
             })?,
         };
-        let counts = match pool.get("counts") {
-            None => Some(PathBuf::from(counts::DEFAULT_DIR)),
-            Some(Value::Bool(false)) => None,
-            Some(Value::String(dir)) if dir.starts_with('/') => Some(dir.into()),
-            Some(other) => {
-                return Err(invalid(format!(
-                    "\"ipam.pool.counts\" must be an absolute directory, or false, not {other}"
-                )))
-            }
-        };
+        let counts = counts_in(&pool).map_err(|other| {
+            invalid(format!(
+                "\"ipam.pool.counts\" must be an absolute directory, or false, not {other}"
+            ))
+        })?;
         Ok(Settings {
             pools: Vec::new(),
             default: Vec::new(),
@@ -316,6 +311,26 @@ impl Settings {
 }
 
 /// `ipam.pool`, an object; none is an empty one.
+/// `ipam.pool.counts` of `pool`: the directory, `None` for `false`; the
+/// value if it is neither.
+fn counts_in(pool: &Map<String, Value>) -> Result<Option<PathBuf>, &Value> {
+    match pool.get("counts") {
+        None => Ok(Some(PathBuf::from(counts::DEFAULT_DIR))),
+        Some(Value::Bool(false)) => Ok(None),
+        Some(Value::String(dir)) if dir.starts_with('/') => Ok(Some(dir.into())),
+        Some(other) => Err(other),
+    }
+}
+
+/// Where a command of `net` leaves its count, read alone, for a command
+/// whose settings are wrong elsewhere: its error counts too, where the
+/// node's daemon reads them, and not at all if counting is off. Where
+/// `counts` itself is wrong, the default place.
+pub fn counts_of(net: &NetConf) -> Option<PathBuf> {
+    let pool = pool_object(net).unwrap_or_default();
+    counts_in(&pool).unwrap_or_else(|_| Some(PathBuf::from(counts::DEFAULT_DIR)))
+}
+
 fn pool_object(net: &NetConf) -> Result<Map<String, Value>, PoolError> {
     let ipam = net
         .member("ipam")
@@ -658,5 +673,39 @@ mod tests {
         );
         let plain = settings(json!({"node": "a"})).unwrap();
         assert_eq!(workload(&env(pod), &plain), None);
+    }
+
+    #[test]
+    fn counts_go_where_the_setting_says_even_from_settings_wrong_elsewhere() {
+        let counts = |pool: Value| {
+            let raw = net(pool, None);
+            counts_of(&NetConf::parse(&raw).unwrap())
+        };
+        let default = Some(PathBuf::from(counts::DEFAULT_DIR));
+        // Wrong elsewhere: a pool that does not parse.
+        let wrong = json!({"node": "a", "pools": {"blue": "10.1.0.0/24"}});
+        assert!(settings(wrong.clone()).is_err());
+        assert_eq!(counts(wrong.clone()), default);
+        let mut off = wrong.clone();
+        off["counts"] = json!(false);
+        assert_eq!(counts(off), None);
+        let mut elsewhere = wrong;
+        elsewhere["counts"] = json!("/run/other");
+        assert_eq!(counts(elsewhere), Some(PathBuf::from("/run/other")));
+        assert_eq!(counts(json!({"counts": "relative"})), default);
+        assert_eq!(
+            settings(json!({"node": "a", "counts": false}))
+                .unwrap()
+                .counts,
+            None
+        );
+        for bad in [json!("relative"), json!(true), json!(1)] {
+            let e = settings(json!({"node": "a", "counts": bad})).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("\"ipam.pool.counts\" must be an absolute directory, or false"),
+                "{e}"
+            );
+        }
     }
 }

@@ -134,6 +134,12 @@ impl KeepAlive {
     }
 }
 
+/// How many keys a range holds (`count_only`).
+#[derive(Deserialize)]
+pub struct Count {
+    pub count: Option<Int64>,
+}
+
 /// A member's status.
 #[derive(Deserialize)]
 pub struct Status {

@@ -45,6 +45,8 @@ pub enum Status {
     BadRequest,
     /// A path the API does not have.
     NotFound,
+    /// The server cannot answer as it should for now.
+    Unavailable,
 }
 
 /// What a message's headers say of its body and its connection, and all
@@ -119,6 +121,7 @@ pub fn write_response(
         Status::Ok => "200 OK",
         Status::BadRequest => "400 Bad Request",
         Status::NotFound => "404 Not Found",
+        Status::Unavailable => "503 Service Unavailable",
     };
     let connection = if close { "close" } else { "keep-alive" };
     let mut answer = format!(

@@ -1,4 +1,5 @@
 //! What ships: the static plugin's size and what its processes map, the
+//! alert rules' cases, the
 //! release archive, the image and its installer, every binary's command
 //! line and manual page, the release notes, and documentation whose every
 //! relative link and anchor resolves.
@@ -13,6 +14,7 @@ mod common;
 #[path = "../../benches/support/static_build.rs"]
 mod static_build;
 
+mod alerts;
 mod deb;
 mod help;
 mod image;

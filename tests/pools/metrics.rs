@@ -200,6 +200,7 @@ fn a_real_prometheus_sees_the_pools_use_the_adds_failures_and_a_fenced_node() {
         add(&config, &format!("c{n}"), "");
     }
     wait_for_value(api, "ipam_da_pool_used{pool=\"pods\"}", 3.0);
+    wait_for_value(api, "ipam_da_pool_free{pool=\"pods\"}", 10.0);
     wait_for_value(
         api,
         "ipam_da_pool_node_used{pool=\"pods\",node=\"node-a\"}",
@@ -214,6 +215,23 @@ fn a_real_prometheus_sees_the_pools_use_the_adds_failures_and_a_fenced_node() {
     wait_for_value(api, "ipam_da_pool_etcd_quota_bytes", 104857600.0);
     wait_for_value(api, "ipam_da_pool_etcd_db_size_bytes > bool 0", 1.0);
     wait_for_value(api, "ipam_da_pool_etcd_alarms", 0.0);
+    wait_for_value(api, "ipam_da_pool_etcd_requests_total > bool 2", 1.0);
+    // The text as served passes Prometheus' own linter.
+    let (_, text, _) = get(metrics, "/metrics").unwrap();
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let linted = lint.wait_with_output().unwrap();
+    assert!(linted.status.success(), "{linted:?}\n{text}");
     assert_eq!(check_findings(&file), 0.0);
     for n in 3..13 {
         add(&config, &format!("c{n}"), "");
@@ -259,7 +277,7 @@ fn a_real_prometheus_sees_the_pools_use_the_adds_failures_and_a_fenced_node() {
 }
 
 #[test]
-#[ignore = "needs the allocator's daemon on loopback"]
+#[ignore = "needs the allocator's daemon listening on loopback"]
 fn a_keeper_on_a_local_store_serves_the_pools_and_the_counts_alone() {
     let dir = temp_dir("metrics-local");
     let counts = dir.path().join("counts");
@@ -317,6 +335,7 @@ fn a_keeper_on_a_local_store_serves_the_pools_and_the_counts_alone() {
             2.0,
         ),
         ("ipam_da_pool_etcd_requests_total{network=\"pods\"}", 0.0),
+        ("ipam_da_pool_counts_skipped_total{network=\"pods\"}", 0.0),
     ] {
         assert_eq!(sample(&text, series), Some(want), "{series} in\n{text}");
     }

@@ -12,7 +12,7 @@ use super::{cluster_of, finish, read_network};
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::cluster::keeper;
 use crate::da_pool::error::PoolError;
-use crate::da_pool::metrics;
+use crate::da_pool::metrics::{self, Latest};
 use crate::da_pool::settings::invalid;
 use crate::da_pool::store::Stores;
 use crate::node_name;
@@ -73,8 +73,8 @@ struct Keeper {
 fn options(given: &Options) -> Result<Keeper, String> {
     let node_name = node_name::given(given)?;
     let metrics_listen = match given.value("--metrics-listen") {
-        Some(address) => Some(address.parse().map_err(|e| {
-            format!("--metrics-listen {address:?} is not ADDRESS:PORT (127.0.0.1:9641, [::1]:9641): {e}")
+        Some(address) => Some(listen_address(address).ok_or_else(|| {
+            format!("--metrics-listen {address:?} is not ADDRESS:PORT (127.0.0.1:9641, [::1]:9641)")
         })?),
         None => None,
     };
@@ -87,6 +87,16 @@ fn options(given: &Options) -> Result<Keeper, String> {
 }
 
 /// Keeps the node registered until asked to stop.
+/// `ADDRESS:PORT` as a socket address; an IPv6 address may come without
+/// its brackets, as Kubernetes' `status.hostIP` gives it to
+/// `--metrics-listen=$(NODE_IP):9641`.
+fn listen_address(given: &str) -> Option<SocketAddr> {
+    given.parse().ok().or_else(|| {
+        let (host, port) = given.rsplit_once(':')?;
+        format!("[{host}]:{port}").parse().ok()
+    })
+}
+
 fn run(options: &Keeper) -> Result<bool, PoolError> {
     if let Some((name, file)) = &options.node_name {
         node_name::pin(file, name)?;
@@ -103,6 +113,8 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
             settings.node
         )));
     }
+    let stores = Stores::new(&settings.store);
+    let on_etcd = stores.on_etcd();
     // When this keeper last found the node registered: none yet.
     let renewed = Arc::new(AtomicU64::new(0));
     if let Some(address) = options.metrics_listen {
@@ -111,30 +123,40 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
         if let Err(e) = crate::signals::watch() {
             eprintln!("ipam-da-pool node-keeper: SIGTERM and SIGINT will end it at once: {e}");
         }
-        let listener = TcpListener::bind(address).map_err(|e| {
-            invalid(format!(
-                "--metrics-listen {address}: cannot listen there: {e}"
-            ))
-        })?;
-        let latest = Arc::new(Mutex::new(String::new()));
-        let served = latest.clone();
-        std::thread::spawn(move || metrics::serve(&listener, &served));
         let sources = Sources {
             config: options.config.clone(),
             asked: options.network.clone(),
             network,
             counts: settings.counts.clone(),
+            renewed: on_etcd.then(|| renewed.clone()),
         };
-        let renewed = renewed.clone();
-        std::thread::spawn(move || node_metrics::collect(&sources, &renewed, &latest));
-    }
-    let stores = Stores::new(&settings.store);
-    if stores.cluster()?.is_none() && options.metrics_listen.is_some() {
-        // Nothing to register: the metrics alone, until asked to stop.
-        while crate::signals::received(1).is_none() {
-            crate::signals::wait(Duration::from_secs(3600));
+        // The node's registration matters more than its metrics: a port
+        // taken is said, and the keeper goes on without them.
+        match TcpListener::bind(address) {
+            Ok(listener) => {
+                let latest = Arc::new(Mutex::new(Latest::new()));
+                let served = latest.clone();
+                let stale_after = 3 * node_metrics::REFRESH;
+                std::thread::spawn(move || metrics::serve(&listener, &served, stale_after));
+                std::thread::spawn(move || node_metrics::collect(&sources, &latest));
+            }
+            // On a local store the metrics are all it is for.
+            Err(e) if !on_etcd => {
+                return Err(invalid(format!(
+                    "--metrics-listen {address}: cannot listen there: {e}"
+                )))
+            }
+            Err(e) => eprintln!(
+                "ipam-da-pool node-keeper: --metrics-listen {address}: cannot listen there ({e}): no metrics served, the node kept registered"
+            ),
         }
-        return Ok(true);
+        if !on_etcd {
+            // Nothing to register: the metrics alone, until asked to stop.
+            while crate::signals::received(1).is_none() {
+                crate::signals::sleep(Duration::from_secs(3600));
+            }
+            return Ok(true);
+        }
     }
     let client = cluster_of(&stores, &options.config, "node-keeper")?;
     keeper::keep(
@@ -145,4 +167,19 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
         &mut std::io::stderr(),
     )?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_may_be_ipv6_without_brackets_as_a_host_ip_comes() {
+        let parsed = |text: &str| listen_address(text).map(|a| a.to_string());
+        assert_eq!(parsed("127.0.0.1:9641").as_deref(), Some("127.0.0.1:9641"));
+        assert_eq!(parsed("[fd00::1]:9641").as_deref(), Some("[fd00::1]:9641"));
+        assert_eq!(parsed("fd00::1:9641").as_deref(), Some("[fd00::1]:9641"));
+        assert_eq!(parsed("node-a:9641"), None);
+        assert_eq!(parsed("127.0.0.1"), None);
+    }
 }

@@ -89,7 +89,10 @@ fn run(options: &Show) -> Result<bool, PoolError> {
             "{}\n",
             json(&name, &settings.node, &reports, options.addresses)
         ),
-        Format::Prometheus => prometheus(&name, &reports),
+        Format::Prometheus => {
+            let figures: Vec<Figures> = reports.iter().map(PoolReport::figures).collect();
+            prometheus(&name, &figures)
+        }
     };
     // A reader that went away (`| head`) has what it wanted.
     let _ = std::io::stdout().write_all(printed.as_bytes());
@@ -345,12 +348,38 @@ pub fn json(network: &str, node: &str, reports: &[PoolReport], addresses: bool) 
     json!({"network": network, "node": node, "pools": pools})
 }
 
-/// One figure of a pool, if it has it.
-type Figure = fn(&PoolReport) -> Option<u128>;
+/// What the Prometheus gauges say of one pool.
+#[derive(Debug, PartialEq)]
+pub struct Figures<'a> {
+    pub name: &'a str,
+    /// `None` for a pool of unknown size (then no size or free figure).
+    pub size: Option<u128>,
+    pub reserved: usize,
+    pub used: u128,
+    pub free: Option<u128>,
+    pub sticky: usize,
+}
 
-/// The report as Prometheus gauges, in the text exposition format that
-/// node_exporter's textfile collector reads.
-pub fn prometheus(network: &str, reports: &[PoolReport]) -> String {
+impl PoolReport {
+    /// Its figures, for the gauges.
+    pub fn figures(&self) -> Figures<'_> {
+        Figures {
+            name: &self.name,
+            size: self.size,
+            reserved: self.reserved,
+            used: self.held.len() as u128,
+            free: self.free,
+            sticky: self.sticky(),
+        }
+    }
+}
+
+/// One figure of a pool, if it has it.
+type Figure = fn(&Figures) -> Option<u128>;
+
+/// The pools' figures as Prometheus gauges, in the text exposition format
+/// that node_exporter's textfile collector reads.
+pub fn prometheus(network: &str, pools: &[Figures]) -> String {
     let mut out = String::new();
     let gauges: [(&str, &str, Figure); 5] = [
         ("size", "Addresses the pool may give.", |p| p.size),
@@ -359,31 +388,24 @@ pub fn prometheus(network: &str, reports: &[PoolReport]) -> String {
             "Addresses of the pool kept back (reserved), never given.",
             |p| Some(p.reserved as u128),
         ),
-        ("used", "Addresses of the pool held.", |p| {
-            Some(p.held.len() as u128)
-        }),
-        (
-            "free",
-            "Addresses the pool may still give.",
-            PoolReport::free,
-        ),
+        ("used", "Addresses of the pool held.", |p| Some(p.used)),
+        ("free", "Addresses the pool may still give.", |p| p.free),
         (
             "sticky",
             "Addresses of the pool held for workloads with no container now.",
-            |p| Some(p.sticky() as u128),
+            |p| Some(p.sticky as u128),
         ),
     ];
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP ipam_da_pool_{name} {help}");
         let _ = writeln!(out, "# TYPE ipam_da_pool_{name} gauge");
-        for pool in reports {
-            // A pool of unknown size has no size or free figure.
+        for pool in pools {
             if let Some(value) = value(pool) {
                 let _ = writeln!(
                     out,
                     "ipam_da_pool_{name}{{network=\"{}\",pool=\"{}\"}} {value}",
                     label(network),
-                    label(&pool.name)
+                    label(pool.name)
                 );
             }
         }
@@ -576,7 +598,9 @@ mod tests {
 
     #[test]
     fn prometheus_gauges_are_in_the_exposition_format() {
-        let out = prometheus("n", &reported());
+        let reports = reported();
+        let figures: Vec<Figures> = reports.iter().map(PoolReport::figures).collect();
+        let out = prometheus("n", &figures);
         let mut samples = Vec::new();
         let mut typed = Vec::new();
         for line in out.lines() {

@@ -103,7 +103,7 @@ pub fn keep(
         };
         // A request that came during a call was read by it: not waited for.
         if signals::received(1).is_none() {
-            signals::wait(pause);
+            signals::sleep(pause);
         }
     }
     // Withdrawing answers the request: its calls are not stopped by it.

@@ -182,6 +182,13 @@ pub trait Store {
     /// it held, and fenced it (etcd only).
     fn fenced(&self, node: &str) -> Result<Option<PoolError>, PoolError>;
 
+    /// How many addresses from `from` to `to` have a record, if the store
+    /// counts them without reading the records (etcd counts keys); `None`
+    /// where reading them is as cheap.
+    fn count_held(&self, _from: Addr, _to: Addr) -> Result<Option<u64>, PoolError> {
+        Ok(None)
+    }
+
     /// Whether the store can answer now.
     fn ping(&self) -> Result<(), PoolError>;
 

@@ -297,6 +297,15 @@ impl Store for EtcdStore {
         Ok(found.map(|kv| records::read_owner(&kv.value).unwrap_or_else(Owner::unknown)))
     }
 
+    fn count_held(&self, from: Addr, to: Addr) -> Result<Option<u64>, PoolError> {
+        let mut end = self.address_key(to);
+        // Just after `to`'s key: the count is of [from, to]. An IPv4 range
+        // that crosses a first byte may count IPv6 keys sorting into it
+        // ("020.…" to "021.…" holds "0200:…"), which no pool gives.
+        end.push(0);
+        Ok(Some(self.client.count(&self.address_key(from), &end)?))
+    }
+
     fn first_free(
         &self,
         from: Addr,
