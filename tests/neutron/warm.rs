@@ -270,13 +270,18 @@ fn a_hand_out_makes_no_controller_call_and_the_keeper_records_its_owner() {
     // Two free are the low watermark: no refill. One is below it: the
     // keeper refills to the high one.
     assert_eq!(ledger_free(&net), 2);
+    // A pod's hand-out too: no look for the pod's orphans either.
     let before = proxy.requests();
-    let second = net.run("ADD", "c-w2", config.as_bytes());
+    let env = net.env("ADD", "c-w2").set(
+        "CNI_ARGS",
+        "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=u-w2",
+    );
+    let second = crate::common::run_plugin(&env, config.as_bytes());
     assert!(second.status.success(), "{second:?}");
     assert_eq!(
         proxy.requests(),
         before,
-        "the hand-out called the controller"
+        "the pod's hand-out called the controller"
     );
     filled(neutron, &net, 3);
 
@@ -482,13 +487,22 @@ fn a_crash_at_any_step_of_a_hand_out_or_a_refill_answers_no_address_twice() {
 #[ignore = "needs python3-neutron"]
 fn thirty_two_adds_at_once_on_a_pool_of_eight_get_distinct_addresses_and_leave_nothing() {
     let neutron = shared();
-    let net = warm_net(
+    let mut net = warm_net(
         neutron,
         "warm-many",
         json!({"min": 8, "max": 8, "batch": 4}),
     );
     let keeper = Keeper::start(&net, None);
     filled(neutron, &net, 8);
+    let pooled: BTreeSet<String> = split(neutron, &net)
+        .0
+        .iter()
+        .flat_map(port_addresses)
+        .collect();
+    // The ADDs through a proxy that counts their requests; the keeper
+    // talks to the controller itself.
+    let proxy = Proxy::to(neutron.port);
+    net.extra["url"] = json!(proxy.url());
     let config = net.config();
     let children: Vec<_> = (0..32)
         .map(|i| {
@@ -511,6 +525,13 @@ fn thirty_two_adds_at_once_on_a_pool_of_eight_get_distinct_addresses_and_leave_n
         }
     }
     assert_eq!(all.len(), 32);
+    // The pool's eight handed out; the rest (the refill by batches of
+    // four racing them) made directly, through the proxy.
+    assert!(
+        pooled.len() == 8 && pooled.is_subset(&all),
+        "{pooled:?} {all:?}"
+    );
+    assert!(proxy.requests() > 0, "no ADD made its port");
     wait_until("every owner recorded", 30, || {
         split(neutron, &net).1.len() == 32
     });
