@@ -16,10 +16,6 @@ use super::ports::{self, Marks, OWNER};
 use super::state::State;
 use crate::cni::Environment;
 
-/// The most a tag's value may be here (Neutron takes 255 characters in
-/// a tag), as for the node's and the network's names.
-const TAG_VALUE_LIMIT: usize = 200;
-
 /// The tag that says which pod a port is for, where the runtime says
 /// (`K8S_POD_UID`, else `K8S_POD_NAMESPACE` and `K8S_POD_NAME`); a digest
 /// of the pod's name where it would not fit a tag or a tag filter.
@@ -41,11 +37,7 @@ pub fn pod_tag(env: &Environment) -> Option<String> {
         (None, Some(namespace), Some(name)) => format!("{namespace}/{name}"),
         _ => return None,
     };
-    // A comma would split the tag filter that selects it.
-    if pod.len() <= TAG_VALUE_LIMIT && !pod.contains([',', '\n']) {
-        return Some(format!("cni-pod={pod}"));
-    }
-    Some(format!("cni-pod=sha256:{}", ports::digest(&pod)))
+    Some(format!("cni-pod={}", ports::tag_value(&pod)))
 }
 
 /// The ports of the pod `pod` tags, for interface `ifname` of the CNI

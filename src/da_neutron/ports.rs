@@ -34,6 +34,20 @@ pub fn name(network: &str, pool: &str, ifname: &str) -> String {
 /// Neutron's limit on a port's `description` (and `name`).
 pub const FIELD_LIMIT: usize = 255;
 
+/// The most a mark's value may be in a tag (Neutron takes 255 characters
+/// in a tag, with the mark's name before it).
+const TAG_VALUE_LIMIT: usize = 200;
+
+/// `value` as a mark's tag carries it: itself, or, where it would not
+/// fit a tag or would split a tag filter (a comma, a line break),
+/// `sha256:` and its digest, which a listing selects all the same.
+pub fn tag_value(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.len() <= TAG_VALUE_LIMIT && !value.contains([',', '\n']) {
+        return value.into();
+    }
+    format!("sha256:{}", digest(value)).into()
+}
+
 /// What marks a port as one node's, for one CNI network, of one cluster
 /// (where `ipam.neutron.cluster` names one): its tags, and the same in
 /// its description.
@@ -48,7 +62,7 @@ impl Marks<'_> {
     /// The tags every port of ours carries.
     pub fn tags(&self) -> Vec<String> {
         let mut tags = vec![
-            format!("cni-node={}", self.node),
+            format!("cni-node={}", tag_value(self.node)),
             format!("cni-network={}", self.network),
         ];
         tags.extend(self.cluster.map(|c| format!("cni-cluster={c}")));
@@ -149,9 +163,10 @@ fn mark(port: &Port, key: &str) -> Option<String> {
         .map(unescaped)
 }
 
-/// The node a port of ours is marked with: its tag, else its description.
+/// The node a port of ours is marked with, as its tag carries it
+/// ([`tag_value`]: a long name's digest): its tag, else its description.
 pub fn node_of(port: &Port) -> Option<String> {
-    mark(port, "cni-node")
+    mark(port, "cni-node").map(|node| tag_value(&node).into_owned())
 }
 
 /// Whether `port` is marked as another cluster's than `cluster` (none
@@ -167,7 +182,7 @@ pub fn foreign(port: &Port, cluster: Option<&str>) -> bool {
 /// digest). A controller that ignores list filters lists every node's
 /// ports of a container ID; another node's is never ours.
 pub fn on_node(port: &Port, node: &str, cluster: Option<&str>) -> bool {
-    node_of(port).is_none_or(|marked| marked == node) && !foreign(port, cluster)
+    node_of(port).is_none_or(|marked| marked == tag_value(node)) && !foreign(port, cluster)
 }
 
 /// `network`'s ports of this plugin with `marks`, oldest first: those
@@ -327,5 +342,40 @@ mod tests {
         let before = port(&name("net", "a", "eth0"), OWNER, &tags[..2]);
         assert!(!foreign(&before, Some("west")) && on_node(&before, "n1", Some("west")));
         assert!(!marks(Some("west")).on(&before) && marks(None).on(&before));
+    }
+
+    #[test]
+    fn any_node_name_marks_a_port_a_long_one_or_one_with_a_comma_by_its_digest() {
+        let long = "n".repeat(253);
+        for node in [long.as_str(), "rack,7", "n1"] {
+            let marks = Marks {
+                node,
+                network: "net",
+                cluster: None,
+            };
+            let tags = marks.tags();
+            assert!(
+                tags.iter()
+                    .all(|t| t.len() <= FIELD_LIMIT && !t.contains(',')),
+                "{tags:?}"
+            );
+            let tagged = Port {
+                tags: tags.clone(),
+                ..port("net/default/eth0", OWNER, &[])
+            };
+            assert_eq!(node_of(&tagged).as_deref(), Some(tag_value(node).as_ref()));
+            assert!(on_node(&tagged, node, None) && marks.on(&tagged));
+            assert!(!on_node(&tagged, "other", None));
+            // Its tags lost, its description says the same node.
+            let untagged = Port {
+                description: marks.description(),
+                ..port("net/default/eth0", OWNER, &[])
+            };
+            if !marks.description().contains("marks-sha256=") {
+                assert_eq!(node_of(&untagged), node_of(&tagged));
+            }
+        }
+        assert_eq!(tag_value("n1"), "n1");
+        assert!(tag_value(&long).starts_with("sha256:"));
     }
 }

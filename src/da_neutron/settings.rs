@@ -535,7 +535,13 @@ fn host_of(object: &Map<String, Value>) -> Result<String, NeutronError> {
             node_name::current(&file)?
         }
     };
-    check_tag_value("the node's name", &host)?;
+    // Any name marks a port: one too long for a tag, or with a comma, is
+    // tagged by its digest (`ports::tag_value`).
+    if host.is_empty() || host.contains('\n') {
+        return Err(invalid(format!(
+            "the node's name {host:?} cannot mark a port: it must be one line, not empty"
+        )));
+    }
     Ok(host)
 }
 
@@ -836,8 +842,8 @@ mod tests {
                 "above 0",
             ),
             (
-                json!({"url": "http://h", "network": NET, "host": "a,b"}),
-                "no comma",
+                json!({"url": "http://h", "network": NET, "host": "a\nb"}),
+                "one line, not empty",
             ),
             (
                 json!({"url": "http://h", "network": NET, "host": "n", "bindHost": "yes"}),
@@ -967,13 +973,13 @@ mod tests {
 
     #[test]
     fn a_teardown_reads_no_pool_and_the_node_name_only_when_asked() {
-        let broken = json!({"url": "http://h", "host": "a,b", "pools": {"a": {"network": NET}}, "default": "b"});
+        let broken = json!({"url": "http://h", "host": "a\nb", "pools": {"a": {"network": NET}}, "default": "b"});
         let object = broken.as_object().unwrap();
         assert_eq!(Settings::parse(object, Need::Whole).unwrap_err().code(), 7);
         let s = Settings::parse(object, Need::Teardown).unwrap();
         assert!(s.pools.is_empty());
         let e = s.node().unwrap_err();
-        assert!(e.to_string().contains("no comma") && e.code() == 7, "{e}");
+        assert!(e.to_string().contains("one line") && e.code() == 7, "{e}");
         // What a teardown does need is still checked whole.
         let e = Settings::parse(
             json!({"url": "ftp://h", "network": NET})

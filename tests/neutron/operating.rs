@@ -192,10 +192,11 @@ fn clusters_that_share_node_and_network_names_never_touch_each_others_ports() {
 #[ignore = "needs python3-neutron"]
 fn marks_fit_the_controller_and_read_back_whatever_the_node_is_called() {
     let neutron = shared();
-    // A node name with spaces and a `%`; and one as long as a tag takes,
-    // beside a CNI network name as long, whose marks pass the 255
-    // characters of a description (which is a digest of them then).
-    let long = "n".repeat(200);
+    // A node name with spaces and a `%`; and one as long as Kubernetes
+    // allows (253: its tag is a digest), beside a CNI network name of 200,
+    // whose marks pass the 255 characters of a description (which is a
+    // digest of them then).
+    let long = "n".repeat(253);
     let mut spaced = Net::on(neutron, "marked");
     spaced.extra = json!({"host": "rack 7 % a", "cluster": "east"});
     let mut long_net = Net::on(neutron, &"w".repeat(200));
