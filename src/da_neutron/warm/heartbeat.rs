@@ -164,7 +164,9 @@ impl Keeper<'_> {
             let Some(node) = ports::node_of(&beat) else {
                 continue;
             };
-            if node == self.marks.node || ports::foreign(&beat, self.marks.cluster) {
+            if node == ports::tag_value(self.marks.node)
+                || ports::foreign(&beat, self.marks.cluster)
+            {
                 continue;
             }
             seen.insert(node.clone());
