@@ -191,15 +191,7 @@ fn main() {
             let started = Instant::now();
             let id = bare_post(&neutron, &network, &format!("attr{i}-{v}"), &variants[v]);
             posts[v].push(started.elapsed());
-            let (status, _) = http(
-                neutron.port,
-                "DELETE",
-                &format!("/v2.0/ports/{id}"),
-                None,
-                None,
-            )
-            .unwrap();
-            assert_eq!(status, 204);
+            delete_port(&neutron, &id);
         }
     }
     let [plain, bound, ungrouped] = posts.map(|mut t| {
@@ -412,8 +404,25 @@ fn bare_post(neutron: &Neutron, network: &str, id: &str, more: &Value) -> String
 fn bare_del(neutron: &Neutron, id: &str) {
     let listed = bare_list(neutron, id);
     for port in listed["ports"].as_array().unwrap() {
-        let path = format!("/v2.0/ports/{}", port["id"].as_str().unwrap());
-        let (status, _) = http(neutron.port, "DELETE", &path, None, None).unwrap();
-        assert_eq!(status, 204);
+        delete_port(neutron, port["id"].as_str().unwrap());
+    }
+}
+
+/// DELETEs port `id`. The test server's SQLite may answer 500 ("database
+/// is locked") while a keeper writes beside it: tried again, a few
+/// times, as a runtime would retry the DEL.
+fn delete_port(neutron: &Neutron, id: &str) {
+    let path = format!("/v2.0/ports/{id}");
+    for tried in 1.. {
+        let (status, body) = http(neutron.port, "DELETE", &path, None, None).unwrap();
+        if status == 204 {
+            return;
+        }
+        assert!(
+            status == 500 && tried < 5,
+            "DELETE {path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }

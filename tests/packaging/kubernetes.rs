@@ -7,14 +7,17 @@
 //! API, the host's directories, every node, small requests); the
 //! network is a second one, through Multus: a NetworkAttachmentDefinition
 //! that names the configuration the installer writes where Multus reads
-//! it, macvlan on each node's default-route interface.
+//! it, macvlan on each node's default-route interface. The Neutron
+//! keeper's DaemonSet (deploy/kubernetes/neutron) renders and parses too,
+//! and its pod, played by podman, fills its node's warm pool on a real
+//! Neutron.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-/// Reads the rendered objects on stdin; prints one line per object, or
-/// fails saying what is wrong.
-const CHECK: &str = r#"
+/// What every check script begins with: the client's models, and `api`,
+/// which parses an object as the API server would (`Answer`).
+const MODELS: &str = r#"
 import json, sys, yaml
 from kubernetes import client
 
@@ -24,6 +27,11 @@ class Answer:
 
 api = client.ApiClient()
 seen = {}
+"#;
+
+/// Reads the rendered objects on stdin; prints one line per object, or
+/// fails saying what is wrong.
+const CHECK: &str = r#"
 for obj in yaml.safe_load_all(sys.stdin):
     kind = obj["kind"]
     if kind == "NetworkAttachmentDefinition":
@@ -89,32 +97,39 @@ assert nad["metadata"]["namespace"] == "ipam-delegated", nad
 assert "spec" not in nad, nad
 "#;
 
-#[test]
-#[ignore = "needs kubectl (kubernetes-client) and python3-kubernetes"]
-fn the_manifests_render_and_parse_as_kubernetes_objects() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
+/// What `check` (a Python script) prints of the objects `kubectl
+/// kustomize` renders of `dir` (under the repository), once it passes.
+fn rendered_and_checked(dir: &str, check: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let rendered = Command::new("kubectl")
-        .args(["kustomize", dir])
+        .arg("kustomize")
+        .arg(&dir)
         .output()
         .expect("kubectl runs (./.ci/test installs kubernetes-client)");
     assert!(rendered.status.success(), "{rendered:?}");
     // Debian's python3, where python3-kubernetes is.
-    let mut check = Command::new("/usr/bin/python3")
-        .args(["-c", CHECK])
+    let mut checking = Command::new("/usr/bin/python3")
+        .args(["-c", &format!("{MODELS}{check}")])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    check
+    checking
         .stdin
         .take()
         .unwrap()
         .write_all(&rendered.stdout)
         .unwrap();
-    let out = check.wait_with_output().unwrap();
+    let out = checking.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let said = String::from_utf8(out.stdout).unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+#[ignore = "needs kubectl (kubernetes-client) and python3-kubernetes"]
+fn the_manifests_render_and_parse_as_kubernetes_objects() {
+    let said = rendered_and_checked("deploy/kubernetes", CHECK);
     let kinds: Vec<&str> = said.lines().filter_map(|l| l.split(' ').next()).collect();
     assert_eq!(
         kinds,
@@ -126,6 +141,107 @@ fn the_manifests_render_and_parse_as_kubernetes_objects() {
         ],
         "{said}"
     );
+}
+
+/// What every playable script ends with: the pod template `spec` as a Pod
+/// named `ipam-delegated-test`, every host path under `root`, no
+/// priority class (podman has none), written with the ConfigMap
+/// `config` beside it.
+const WRITE_POD: &str = r#"
+for v in spec["volumes"]:
+    if "hostPath" in v:
+        v["hostPath"]["path"] = root + v["hostPath"]["path"]
+spec.pop("priorityClassName", None)
+pod = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "ipam-delegated-test"}, "spec": spec}
+with open(root + "/pod.yaml", "w") as f:
+    yaml.safe_dump(pod, f)
+with open(root + "/configmap.yaml", "w") as f:
+    yaml.safe_dump(config, f)
+"#;
+
+/// A pod played by podman from what `kubectl kustomize` renders of `dir`
+/// (under the repository), made playable by the Python `script` with
+/// argv the image's tag, the host's root (`work`/host) and `args`, then
+/// [`WRITE_POD`]. Whatever happens, the pod goes when this is dropped:
+/// none of its processes, mounts or cgroups outlives the test.
+struct Played {
+    podman: crate::image::Podman,
+    tag: String,
+    pod: std::path::PathBuf,
+    // kube play takes no cgroup parent: its pod's go under libpod_parent,
+    // removed afterwards unless the machine had one before.
+    _cgroups: Option<crate::common::Cgroups>,
+}
+
+impl Played {
+    fn start(work: &std::path::Path, dir: &str, script: &str, args: &[String]) -> Played {
+        use std::path::Path;
+        let (podman, tag) = crate::image::build_image(work, "test", b"");
+        let cgroups = (!Path::new("/sys/fs/cgroup/memory/libpod_parent").exists()
+            && !Path::new("/sys/fs/cgroup/libpod_parent").exists())
+        .then(|| crate::common::Cgroups("libpod_parent".into()));
+        let root = work.join("host");
+        std::fs::create_dir_all(&root).unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let rendered = Command::new("kubectl")
+            .arg("kustomize")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(rendered.status.success(), "{rendered:?}");
+        let mut playable = Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                &format!("{script}{WRITE_POD}"),
+                &tag,
+                root.to_str().unwrap(),
+            ])
+            .args(args)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        playable
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&rendered.stdout)
+            .unwrap();
+        assert!(playable.wait().unwrap().success());
+        let pod = root.join("pod.yaml");
+        let config_arg = format!("--configmap={}", root.join("configmap.yaml").display());
+        let played = Played {
+            podman,
+            tag,
+            pod,
+            _cgroups: cgroups,
+        };
+        played
+            .podman
+            .run(&["kube", "play", &config_arg, played.pod.to_str().unwrap()]);
+        played
+    }
+
+    /// The pod's logs, for a failure's message.
+    fn logs(&self) -> String {
+        format!(
+            "{:?}",
+            self.podman.output(&["pod", "logs", "ipam-delegated-test"])
+        )
+    }
+
+    /// Stops the pod as a node would (SIGTERM), and removes the image.
+    fn down(&self) {
+        self.podman
+            .run(&["kube", "down", self.pod.to_str().unwrap()]);
+        self.podman.run(&["rmi", "--force", &self.tag]);
+    }
+}
+
+impl Drop for Played {
+    fn drop(&mut self) {
+        let _ = self.podman.output(&["pod", "rm", "--force", "--all"]);
+    }
 }
 
 /// Makes, from the rendered objects on stdin and argv (the image's tag,
@@ -157,18 +273,9 @@ for c in spec["containers"]:
             c[key] = [a.replace("$(NODE_NAME)", node).replace("$(NODE_IP):9641", metrics)
                       for a in c[key]]
 for v in spec["volumes"]:
-    if "hostPath" in v:
-        v["hostPath"]["path"] = root + v["hostPath"]["path"]
     if "secret" in v:
         del v["secret"]
         v["emptyDir"] = {}
-spec.pop("priorityClassName", None)
-pod = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "ipam-delegated-test"}, "spec": spec}
-with open(root + "/pod.yaml", "w") as f:
-    yaml.safe_dump(pod, f)
-with open(root + "/configmap.yaml", "w") as f:
-    yaml.safe_dump(config, f)
 "#;
 
 #[test]
@@ -176,16 +283,9 @@ with open(root + "/configmap.yaml", "w") as f:
 fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() {
     use crate::common::etcd::Cluster;
     use std::os::unix::fs::PermissionsExt;
-    use std::path::Path;
     use std::time::{Duration, Instant};
 
     let work = crate::common::temp_dir("kube");
-    let (podman, tag) = crate::image::build_image(work.path(), "test", b"");
-    // kube play takes no cgroup parent: its pod's go under libpod_parent,
-    // removed afterwards unless the machine had one before.
-    let _cgroups = (!Path::new("/sys/fs/cgroup/memory/libpod_parent").exists()
-        && !Path::new("/sys/fs/cgroup/libpod_parent").exists())
-    .then(|| crate::common::Cgroups("libpod_parent".into()));
     let cluster = Cluster::start(1, None);
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -199,46 +299,17 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
     let macvlan = bin.join("macvlan");
     std::fs::write(&macvlan, "#!/bin/sh\n").unwrap();
     std::fs::set_permissions(&macvlan, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
-    let rendered = Command::new("kubectl")
-        .args(["kustomize", dir])
-        .output()
-        .unwrap();
-    assert!(rendered.status.success(), "{rendered:?}");
-    let mut playable = Command::new("/usr/bin/python3")
-        .args(["-c", PLAYABLE, &tag, root.to_str().unwrap()])
-        .arg(&cluster.endpoints()[0])
-        .arg("node-kube")
-        .arg(format!("127.0.0.1:{metrics}"))
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    playable
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&rendered.stdout)
-        .unwrap();
-    assert!(playable.wait().unwrap().success());
-    let pod = root.join("pod.yaml");
-    let configmap = root.join("configmap.yaml");
-    let config_arg = format!("--configmap={}", configmap.display());
-    // Whatever happens from here, the pod goes: none of its processes,
-    // mounts or cgroups outlives the test.
-    struct Played<'a>(&'a crate::image::Podman);
-    impl Drop for Played<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.output(&["pod", "rm", "--force", "--all"]);
-        }
-    }
-    let _played = Played(&podman);
-    podman.run(&["kube", "play", &config_arg, pod.to_str().unwrap()]);
+    let args = [
+        cluster.endpoints()[0].clone(),
+        "node-kube".into(),
+        format!("127.0.0.1:{metrics}"),
+    ];
+    let played = Played::start(work.path(), "deploy/kubernetes", PLAYABLE, &args);
     let alive = "/ipamd-kube/nodes/node-kube/alive";
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cluster.keys(alive).iter().any(|k| k == alive) {
         if Instant::now() > deadline {
-            let logs = podman.output(&["pod", "logs", "ipam-delegated-test"]);
-            panic!("the keeper did not register the node: {logs:?}");
+            panic!("the keeper did not register the node: {}", played.logs());
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -281,7 +352,121 @@ fn the_daemonsets_pod_installs_the_family_and_registers_the_node_under_podman() 
         assert!(Instant::now() < deadline, "the keeper's metrics: {text}");
         std::thread::sleep(Duration::from_millis(500));
     }
-    podman.run(&["kube", "down", pod.to_str().unwrap()]);
-    podman.run(&["rmi", "--force", &tag]);
-    assert!(Path::new(&root).exists());
+    played.down();
+    assert!(root.exists());
+}
+
+/// Reads deploy/kubernetes/neutron's rendered objects on stdin, as
+/// [`CHECK`] does the main ones: the keeper's DaemonSet on the host's
+/// network, on every node, with the host's state and token directories,
+/// its configuration a network with warm pools.
+const CHECK_NEUTRON: &str = r#"
+for obj in yaml.safe_load_all(sys.stdin):
+    model = {"ConfigMap": "V1ConfigMap", "DaemonSet": "V1DaemonSet"}[obj["kind"]]
+    seen[obj["kind"]] = api.deserialize(Answer(obj), model)
+ds, config = seen["DaemonSet"], seen["ConfigMap"]
+assert ds.metadata.namespace == "ipam-delegated", ds.metadata.namespace
+pod = ds.spec.template.spec
+assert pod.host_network
+assert any(t.operator == "Exists" and t.key is None for t in pod.tolerations)
+(keeper,) = pod.containers
+assert keeper.command == ["/ipam-da-neutron", "keeper", "--config=/config/tenants.conflist"], keeper.command
+assert keeper.image == "localhost/ipam-delegated:0.1.0", keeper.image
+paths = sorted(v.host_path.path for v in pod.volumes if v.host_path)
+assert paths == ["/etc/cni/ipam-delegated/neutron", "/var/lib/cni"], paths
+assert any(v.config_map and v.config_map.name == config.metadata.name for v in pod.volumes)
+conflist = json.loads(config.data["tenants.conflist"])
+neutron = conflist["plugins"][0]["ipam"]["neutron"]
+assert conflist["plugins"][0]["ipam"]["delegates"] == ["ipam-da-neutron"]
+assert neutron["warm"]["min"] <= neutron["warm"]["max"], neutron
+assert neutron["tokenFile"].startswith("/etc/cni/ipam-delegated/neutron/"), neutron
+print("ok")
+"#;
+
+#[test]
+#[ignore = "needs kubectl (kubernetes-client) and python3-kubernetes"]
+fn the_neutron_keepers_manifests_render_and_parse_as_kubernetes_objects() {
+    assert_eq!(
+        rendered_and_checked("deploy/kubernetes/neutron", CHECK_NEUTRON),
+        "ok\n"
+    );
+}
+
+/// Makes, from deploy/kubernetes/neutron's rendered objects on stdin and
+/// argv (the image's tag, the host's root, the controller's url, its
+/// network), what podman 4.3 plays, as [`PLAYABLE`] does: the keeper's
+/// pod as a Pod, the host's directories under the test's, and the
+/// configuration naming the test's controller (no token, no CA: it
+/// takes none), the node, and a small pool.
+const PLAYABLE_NEUTRON: &str = r#"
+import json, sys, yaml
+tag, root, url, network = sys.argv[1:5]
+objects = {o["kind"]: o for o in yaml.safe_load_all(sys.stdin)}
+config = objects["ConfigMap"]
+conflist = json.loads(config["data"]["tenants.conflist"])
+neutron = conflist["plugins"][0]["ipam"]["neutron"]
+for key in ("tls", "tokenFile"):
+    del neutron[key]
+neutron.update({"url": url, "network": network, "host": "node-kube",
+                "warm": {"min": 2, "max": 3, "batch": 3}})
+config["data"]["tenants.conflist"] = json.dumps(conflist)
+spec = objects["DaemonSet"]["spec"]["template"]["spec"]
+for c in spec["containers"]:
+    c["image"] = tag
+"#;
+
+#[test]
+#[ignore = "needs root, podman, kubectl, python3-neutron and a static build"]
+fn the_neutron_keepers_pod_fills_its_nodes_warm_pool_under_podman() {
+    use crate::common::neutron::{Neutron, Options};
+    use std::time::{Duration, Instant};
+
+    let work = crate::common::temp_dir("kube-neutron");
+    let neutron = Neutron::start(Options::default());
+    let network = neutron.network("kube-tenants");
+    neutron.subnet(
+        &network,
+        serde_json::json!({"cidr": "10.79.0.0/24", "allocation_pools": [{"start": "10.79.0.10", "end": "10.79.0.99"}]}),
+    );
+    let args = [neutron.url(), network.clone()];
+    let played = Played::start(
+        work.path(),
+        "deploy/kubernetes/neutron",
+        PLAYABLE_NEUTRON,
+        &args,
+    );
+    let root = work.path().join("host");
+    // Its pool filled to max: three free pooled ports of the node.
+    let free = || {
+        neutron
+            .ports_of(&network)
+            .iter()
+            .filter(|p| {
+                let tags = p["tags"].as_array().unwrap();
+                tags.iter().any(|t| t == "cni-free")
+                    && tags.iter().any(|t| t == "cni-node=node-kube")
+            })
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while free() < 3 {
+        if Instant::now() > deadline {
+            panic!("the keeper did not fill the pool: {}", played.logs());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Its ledger on the host, where the node's ADDs read it.
+    let ledger = root.join("var/lib/cni/ipam-da-neutron/warm/tenants.ledger");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&ledger).is_ok_and(|l| l.matches("10.79.0.").count() >= 3) {
+        assert!(
+            Instant::now() < deadline,
+            "no ledger at {}",
+            ledger.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Stopped (SIGTERM), it leaves its free ports for its next start.
+    played.down();
+    assert_eq!(free(), 3, "its free ports stay for its next start");
 }
