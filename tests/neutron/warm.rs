@@ -597,14 +597,26 @@ fn a_used_up_quota_pauses_the_refill_and_an_empty_pool_answers_110() {
 #[ignore = "needs python3-neutron"]
 fn a_gone_nodes_free_ports_are_deleted_by_another_nodes_keeper_and_its_ports_in_use_left() {
     let neutron = shared();
+    // node-a keeps a grace of 10 s, node-b of 3 s: node-b waits node-a's,
+    // as node-a's heartbeat says it.
     let mut a = warm_net(neutron, "warm-gone", json!({"min": 2, "max": 2}));
-    a.extra["gcGraceSeconds"] = json!(2);
-    a.extra["timeout"] = json!(2);
-    let mut b = Net::on(neutron, "unused");
-    b.name = a.name.clone();
-    b.network = a.network.clone();
-    b.extra = a.extra.clone();
-    b.extra["host"] = json!("node-b");
+    a.extra["gcGraceSeconds"] = json!(10);
+    a.extra["timeout"] = json!(3);
+    let beside = |host: &str, extra: Value| {
+        let mut other = Net::on(neutron, "unused");
+        other.name = a.name.clone();
+        other.network = a.network.clone();
+        other.extra = a.extra.clone();
+        other.extra["host"] = json!(host);
+        for (key, value) in extra.as_object().unwrap() {
+            other.extra[key] = value.clone();
+        }
+        other
+    };
+    let b = beside("node-b", json!({"gcGraceSeconds": 3}));
+    // node-c: another cluster's, on the same network: never node-b's to
+    // judge, gone or not.
+    let c = beside("node-c", json!({"cluster": "west"}));
     let mut keeper_a = Keeper::start(&a, None);
     filled(neutron, &a, 2);
     let add = a.run("ADD", "c-g1", a.config().as_bytes());
@@ -613,35 +625,87 @@ fn a_gone_nodes_free_ports_are_deleted_by_another_nodes_keeper_and_its_ports_in_
         port_with(neutron, &a, &in_use)["device_id"] == "c-g1"
     });
     filled(neutron, &a, 2);
-    let keeper_b = Keeper::start(&b, None);
-    wait_until("node-b's pool filled", 60, || {
-        ledger_free(&b) == 2 && split(neutron, &a).0.len() == 4
-    });
-    // node-a goes; node-b's keeper waits two looks a grace apart.
+    let mut keeper_c = Keeper::start(&c, None);
+    wait_until("node-c's pool filled", 60, || ledger_free(&c) == 2);
+    // node-b's keeper through a controller that ignores list filters: it
+    // must tell what it deletes itself.
+    let proxy = Proxy::to(neutron.port);
+    proxy.ignore_filters();
+    let keeper_b = Keeper::start(&b, Some(&proxy.url()));
+    wait_until("node-b's pool filled", 60, || ledger_free(&b) == 2);
+    // Another network's heartbeat, as stale: never node-b's to judge.
+    let elsewhere = neutron.network("warm-gone-elsewhere");
+    let other_beat = neutron.port(json!({
+        "network_id": elsewhere, "device_owner": "cni:ipam-da-neutron",
+        "tags": ["cni-keeper", "cni-node=node-z", "cni-network=warm-gone-elsewhere"],
+        "description": "ipam-da-neutron keeper beat 1 grace 1",
+    }));
+    // node-a and node-c go: node-a's keeper killed between the two
+    // writes that record a hand-out's owner (device_id, then the tags),
+    // which leave one of its free-tagged ports in use.
     keeper_a.kill();
-    let gone_at = Instant::now();
-    wait_until("node-a's free ports deleted", 30, || {
-        !neutron.ports_of(&a.network).iter().any(|p| {
-            p["tags"]
-                .as_array()
-                .unwrap()
-                .contains(&json!("cni-node=node-a"))
-                && p["device_id"] == ""
-        })
-    });
-    // Two looks a grace apart, on a clock of whole seconds, after a
-    // beat at most a second before the kill.
-    assert!(
-        gone_at.elapsed() >= Duration::from_secs(2),
-        "{:?}",
-        gone_at.elapsed()
+    keeper_c.kill();
+    let (mut free_a, _) = split(neutron, &a);
+    free_a.retain(|p| crate::tags_of(p).contains(&"cni-node=node-a"));
+    let half = free_a[0]["id"].as_str().unwrap().to_owned();
+    let (status, said) = neutron.request(
+        "PUT",
+        &format!("/v2.0/ports/{half}"),
+        Some(json!({"port": {"device_id": "c-g2"}})),
     );
+    assert_eq!(status, 200, "{said}");
+    let beat_of = |node: &str| {
+        let tag = format!("cni-node={node}");
+        neutron.ports_of(&a.network).into_iter().find(|p| {
+            let tags = crate::tags_of(p);
+            tags.contains(&"cni-keeper") && tags.contains(&tag.as_str())
+        })
+    };
+    let last_beat = beat_of("node-a").unwrap()["updated_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let free_of = |node: &str| {
+        let tag = json!(format!("cni-node={node}"));
+        neutron
+            .ports_of(&a.network)
+            .iter()
+            .filter(|p| {
+                p["tags"].as_array().unwrap().contains(&tag)
+                    && p["device_id"] == ""
+                    && !p["fixed_ips"].as_array().unwrap().is_empty()
+            })
+            .count()
+    };
+    wait_until("node-a's free ports deleted", 90, || free_of("node-a") == 0);
+    // Two of node-a's graces after its last beat, a second spared for
+    // the controller's whole-second clock: stale on a look, and still so
+    // a grace later.
+    let since = seconds_since(&last_beat);
+    assert!(since >= 19, "deleted {since} s after node-a's last beat");
     assert_eq!(port_with(neutron, &a, &in_use)["device_id"], "c-g1");
+    let (status, _) = neutron.request("GET", &format!("/v2.0/ports/{half}"), None);
+    assert_eq!(
+        status, 200,
+        "a port in use, its tags not set yet, was deleted"
+    );
     assert!(
-        keeper_b.log().contains("node \"node-a\" stopped beating"),
+        keeper_b.log().contains(&format!(
+            "node \"node-a\" stopped beating (last at {last_beat}): its 1 free pooled ports are deleted"
+        )),
         "{}",
         keeper_b.log()
     );
+    // node-c, of another cluster, as gone as node-a: left as it is.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(beat_of("node-c").is_some(), "{}", keeper_b.log());
+    assert_eq!(free_of("node-c"), 2);
+    let (status, _) = neutron.request(
+        "GET",
+        &format!("/v2.0/ports/{}", other_beat["id"].as_str().unwrap()),
+        None,
+    );
+    assert_eq!(status, 200, "another network's heartbeat was deleted");
     // node-b's own pool is whole.
     assert_eq!(ledger_free(&b), 2);
     assert_eq!(keeper_b.show()["warmFree"], json!({"node-b": 2}));
@@ -652,6 +716,25 @@ fn a_gone_nodes_free_ports_are_deleted_by_another_nodes_keeper_and_its_ports_in_
     );
     drop(keeper_b);
     drop(keeper_a);
+    drop(keeper_c);
+}
+
+/// Seconds from `time` (RFC 3339, as the controller dates a port) to now.
+fn seconds_since(time: &str) -> i64 {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", time, "+%s"])
+        .output()
+        .unwrap();
+    let then: i64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    now - then
 }
 
 #[test]
