@@ -696,8 +696,10 @@ fn a_gone_nodes_free_ports_are_deleted_by_another_nodes_keeper_and_its_ports_in_
         "{}",
         keeper_b.log()
     );
-    // node-c, of another cluster, as gone as node-a: left as it is.
-    std::thread::sleep(Duration::from_secs(3));
+    // node-c, of another cluster, as gone as node-a (killed with it, its
+    // beat at most a third of a grace apart): left as it is, a look and
+    // a beat's phase later.
+    std::thread::sleep(Duration::from_secs(6));
     assert!(beat_of("node-c").is_some(), "{}", keeper_b.log());
     assert_eq!(free_of("node-c"), 2);
     let (status, _) = neutron.request(

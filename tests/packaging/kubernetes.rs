@@ -370,7 +370,11 @@ pod = ds.spec.template.spec
 assert pod.host_network
 assert any(t.operator == "Exists" and t.key is None for t in pod.tolerations)
 (keeper,) = pod.containers
-assert keeper.command == ["/ipam-da-neutron", "keeper", "--config=/config/tenants.conflist"], keeper.command
+assert keeper.command == ["/ipam-da-neutron", "keeper", "--config=/config/tenants.conflist", "--node-name=$(NODE_NAME)"], keeper.command
+env = {e.name: e.value_from.field_ref.field_path for e in keeper.env}
+assert env == {"NODE_NAME": "spec.nodeName"}, env
+mounts = sorted((m.mount_path, bool(m.read_only)) for m in keeper.volume_mounts)
+assert mounts == [("/config", True), ("/etc/cni/ipam-delegated/neutron", True), ("/var/lib/cni", False)], mounts
 assert keeper.image == "localhost/ipam-delegated:0.1.0", keeper.image
 paths = sorted(v.host_path.path for v in pod.volumes if v.host_path)
 assert paths == ["/etc/cni/ipam-delegated/neutron", "/var/lib/cni"], paths
@@ -397,7 +401,8 @@ fn the_neutron_keepers_manifests_render_and_parse_as_kubernetes_objects() {
 /// network), what podman 4.3 plays, as [`PLAYABLE`] does: the keeper's
 /// pod as a Pod, the host's directories under the test's, and the
 /// configuration naming the test's controller (no token, no CA: it
-/// takes none), the node, and a small pool.
+/// takes none) and a small pool; the node's name written in, as podman
+/// has no spec.nodeName.
 const PLAYABLE_NEUTRON: &str = r#"
 import json, sys, yaml
 tag, root, url, network = sys.argv[1:5]
@@ -407,12 +412,14 @@ conflist = json.loads(config["data"]["tenants.conflist"])
 neutron = conflist["plugins"][0]["ipam"]["neutron"]
 for key in ("tls", "tokenFile"):
     del neutron[key]
-neutron.update({"url": url, "network": network, "host": "node-kube",
+neutron.update({"url": url, "network": network,
                 "warm": {"min": 2, "max": 3, "batch": 3}})
 config["data"]["tenants.conflist"] = json.dumps(conflist)
 spec = objects["DaemonSet"]["spec"]["template"]["spec"]
 for c in spec["containers"]:
     c["image"] = tag
+    c.pop("env", None)
+    c["command"] = [a.replace("$(NODE_NAME)", "node-kube") for a in c["command"]]
 "#;
 
 #[test]
@@ -466,6 +473,9 @@ fn the_neutron_keepers_pod_fills_its_nodes_warm_pool_under_podman() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The node's name pinned on the host, where the plugin reads it.
+    let pinned = root.join("var/lib/cni/ipam-da-pool/node-name");
+    assert_eq!(std::fs::read_to_string(pinned).unwrap(), "node-kube\n");
     // Stopped (SIGTERM), it leaves its free ports for its next start.
     played.down();
     assert_eq!(free(), 3, "its free ports stay for its next start");

@@ -86,7 +86,6 @@ fn options(given: &Options) -> Result<Keeper, String> {
     })
 }
 
-/// Keeps the node registered until asked to stop.
 /// `ADDRESS:PORT` as a socket address; an IPv6 address may come without
 /// its brackets, as Kubernetes' `status.hostIP` gives it to
 /// `--metrics-listen=$(NODE_IP):9641`.
@@ -97,6 +96,7 @@ fn listen_address(given: &str) -> Option<SocketAddr> {
     })
 }
 
+/// Keeps the node registered until asked to stop.
 fn run(options: &Keeper) -> Result<bool, PoolError> {
     if let Some((name, file)) = &options.node_name {
         node_name::pin(file, name)?;
