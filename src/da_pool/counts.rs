@@ -354,6 +354,18 @@ fn remove_if_there(file: &Path) -> std::io::Result<()> {
     }
 }
 
+/// A command's count, 3 ms and one etcd request, for the tests.
+#[cfg(test)]
+pub(crate) fn counted(command: &'static str, code: u32) -> Counted {
+    Counted {
+        command,
+        code,
+        took: Duration::from_millis(3),
+        requests: 1,
+        failures: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,15 +419,6 @@ mod tests {
         assert_eq!(totals.commands.keys().collect::<Vec<_>>(), ["DEL"]);
         assert_eq!((totals.requests, totals.failures), (1, 1));
     }
-    fn add_as(command: &'static str, code: u32) -> Counted {
-        Counted {
-            command,
-            code,
-            took: Duration::from_millis(3),
-            requests: 1,
-            failures: 0,
-        }
-    }
 
     #[test]
     fn a_tail_reads_on_from_where_it_stopped_and_starts_again_on_a_new_file() {
@@ -423,14 +426,14 @@ mod tests {
         let mut tail = Tail::new(dir.path(), "pods");
         tail.read_on().unwrap();
         assert_eq!(tail.totals, Totals::default());
-        append(&dir.path().join("pods"), &add_as("ADD", 0)).unwrap();
+        append(&dir.path().join("pods"), &counted("ADD", 0)).unwrap();
         tail.read_on().unwrap();
-        append(&dir.path().join("pods"), &add_as("ADD", 110)).unwrap();
+        append(&dir.path().join("pods"), &counted("ADD", 110)).unwrap();
         tail.read_on().unwrap();
         let adds = &tail.totals.commands["ADD"].by_code;
         assert_eq!((adds[&0], adds[&110]), (1, 1));
         std::fs::remove_file(dir.path().join("pods")).unwrap();
-        append(&dir.path().join("pods"), &add_as("DEL", 0)).unwrap();
+        append(&dir.path().join("pods"), &counted("DEL", 0)).unwrap();
         tail.read_on().unwrap();
         assert_eq!(tail.totals.commands.keys().collect::<Vec<_>>(), ["DEL"]);
     }
@@ -441,18 +444,18 @@ mod tests {
         let file = dir.path().join("pods");
         let aside = dir.path().join(".pods.aside");
         let mut tail = Tail::new(dir.path(), "pods");
-        (tail.rotate_at, tail.settle) = (2 * add_as("ADD", 0).line().len() as u64, Duration::ZERO);
-        append(&file, &add_as("ADD", 0)).unwrap();
+        (tail.rotate_at, tail.settle) = (2 * counted("ADD", 0).line().len() as u64, Duration::ZERO);
+        append(&file, &counted("ADD", 0)).unwrap();
         tail.read_on().unwrap();
         assert!(file.exists() && !aside.exists());
-        append(&file, &add_as("ADD", 0)).unwrap();
+        append(&file, &counted("ADD", 0)).unwrap();
         // A settle of 0: but set aside only after this read.
         tail.settle = Duration::from_secs(3600);
         tail.read_on().unwrap();
         assert!(!file.exists() && aside.exists());
         // A command that opened the file before: its line lands aside.
-        append(&aside, &add_as("ADD", 110)).unwrap();
-        append(&file, &add_as("DEL", 0)).unwrap();
+        append(&aside, &counted("ADD", 110)).unwrap();
+        append(&file, &counted("DEL", 0)).unwrap();
         tail.read_on().unwrap();
         assert_eq!(tail.totals.commands["ADD"].by_code.get(&110), None);
         tail.settle = Duration::ZERO;
@@ -474,7 +477,7 @@ mod tests {
         assert_eq!(beside.totals.commands["DEL"].by_code[&0], 1);
         drop((tail, beside));
         // A new daemon reads what an earlier one set aside, whole.
-        std::fs::write(&aside, add_as("GC", 0).line()).unwrap();
+        std::fs::write(&aside, counted("GC", 0).line()).unwrap();
         let mut next = Tail::new(dir.path(), "pods");
         next.settle = Duration::ZERO;
         next.read_on().unwrap();
@@ -489,7 +492,7 @@ mod tests {
         std::fs::write(&target, "root\n").unwrap();
         let link = dir.path().join("pods");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(append(&link, &add_as("ADD", 0)).is_err());
+        assert!(append(&link, &counted("ADD", 0)).is_err());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "root\n");
         let fifo = dir.path().join("nodes");
         let made = std::process::Command::new("mkfifo")
@@ -497,6 +500,6 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        assert!(append(&fifo, &add_as("ADD", 0)).is_err());
+        assert!(append(&fifo, &counted("ADD", 0)).is_err());
     }
 }

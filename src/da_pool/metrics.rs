@@ -240,17 +240,7 @@ fn current(latest: &Mutex<Latest>, stale_after: Duration) -> (Status, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::da_pool::counts::{append, Counted};
-
-    fn counted(command: &'static str, code: u32) -> Counted {
-        Counted {
-            command,
-            code,
-            took: Duration::from_millis(3),
-            requests: 1,
-            failures: 0,
-        }
-    }
+    use crate::da_pool::counts::{append, counted};
 
     #[test]
     fn counts_are_written_as_counters_and_a_histogram_per_command() {
