@@ -12,7 +12,9 @@ use super::error::PoolError;
 use super::predicted::{self, Predicted};
 use super::settings::Settings;
 use super::sticky::{hold_to_take_over, sweep_ended_holds};
-use super::store::{Allocation, Owner, PoolAddress, StickyClaim, Store, WorkloadHold, ATTEMPTS};
+use super::store::{
+    Allocation, Holder, Owner, PoolAddress, StickyClaim, Store, WorkloadHold, ATTEMPTS,
+};
 use super::{result, search};
 use crate::addr::Addr;
 use crate::cni::NetConf;
@@ -85,15 +87,13 @@ pub(super) fn add(
                         match search::choose_free(store, pool, start, &chosen, true) {
                             // Holds whose time is up keep addresses until
                             // someone needs them: now.
-                            Err(PoolError::Exhausted { .. }) if !swept => {
+                            Err(exhausted @ PoolError::Exhausted { .. }) if !swept => {
                                 swept = true;
                                 if sweep_ended_holds(store)? > 0 {
                                     lost += 1;
                                     break;
                                 }
-                                return Err(PoolError::Exhausted {
-                                    pool: pool.name.clone(),
-                                });
+                                return Err(exhausted);
                             }
                             found => found?,
                         }
@@ -238,7 +238,7 @@ fn still_asked(
 /// Whether the attachment holds every address its record lists.
 pub(super) fn holds_all(store: &dyn Store, allocation: &Allocation) -> Result<bool, PoolError> {
     for h in &allocation.held {
-        let holder = store.holder(h.address)?;
+        let holder = store.holder(h.address)?.and_then(Holder::into_owner);
         if !holder.is_some_and(|o| allocation.owner.owns(&o)) {
             return Ok(false);
         }
@@ -264,7 +264,7 @@ fn kept(
         return Ok(None);
     }
     Ok(match store.holder(address)? {
-        Some(holder) if owner.owns(&holder) => Some(address),
+        Some(Holder::Owner(holder)) if owner.owns(&holder) => Some(address),
         None => Some(address),
         Some(_) => None,
     })
@@ -288,7 +288,8 @@ fn check_requested(
     }
     for _ in 0..ATTEMPTS {
         let holder = match store.holder(address)? {
-            Some(holder) if !owner.owns(&holder) => holder,
+            Some(Holder::Cooling(cooling)) => return Err(refuse(cooling.to_string())),
+            Some(Holder::Owner(holder)) if !owner.owns(&holder) => holder,
             _ => return Ok(address),
         };
         // Another workload's hold whose time is up gives it back now.
@@ -661,7 +662,7 @@ mod tests {
             store.looked_at.get() - looked >= 253,
             "the first reads it all"
         );
-        assert!(store.full.borrow().contains("wide"));
+        assert!(store.full.borrow().contains_key("wide"));
         // The ADDs a runtime retries read one window, not the pool.
         let looked = store.looked_at.get();
         let e = add_for(&store, &raw, "more", &[]).unwrap_err();

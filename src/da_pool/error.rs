@@ -14,9 +14,9 @@ use crate::node_name::NodeNameError;
 /// A failure of the allocator.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
-    /// A pool has no free address.
-    #[error("pool {pool:?} has no free address")]
-    Exhausted { pool: String },
+    /// A pool has no free address, but maybe some that cool down.
+    #[error("pool {pool:?} has no free address{cooling}")]
+    Exhausted { pool: String, cooling: Cooldowns },
 
     /// The address asked for cannot be given; nothing was claimed.
     #[error("{address} cannot be given from pool {pool:?}: {why}")]
@@ -117,5 +117,30 @@ impl Reportable for PoolError {
             PoolError::NodeName(e) => e.code(),
             PoolError::ConfigFile(e) => e.code(),
         }
+    }
+}
+
+/// The addresses of an exhausted pool that cool down after their release
+/// (`ipam.pool.reuseAfter`): what its code 110 says of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cooldowns {
+    /// How many.
+    pub count: usize,
+    /// When the first of them may be given again, seconds since the epoch.
+    pub first_until: Option<u64>,
+}
+
+impl std::fmt::Display for Cooldowns {
+    /// Nothing, for none; else how many, and when the first is free again.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(until) = self.first_until.filter(|_| self.count > 0) else {
+            return Ok(());
+        };
+        write!(
+            f,
+            " now: {} of its addresses cool down after their release (\"ipam.pool.reuseAfter\"), the first until {}; `ipam-da-pool release --now ADDRESS` ends an address's cooldown",
+            self.count,
+            crate::da_pool::clock::utc(until)
+        )
     }
 }

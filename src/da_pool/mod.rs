@@ -69,7 +69,7 @@ impl Plugin for Allocator {
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let asked = pools::requested_by_runtime(env, &net)?;
-            let store = Stores::new(&settings.store).create(&net.name, durable(env))?;
+            let store = Stores::new(settings).create(&net.name, durable(env))?;
             let owner = Owner {
                 workload: settings::workload(env, settings),
                 ..owner(env, settings)
@@ -93,7 +93,7 @@ impl Plugin for Allocator {
                 true => Access::Durable,
                 false => Access::Locked,
             };
-            match Stores::new(&settings.store).existing(&net.name, access)? {
+            match Stores::new(settings).existing(&net.name, access)? {
                 Some(store) => del(&*store, &owner(env, settings)),
                 None => Ok(()),
             }
@@ -109,7 +109,7 @@ impl Plugin for Allocator {
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let owner = owner(env, settings);
-            match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
+            match Stores::new(settings).existing(&net.name, Access::Locked)? {
                 Some(store) => check(&*store, &net, &owner),
                 None => Err(nothing_held(&owner)),
             }
@@ -125,7 +125,7 @@ impl Plugin for Allocator {
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let valid = pools::valid_attachments(&net)?;
-            match Stores::new(&settings.store).existing(&net.name, Access::Locked)? {
+            match Stores::new(settings).existing(&net.name, Access::Locked)? {
                 Some(store) => gc(&*store, &valid, settings),
                 None => Ok(()),
             }
@@ -141,7 +141,7 @@ impl Plugin for Allocator {
         let outcome = settings.and_then(|settings| {
             let settings = &settings;
             let not_available = |e: PoolError| PoolError::NotAvailable(e.to_string());
-            let opened = Stores::new(&settings.store).existing(&net.name, Access::Locked);
+            let opened = Stores::new(settings).existing(&net.name, Access::Locked);
             match opened.map_err(not_available)? {
                 Some(store) => status(&*store, settings),
                 // A local store with no records: every pool is free.

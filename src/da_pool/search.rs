@@ -3,7 +3,7 @@
 //! pool 90 % full, one in ten is free, however it is laid out), and only
 //! when the pool may be exhausted, through every range in order.
 
-use super::error::PoolError;
+use super::error::{Cooldowns, PoolError};
 use super::store::{PoolAddress, Store, WINDOW};
 use crate::addr::Addr;
 use crate::pools::Pool;
@@ -83,15 +83,16 @@ pub fn choose_free(
             .unwrap_or(range.end);
         free_in(range, at, to)
     };
-    let exhausted = || PoolError::Exhausted {
+    let exhausted = |cooling: Cooldowns| PoolError::Exhausted {
         pool: pool.name.clone(),
+        cooling,
     };
     if let Some(free) = look(start)? {
         return Ok(free);
     }
     // Asked only now: a search that finds an address at once needs not.
-    if store.noted_full(&pool.name)? {
-        return Err(exhausted());
+    if let Some(cooling) = store.noted_full(&pool.name)? {
+        return Err(exhausted(cooling));
     }
     for at in (0..RANDOM_LOOKS).map(|_| random_address(pool)) {
         if let Some(free) = look(at)? {
@@ -115,16 +116,33 @@ pub fn choose_free(
     if let Some(free) = free_in(range, range.start, start)? {
         return Ok(free);
     }
+    // Read once the pool is found full, and noted with it.
+    let cooling = cooldowns(store, pool)?;
     if note {
         // Not noted (etcd at its quota, say): the next search reads it all.
-        if let Err(e) = store.note_full(&pool.name) {
+        if let Err(e) = store.note_full(&pool.name, &cooling) {
             tracing::warn!(
                 "pool {:?} is full, but that cannot be noted: {e}",
                 pool.name
             );
         }
     }
-    Err(exhausted())
+    Err(exhausted(cooling))
+}
+
+/// What cools down in `pool`: how many of its addresses, and when the
+/// first is free again.
+fn cooldowns(store: &dyn Store, pool: &Pool) -> Result<Cooldowns, PoolError> {
+    let mut cooling = Cooldowns::default();
+    for range in &pool.ranges {
+        for (address, c) in store.cooling(range.start, range.end)? {
+            if range.gives(address) && !pool.reserved.contains(&address) {
+                cooling.count += 1;
+                cooling.first_until = Some(cooling.first_until.map_or(c.until, |u| u.min(c.until)));
+            }
+        }
+    }
+    Ok(cooling)
 }
 
 /// Whether `pool` may give `address` of its `range` to a claim that has

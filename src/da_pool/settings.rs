@@ -16,7 +16,7 @@ use crate::node_name;
 use crate::pools::{self, Pool};
 
 /// The keys of `ipam.pool`.
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "pools",
     "default",
     "routes",
@@ -29,7 +29,13 @@ const KEYS: [&str; 12] = [
     "stickyFor",
     "nodeTTL",
     "counts",
+    "reuseAfter",
 ];
+
+/// The longest cooldown `ipam.pool.reuseAfter` may set: a day, longer
+/// than any stale entry it is for outlives (and than an etcd lease's
+/// time to live should be).
+const MAX_REUSE_AFTER: u64 = 86_400;
 
 /// Where the local store keeps its files unless `ipam.pool.dataDir` says.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-pool";
@@ -103,6 +109,9 @@ pub struct Settings {
     /// `counts`: the directory where each command leaves its count for
     /// the node's metrics; `None` where counting is off (`false`).
     pub counts: Option<PathBuf>,
+    /// `reuseAfter`: how long, in seconds, an address given back cools
+    /// down before it is given again; 0 (the default) gives it at once.
+    pub reuse_after: u64,
 }
 
 impl Settings {
@@ -286,6 +295,19 @@ impl Settings {
                 ))
             })?,
         };
+        // Read for DEL and GC too: they are what give addresses back.
+        let reuse_after = match pool.get("reuseAfter") {
+            None => 0,
+            Some(duration) => duration
+                .as_str()
+                .and_then(parse_duration)
+                .filter(|seconds| *seconds <= MAX_REUSE_AFTER)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "\"ipam.pool.reuseAfter\" must be a duration of up to 24h, such as \"30s\" or \"10m\", not {duration}"
+                    ))
+                })?,
+        };
         let counts = counts_in(&pool).map_err(|other| {
             invalid(format!(
                 "\"ipam.pool.counts\" must be an absolute directory, or false, not {other}"
@@ -301,6 +323,7 @@ impl Settings {
             sticky: None,
             node_ttl: DEFAULT_NODE_TTL_SECONDS,
             counts,
+            reuse_after,
         })
     }
 
@@ -613,6 +636,27 @@ mod tests {
         for bad in ["", "24", "h", "1.5h", "1w", "-1h", "99999999999999999999d"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn reuse_after_is_off_unless_set_to_a_duration_of_up_to_a_day() {
+        assert_eq!(settings(json!({"node": "a"})).unwrap().reuse_after, 0);
+        let s = settings(json!({"node": "a", "reuseAfter": "2m30s"})).unwrap();
+        assert_eq!(s.reuse_after, 150);
+        let s = settings(json!({"node": "a", "reuseAfter": "24h"})).unwrap();
+        assert_eq!(s.reuse_after, 86_400);
+        for bad in [json!(30), json!("30"), json!("25h"), json!(null)] {
+            let e = settings(json!({"node": "a", "reuseAfter": bad})).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("\"ipam.pool.reuseAfter\" must be a duration"),
+                "{e}"
+            );
+        }
+        // DEL reads it too: it is what cools an address.
+        let raw = net(json!({"node": "a", "reuseAfter": "1m", "pools": 7}), None);
+        let net = NetConf::parse(&raw).unwrap();
+        assert_eq!(Settings::store_only(&net).unwrap().reuse_after, 60);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::clock;
 use super::error::PoolError;
 use super::settings::{invalid, Settings};
 use super::sticky::sweep_ended_holds;
-use super::store::{Allocation, Owner, Store, ATTEMPTS};
+use super::store::{Allocation, Holder, Owner, Store, ATTEMPTS};
 use crate::addr::Addr;
 use crate::cni::NetConf;
 
@@ -91,10 +91,15 @@ pub(super) fn check(store: &dyn Store, net: &NetConf, owner: &Owner) -> Result<(
     for address in listed {
         let recorded = allocation.held.iter().any(|h| h.address == address);
         let why = match store.holder(address)? {
-            Some(o) if owner.owns(&o) && !recorded => {
+            Some(Holder::Owner(o)) if owner.owns(&o) && !recorded => {
                 "the address's record names the attachment, but the attachment's record does not list it".to_owned()
             }
-            Some(o) if !owner.owns(&o) => format!("the network's records give it to {o}"),
+            Some(Holder::Owner(o)) if !owner.owns(&o) => {
+                format!("the network's records give it to {o}")
+            }
+            Some(Holder::Cooling(cooling)) if recorded => {
+                format!("the network's records give it to no one: {cooling}")
+            }
             None if recorded => {
                 "the attachment's record lists it, but the network has no record of the address".to_owned()
             }

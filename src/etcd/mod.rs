@@ -288,11 +288,16 @@ impl EtcdClient {
     /// The pages are read at different revisions: a key written meanwhile
     /// may be in or out, as with any read that is not a transaction.
     pub fn with_prefix(&self, prefix: &[u8]) -> Result<Vec<Kv>, EtcdError> {
-        let end = prefix_end(prefix);
+        self.between(prefix, &prefix_end(prefix))
+    }
+
+    /// Every key from `from` up to (not including) `to`, with its value,
+    /// read a page at a time as [`EtcdClient::with_prefix`] reads.
+    pub fn between(&self, from: &[u8], end: &[u8]) -> Result<Vec<Kv>, EtcdError> {
         let mut found = Vec::new();
-        let mut from = prefix.to_vec();
+        let mut from = from.to_vec();
         for _ in 0..PREFIX_PAGES {
-            let page = self.range(&from, &end, PREFIX_PAGE, false)?;
+            let page = self.range(&from, end, PREFIX_PAGE, false)?;
             let more = page.len() == PREFIX_PAGE;
             if let Some(last) = page.last() {
                 let mut next = last.key.clone();
@@ -314,9 +319,7 @@ impl EtcdClient {
         }
         Err(EtcdError::Refused {
             status: 200,
-            message: format!(
-                "more than {PREFIX_PAGES} pages of {PREFIX_PAGE} keys under one prefix"
-            ),
+            message: format!("more than {PREFIX_PAGES} pages of {PREFIX_PAGE} keys in one read"),
         })
     }
 

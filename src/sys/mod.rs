@@ -28,6 +28,31 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+/// This boot's ID: nothing of another boot lives, and no clock of
+/// another boot counts.
+pub fn boot_id() -> io::Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_owned())
+}
+
+/// The time since this boot, suspended time included (`CLOCK_BOOTTIME`):
+/// one clock for every process of the boot, which no one sets.
+pub fn since_boot() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; CLOCK_BOOTTIME exists on
+    // every kernel this runs on (2.6.39 and later), and a failure leaves
+    // zero, the start of the boot: a time that makes nothing look younger.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
 /// 16 random hex digits (getrandom(2)), for names no other process
 /// makes: a container ID of the Docker driver's, an installer's
 /// temporary file.

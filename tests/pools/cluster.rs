@@ -582,7 +582,10 @@ fn an_endpoints_name_lookup_is_bounded_by_the_timeout() {
 fn a_full_etcd_still_frees_refuses_adds_at_once_and_check_says_so() {
     let cluster = Cluster::start_with(1, None, &["--quota-backend-bytes", "2097152"]);
     let dir = temp_dir("nospace");
-    let config = pods(&on_etcd(&cluster), "node-a", sticky("1h"));
+    // Addresses given back cool down, but a full etcd grants no lease.
+    let mut extra = sticky("1h");
+    extra["reuseAfter"] = json!("1h");
+    let config = pods(&on_etcd(&cluster), "node-a", extra);
     let file = config_file(dir.path(), "pods.conf", &config);
     add(&config, "p1", "");
     add(&config, "w1", &pod("ns/web-0", None));
@@ -623,6 +626,9 @@ fn a_full_etcd_still_frees_refuses_adds_at_once_and_check_says_so() {
     del(&config, "p1");
     del(&config, "w1");
     assert_eq!(holders(&cluster), ["holds/ns%2Fweb-0:eth0"]);
+    // p1's address given back at once: the hold's alone has a record.
+    let addresses = cluster.keys(&format!("{PREFIX}/networks/pods/addresses/"));
+    assert_eq!(addresses.len(), 1, "{addresses:?}");
     let mut gc: Value = serde_json::from_str(&config).unwrap();
     gc["cni.dev/valid-attachments"] = json!([]);
     cni("GC", &gc.to_string(), "", "").assert_silent_success();

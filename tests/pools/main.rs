@@ -12,6 +12,7 @@
 mod common;
 
 mod cluster;
+mod cooldown;
 mod etcd;
 mod local;
 mod metrics;

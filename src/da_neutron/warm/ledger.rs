@@ -64,7 +64,7 @@ impl Ledger {
     /// A new ledger, with an epoch of its own.
     pub fn new() -> io::Result<Ledger> {
         Ok(Ledger {
-            epoch: format!("{}.{}", boot_id()?, crate::sys::random_hex()?),
+            epoch: format!("{}.{}", crate::sys::boot_id()?, crate::sys::random_hex()?),
             reconciled: false,
             free: BTreeMap::new(),
             claimed: BTreeMap::new(),
@@ -239,13 +239,6 @@ fn beat_file(network: &str) -> String {
     format!("{}.keeper", network.trim_start_matches('.'))
 }
 
-/// This boot's ID: no container of another boot lives.
-pub fn boot_id() -> io::Result<String> {
-    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
-        .trim()
-        .to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,7 +258,7 @@ mod tests {
         let locked = shelf.lock(Instant::now() + Duration::from_secs(1)).unwrap();
         assert!(matches!(locked.read("net"), Found::Missing));
         let mut ledger = Ledger::new().unwrap();
-        assert!(ledger.epoch.starts_with(&boot_id().unwrap()));
+        assert!(ledger.epoch.starts_with(&crate::sys::boot_id().unwrap()));
         ledger.free.insert("p1".into(), pooled("a"));
         ledger.free.insert("p2".into(), pooled("b"));
         locked.write("net", &ledger).unwrap();

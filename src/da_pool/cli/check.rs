@@ -26,7 +26,9 @@ use crate::da_pool::error::PoolError;
 use crate::da_pool::metrics::{header, label};
 use crate::da_pool::settings::Settings;
 use crate::da_pool::store::fence::Fence;
-use crate::da_pool::store::{listed_by, Allocation, Owner, PoolAddress, Store, WorkloadHold};
+use crate::da_pool::store::{
+    listed_by, Allocation, Holder, Owner, PoolAddress, Store, WorkloadHold,
+};
 use crate::etcd::{EtcdClient, Health};
 use crate::netd::ConfigFileError;
 use crate::pools::Pool;
@@ -547,7 +549,7 @@ fn lists_now(store: Option<&dyn Store>, owner: &Owner) -> Result<Vec<Addr>, Pool
 /// Who the record of `address` names now, read again; `None` if it is gone.
 fn now_held_by(store: Option<&dyn Store>, address: Addr) -> Result<Option<Owner>, PoolError> {
     match store {
-        Some(store) => store.holder(address),
+        Some(store) => Ok(store.holder(address)?.and_then(Holder::into_owner)),
         None => Ok(None),
     }
 }

@@ -71,7 +71,7 @@ fn run(options: &Import) -> Result<bool, PoolError> {
     let raw = netd::load(&options.config, &OURS)?;
     let net = NetConf::parse(&raw)?;
     let settings = Settings::from_net(&net)?;
-    let stores = Stores::new(&settings.store);
+    let stores = Stores::new(&settings);
     let local_only = || {
         invalid(format!(
             "{} keeps pools in local files: import copies into etcd, so its \"ipam.pool\" must name an etcd cluster",
@@ -210,7 +210,8 @@ pub fn import(
         }
         let mut taken = Vec::new();
         for h in &allocation.held {
-            if let Some(other) = to.holder(h.address)?.filter(|o| !owner.owns(o)) {
+            let there = to.holder(h.address)?;
+            if let Some(other) = there.filter(|o| !o.owner().is_some_and(|o| owner.owns(o))) {
                 taken.push(format!("{} is held there by {other}", h.address));
             }
         }

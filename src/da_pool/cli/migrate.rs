@@ -52,7 +52,7 @@ fn options(given: &Options) -> Result<Migrate, String> {
 /// Moves what is left of the previous layout: whether all of it moved.
 fn run(options: &Migrate) -> Result<bool, PoolError> {
     let (name, settings) = read_network(&options.config, options.network.as_deref())?;
-    let store = Stores::new(&settings.store)
+    let store = Stores::new(&settings)
         .etcd(&name)?
         .ok_or_else(|| local_only(&options.config, "migrate"))?;
     let mut out = std::io::stdout().lock();

@@ -26,6 +26,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use super::clock;
 use super::error::PoolError;
 use super::settings::{invalid, parse_duration, Settings};
 use super::store::{Access, Allocation, Owner, PoolAddress, Store, Stores, WorkloadHold};
@@ -137,7 +138,7 @@ impl Format {
 /// without the lock.
 fn open_unlocked(config: &Path, network: Option<&str>) -> Result<Opened, PoolError> {
     let (name, settings) = read_network(config, network)?;
-    let stores = Stores::new(&settings.store);
+    let stores = Stores::new(&settings);
     let store = stores.existing(&name, Access::Unlocked)?;
     Ok(Opened {
         name,
@@ -161,7 +162,15 @@ fn read_network(config: &Path, network: Option<&str>) -> Result<(String, Setting
 enum Released<'a> {
     Attachment(&'a Allocation),
     WorkloadHold(&'a WorkloadHold),
-    Unlisted { address: Addr, holder: Owner },
+    Unlisted {
+        address: Addr,
+        holder: Owner,
+    },
+    /// An address whose cooldown ended before `until`.
+    Cooldown {
+        address: Addr,
+        until: u64,
+    },
 }
 
 impl Released<'_> {
@@ -174,11 +183,18 @@ impl Released<'_> {
             }
             Released::WorkloadHold(hold) => (hold.owner(), addresses(&hold.held)),
             Released::Unlisted { address, holder } => (holder.clone(), vec![*address]),
+            Released::Cooldown { address, .. } => (Owner::unknown(), vec![*address]),
         }
     }
 
     fn json(&self) -> Value {
         let (owner, held) = self.parts();
+        if let Released::Cooldown { address, until } = self {
+            return serde_json::json!({
+                "addresses": [address.to_string()],
+                "coolingUntil": until,
+            });
+        }
         if owner == Owner::unknown() {
             // A record that names no one.
             return serde_json::json!({
@@ -206,6 +222,12 @@ impl Released<'_> {
         let addresses: Vec<String> = held.iter().map(Addr::to_string).collect();
         let addresses = addresses.join(", ");
         match self {
+            Released::Cooldown { until, .. } => {
+                format!(
+                    "{verb} {addresses} from its cooldown, which was to last until {}",
+                    clock::utc(*until)
+                )
+            }
             Released::Unlisted { holder, .. } if *holder == Owner::unknown() => {
                 format!("{verb} the record of {addresses}, which names no one")
             }

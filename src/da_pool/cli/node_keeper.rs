@@ -113,7 +113,7 @@ fn run(options: &Keeper) -> Result<bool, PoolError> {
             settings.node
         )));
     }
-    let stores = Stores::new(&settings.store);
+    let stores = Stores::new(&settings);
     let on_etcd = stores.on_etcd();
     // When this keeper last found the node registered: none yet.
     let renewed = Arc::new(AtomicU64::new(0));

@@ -201,6 +201,8 @@ fn counted<'a>(
             used,
             free: Some(pool.size().saturating_sub(used)),
             sticky,
+            // Keys, counted: a cooldown's among them, not told apart.
+            cooling: None,
         });
         let own = mine
             .iter()

@@ -59,7 +59,7 @@ fn options(given: &Options) -> Result<Readmit, String> {
 /// Lifts node's fence: whether there was one.
 fn run(options: &Readmit) -> Result<bool, PoolError> {
     let (_, settings) = read_network(&options.config, options.network.as_deref())?;
-    let client = cluster_of(&Stores::new(&settings.store), &options.config, "readmit")?;
+    let client = cluster_of(&Stores::new(&settings), &options.config, "readmit")?;
     let node = &options.node;
     let mut err = std::io::stderr().lock();
     let Some(fence) = fence::read(&client, node)? else {

@@ -87,7 +87,7 @@ fn span(seconds: u64) -> String {
 /// whether a node named had anything.
 fn run(options: &Reclaim) -> Result<bool, PoolError> {
     let (name, settings) = read_network(&options.config, options.network.as_deref())?;
-    let stores = Stores::new(&settings.store);
+    let stores = Stores::new(&settings);
     let store = stores
         .etcd(&name)?
         .ok_or_else(|| local_only(&options.config, "reclaim"))?;

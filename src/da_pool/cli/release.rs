@@ -3,7 +3,8 @@
 //! node's, a workload's), and an address's record that nothing lists,
 //! each in one short step as it was read: on the local store under the
 //! network's lock, taken for one attachment at a time; on etcd in a
-//! transaction that fails if the record changed.
+//! transaction that fails if the record changed. With `--now`, what it
+//! gives back is free at once, and an address's cooldown ends.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,12 +13,14 @@ use super::{finish, open_unlocked, print_released, Opened, Released};
 use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::da_pool::error::PoolError;
-use crate::da_pool::store::{listed_by, Access, Allocation, Owner, Store, Stores, WorkloadHold};
+use crate::da_pool::store::{
+    listed_by, Access, Allocation, Holder, Owner, Store, Stores, WorkloadHold,
+};
 
 /// `release`.
 pub(super) const VERB: Verb = Verb {
     name: "release",
-    synopsis: "--config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME | --workload NAME) [--dry-run] [--json]",
+    synopsis: "--config PATH [--network NAME] (ADDRESS | --container ID [--ifname IF] | --node NAME | --workload NAME) [--now] [--dry-run] [--json]",
     options: &[
         Opt::value("--config"),
         Opt::value("--network"),
@@ -25,6 +28,7 @@ pub(super) const VERB: Verb = Verb {
         Opt::value("--ifname"),
         Opt::value("--node"),
         Opt::value("--workload"),
+        Opt::flag("--now"),
         Opt::flag("--dry-run"),
         Opt::flag("--json"),
     ],
@@ -38,7 +42,10 @@ or were released on node NAME, or are workload NAME's; then
 the record of ADDRESS if neither its attachment nor its
 workload's hold lists it (or it names no one), which no DEL
 will free, as check says; prints what it released (with
---dry-run, what it would release). Nothing that matches is
+--dry-run, what it would release). What it gives back cools
+down for ipam.pool.reuseAfter, if set, before it is given
+again; with --now it is free at once, and the cooldown of
+ADDRESS, if it cools down, ends. Nothing that matches is
 exit status 1, and nothing is changed. Each release is one
 short step: on the local store the network's lock is taken
 for one attachment at a time.
@@ -103,6 +110,7 @@ struct Release {
     config: PathBuf,
     network: Option<String>,
     chosen: Chosen,
+    now: bool,
     dry_run: bool,
     json: bool,
 }
@@ -134,6 +142,7 @@ fn options(given: &Options) -> Result<Release, String> {
         config,
         network: value("--network"),
         chosen,
+        now: given.flag("--now"),
         dry_run: given.flag("--dry-run"),
         json: given.flag("--json"),
     })
@@ -151,6 +160,10 @@ fn run(options: &Release) -> Result<bool, PoolError> {
         store: unlocked,
         ..
     } = open_unlocked(&options.config, options.network.as_deref())?;
+    let stores = match options.now {
+        true => stores.at_once(),
+        false => stores,
+    };
     let (allocations, holds) = match &unlocked {
         Some(store) => (store.allocations()?, store.workload_holds()?),
         None => (Vec::new(), Vec::new()),
@@ -218,6 +231,21 @@ fn run(options: &Release) -> Result<bool, PoolError> {
             }
         }
     }
+    let mut cooling = None;
+    if let (Chosen::Address(address), Some(store)) = (&options.chosen, &unlocked) {
+        if let Some(Holder::Cooling(c)) = store.holder(*address)? {
+            let ended = options.now
+                && (options.dry_run
+                    || in_one_step(&stores, &name, |store| store.end_cooling(*address))?);
+            match ended {
+                true => released.push(Released::Cooldown {
+                    address: *address,
+                    until: c.until,
+                }),
+                false => cooling = Some(c),
+            }
+        }
+    }
     print_released(
         &released,
         options.dry_run,
@@ -225,7 +253,12 @@ fn run(options: &Release) -> Result<bool, PoolError> {
         serde_json::Value::Null,
     );
     let matched = !chosen.is_empty() || !chosen_holds.is_empty() || !released.is_empty();
-    if !matched {
+    if let (false, Some(cooling), Chosen::Address(address)) = (matched, cooling, &options.chosen) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ipam-da-pool: nothing in network {name} holds {address}, but {cooling}: `--now` not given, nothing released"
+        );
+    } else if !matched {
         let _ = writeln!(
             std::io::stderr(),
             "ipam-da-pool: no attachment, hold or address record of network {} matches {}; nothing released",
@@ -240,7 +273,7 @@ fn run(options: &Release) -> Result<bool, PoolError> {
 /// that attachment nor that workload's hold (or it names no one, torn or
 /// not ipam-da-pool's), so that no DEL or GC will ever free it.
 fn unlisted(store: &dyn Store, address: Addr) -> Result<Option<Owner>, PoolError> {
-    let Some(holder) = store.holder(address)? else {
+    let Some(Holder::Owner(holder)) = store.holder(address)? else {
         return Ok(None);
     };
     let listed = listed_by(store, &holder)?.contains(&address);

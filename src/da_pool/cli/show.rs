@@ -19,7 +19,7 @@ use crate::da_pool::clock::utc;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::metrics::label;
 use crate::da_pool::settings::Settings;
-use crate::da_pool::store::{Allocation, Store, WorkloadHold};
+use crate::da_pool::store::{Allocation, Cooling, Store, WorkloadHold};
 use crate::pools::Pool;
 
 /// `show`.
@@ -37,12 +37,15 @@ pub(super) const VERB: Verb = Verb {
     help: "\
 Per pool of the network: how many addresses it may give (size),
 how many are held (used) and on which node, how many are free,
-how many it keeps back (reserved), and how many of those held
-only a workload's hold keeps, its container gone (sticky). With
---addresses, each held address with its container ID,
-interface, node, workload and since (or, for a hold, until)
-when. --json prints one JSON object; --format prometheus prints
-gauges (ipam_da_pool_size, _reserved, _used, _free, _sticky) for
+how many it keeps back (reserved), how many of those held only
+a workload's hold keeps, its container gone (sticky), and how
+many were given back and cool down before they are given again
+(cooling, ipam.pool.reuseAfter). With --addresses, each held
+address with its container ID, interface, node, workload and
+since (or, for a hold, until) when, and each cooling address
+with its end. --json prints one JSON object; --format prometheus
+prints gauges (ipam_da_pool_size, _reserved, _used, _free,
+_sticky, _cooling) for
 node_exporter's textfile collector. It takes no lock:
 allocation goes on.
 ",
@@ -109,12 +112,15 @@ pub struct PoolReport {
     pub size: Option<u128>,
     /// How many of the pool's addresses `reserved` keeps back.
     pub reserved: usize,
-    /// How many may still be given: the size less the held addresses the
-    /// pool may give (one held from before an `exclude` is not counted
-    /// twice); `None` when the size is not known.
+    /// How many may still be given: the size less the held and cooling
+    /// addresses the pool may give (one held from before an `exclude` is
+    /// not counted twice); `None` when the size is not known.
     free: Option<u128>,
     /// The addresses held, in address order.
     pub held: Vec<HeldAddress>,
+    /// The addresses the pool gives that cool down, in address order
+    /// (none for a pool whose ranges are not known).
+    pub cooling: Vec<(Addr, Cooling)>,
 }
 
 /// One held address and its attachment, or the workload's hold that
@@ -217,12 +223,21 @@ pub fn report(
     let mut add = |name: &str, pool: Option<&Pool>, held: Vec<HeldAddress>| {
         let mut held = held;
         held.sort_by_key(|h| h.address);
+        let mut cooling = Vec::new();
+        if let (Some(store), Some(p)) = (store, pool) {
+            for range in &p.ranges {
+                let found = store.cooling(range.start, range.end)?;
+                cooling.extend(found.into_iter().filter(|(a, _)| p.refusal(*a).is_none()));
+            }
+        }
         let free = pool.map(|p| {
             let counted = held
                 .iter()
                 .filter(|h| p.refusal(h.address).is_none())
                 .count();
-            p.size().saturating_sub(counted as u128)
+            p.size()
+                .saturating_sub(counted as u128)
+                .saturating_sub(cooling.len() as u128)
         });
         reports.push(PoolReport {
             name: name.to_owned(),
@@ -230,14 +245,16 @@ pub fn report(
             reserved: pool.map_or(0, |p| p.kept_back().len()),
             free,
             held,
+            cooling,
         });
+        Ok::<(), PoolError>(())
     };
     for pool in &settings.pools {
         add(
             &pool.name,
             Some(pool),
             by_pool.remove(pool.name.as_str()).unwrap_or_default(),
-        );
+        )?;
     }
     for (name, held) in by_pool {
         let definition = match store {
@@ -248,7 +265,7 @@ pub fn report(
             Some(definition) => Pool::parse(name, &definition).ok(),
             None => None,
         };
-        add(name, defined.as_ref(), held);
+        add(name, defined.as_ref(), held)?;
     }
     Ok(reports)
 }
@@ -267,11 +284,12 @@ pub fn text(network: &str, node: &str, reports: &[PoolReport], addresses: bool) 
             .map_or_else(|| "?".to_owned(), |f| f.to_string());
         let _ = writeln!(
             out,
-            "  pool {}: size {size}, used {}, free {free}, reserved {}, sticky {}",
+            "  pool {}: size {size}, used {}, free {free}, reserved {}, sticky {}, cooling {}",
             pool.name,
             pool.held.len(),
             pool.reserved,
-            pool.sticky()
+            pool.sticky(),
+            pool.cooling.len()
         );
         for (node, used) in pool.per_node() {
             let _ = writeln!(out, "    node {node}: {used} used");
@@ -301,6 +319,9 @@ pub fn text(network: &str, node: &str, reports: &[PoolReport], addresses: bool) 
                     ),
                 };
             }
+            for (address, cooling) in &pool.cooling {
+                let _ = writeln!(out, "    {address} cooling until {}", utc(cooling.until));
+            }
         }
     }
     out
@@ -318,6 +339,7 @@ pub fn json(network: &str, node: &str, reports: &[PoolReport], addresses: bool) 
                 "free": pool.free().map(number),
                 "reserved": pool.reserved,
                 "sticky": pool.sticky(),
+                "cooling": pool.cooling.len(),
                 "nodes": pool.per_node(),
             });
             if addresses {
@@ -341,6 +363,13 @@ pub fn json(network: &str, node: &str, reports: &[PoolReport], addresses: bool) 
                         held
                     })
                     .collect();
+                object["coolingAddresses"] = pool
+                    .cooling
+                    .iter()
+                    .map(|(address, cooling)| {
+                        json!({"address": address.to_string(), "until": utc(cooling.until)})
+                    })
+                    .collect();
             }
             object
         })
@@ -358,6 +387,9 @@ pub struct Figures<'a> {
     pub used: u128,
     pub free: Option<u128>,
     pub sticky: usize,
+    /// `None` where it is not counted apart (a daemon on etcd, which
+    /// counts the keys: cooling addresses are among `used` there).
+    pub cooling: Option<usize>,
 }
 
 impl PoolReport {
@@ -370,6 +402,7 @@ impl PoolReport {
             used: self.held.len() as u128,
             free: self.free,
             sticky: self.sticky(),
+            cooling: Some(self.cooling.len()),
         }
     }
 }
@@ -381,7 +414,7 @@ type Figure = fn(&Figures) -> Option<u128>;
 /// that node_exporter's textfile collector reads.
 pub fn prometheus(network: &str, pools: &[Figures]) -> String {
     let mut out = String::new();
-    let gauges: [(&str, &str, Figure); 5] = [
+    let gauges: [(&str, &str, Figure); 6] = [
         ("size", "Addresses the pool may give.", |p| p.size),
         (
             "reserved",
@@ -394,6 +427,11 @@ pub fn prometheus(network: &str, pools: &[Figures]) -> String {
             "sticky",
             "Addresses of the pool held for workloads with no container now.",
             |p| Some(p.sticky as u128),
+        ),
+        (
+            "cooling",
+            "Addresses of the pool given back that cool down before they are given again.",
+            |p| p.cooling.map(|c| c as u128),
         ),
     ];
     for (name, help, value) in gauges {
@@ -537,6 +575,17 @@ mod tests {
         }
         let w2 = store.attachments.borrow()[&("w2".into(), "eth0".into())].clone();
         store.release(&w2).unwrap();
+        // Given back and cooling down: one blue gives, one of its excluded
+        // block (not counted), one of central.
+        for address in ["10.4.0.4", "10.4.0.10", "10.9.0.8"] {
+            let cooling = crate::da_pool::store::Cooling {
+                pool: None,
+                freed: 1_800_000_000,
+                until: 1_800_000_060,
+            };
+            let address = Addr::new(address.parse().unwrap());
+            store.cooling.borrow_mut().insert(address, cooling);
+        }
         let allocations = store.allocations().unwrap();
         let holds = store.workload_holds().unwrap();
         report(Some(&store), &settings, &allocations, &holds).unwrap()
@@ -551,7 +600,12 @@ mod tests {
         let blue = &reports[0];
         assert_eq!(
             (blue.size, blue.held.len(), blue.free(), blue.reserved),
-            (Some(8), 5, Some(4), 1)
+            (Some(8), 5, Some(3), 1)
+        );
+        assert_eq!(
+            blue.cooling.len(),
+            1,
+            "10.4.0.4, not the excluded 10.4.0.10"
         );
         assert_eq!(blue.sticky(), 1, "10.4.0.7, whose container is gone");
         assert_eq!(blue.per_node(), BTreeMap::from([("a", 1), ("b", 4)]));
@@ -560,11 +614,11 @@ mod tests {
             "10.4.0.3",
             "in address order"
         );
-        assert_eq!((reports[1].size, reports[1].free()), (Some(253), Some(252)));
+        assert_eq!((reports[1].size, reports[1].free()), (Some(253), Some(251)));
         assert_eq!((reports[2].size, reports[2].free()), (None, None));
         let text = text("n", "a", &reports, true);
         assert!(text.starts_with("network n (this node: a)\n"), "{text}");
-        assert!(text.contains("  pool blue: size 8, used 5, free 4, reserved 1, sticky 1\n    node a: 1 used\n    node b: 4 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
+        assert!(text.contains("  pool blue: size 8, used 5, free 3, reserved 1, sticky 1, cooling 1\n    node a: 1 used\n    node b: 4 used\n    10.4.0.3 c1/eth0 node a since "), "{text}");
         assert!(
             text.contains("\n    10.4.0.6 w1/eth0 workload ns/web-0 node b since "),
             "{text}"
@@ -575,11 +629,20 @@ mod tests {
         );
         assert!(
             text.contains(
-                "  pool inline: size not defined here, used 1, free ?, reserved 0, sticky 0"
+                "  pool inline: size not defined here, used 1, free ?, reserved 0, sticky 0, cooling 0"
             ),
             "{text}"
         );
+        assert!(
+            text.contains("\n    10.4.0.4 cooling until 2027-01-15T08:01:00Z\n"),
+            "{text}"
+        );
         let value = json("n", "a", &reports, true);
+        assert_eq!(value["pools"][0]["cooling"], 1);
+        assert_eq!(
+            value["pools"][0]["coolingAddresses"],
+            json!([{"address": "10.4.0.4", "until": "2027-01-15T08:01:00Z"}])
+        );
         assert_eq!(value["node"], "a");
         assert_eq!(value["pools"][0]["nodes"], json!({"a": 1, "b": 4}));
         assert_eq!(value["pools"][0]["sticky"], 1);
@@ -620,8 +683,13 @@ mod tests {
                 "ipam_da_pool_reserved gauge",
                 "ipam_da_pool_used gauge",
                 "ipam_da_pool_free gauge",
-                "ipam_da_pool_sticky gauge"
+                "ipam_da_pool_sticky gauge",
+                "ipam_da_pool_cooling gauge"
             ]
+        );
+        assert!(
+            out.contains("ipam_da_pool_cooling{network=\"n\",pool=\"blue\"} 1\n"),
+            "{out}"
         );
         assert!(
             samples.contains(&"ipam_da_pool_free{network=\"n\",pool=\"blue\"}".to_owned()),

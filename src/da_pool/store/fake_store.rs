@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::records::{Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
+use super::records::{Allocation, Cooling, Holder, Owner, PoolAddress, StickyClaim, WorkloadHold};
 use super::{Attempt, Page, Seen, Store};
 use crate::addr::Addr;
 use crate::da_pool::clock;
-use crate::da_pool::error::PoolError;
+use crate::da_pool::error::{Cooldowns, PoolError};
 use crate::etcd::EtcdError;
 
 /// How many held addresses a page read with a failed claim holds, as on
@@ -51,8 +51,11 @@ pub struct FakeStore {
     pub local: bool,
     /// Fenced nodes, each with what its refusal says.
     pub fences: RefCell<HashMap<String, String>>,
-    /// Pools noted full, until an address is given back.
-    pub full: RefCell<std::collections::HashSet<String>>,
+    /// Pools noted full, until an address is given back, with their
+    /// cooldowns as noted.
+    pub full: RefCell<HashMap<String, Cooldowns>>,
+    /// Addresses that cool down, as a test put them: taken, by no one.
+    pub cooling: RefCell<BTreeMap<Addr, Cooling>>,
 }
 
 impl FakeStore {
@@ -92,12 +95,13 @@ impl FakeStore {
             .enumerate()
             .any(|(i, h)| held[..i].iter().any(|e| e.address == h.address));
         let taken = |h: &PoolAddress| {
-            addresses.get(&h.address).is_some_and(|o| {
-                let kept = sticky
-                    .and_then(|s| s.prior)
-                    .is_some_and(|p| p.held.iter().any(|k| k.address == h.address));
-                !(kept && owner.owns(o))
-            })
+            self.cooling.borrow().contains_key(&h.address)
+                || addresses.get(&h.address).is_some_and(|o| {
+                    let kept = sticky
+                        .and_then(|s| s.prior)
+                        .is_some_and(|p| p.held.iter().any(|k| k.address == h.address));
+                    !(kept && owner.owns(o))
+                })
         };
         let hold_as_read = match (sticky, &hold_key) {
             (Some(sticky), Some(hold_key)) => self.holds.borrow().get(hold_key) == sticky.prior,
@@ -176,8 +180,29 @@ impl Store for FakeStore {
             .cloned())
     }
 
-    fn holder(&self, address: Addr) -> Result<Option<Owner>, PoolError> {
-        Ok(self.addresses.borrow().get(&address).cloned())
+    fn holder(&self, address: Addr) -> Result<Option<Holder>, PoolError> {
+        if let Some(cooling) = self.cooling.borrow().get(&address) {
+            return Ok(Some(Holder::Cooling(cooling.clone())));
+        }
+        Ok(self
+            .addresses
+            .borrow()
+            .get(&address)
+            .cloned()
+            .map(Holder::Owner))
+    }
+
+    fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError> {
+        Ok(self
+            .cooling
+            .borrow()
+            .range(from..=to)
+            .map(|(a, c)| (*a, c.clone()))
+            .collect())
+    }
+
+    fn end_cooling(&self, address: Addr) -> Result<bool, PoolError> {
+        Ok(self.cooling.borrow_mut().remove(&address).is_some())
     }
 
     fn first_free(
@@ -196,7 +221,9 @@ impl Store for FakeStore {
                 self.looked_at.get() < LOOK_LIMIT,
                 "the search enumerates the range"
             );
-            if gives(candidate) && !addresses.contains_key(&candidate) {
+            let taken = addresses.contains_key(&candidate)
+                || self.cooling.borrow().contains_key(&candidate);
+            if gives(candidate) && !taken {
                 return Ok(Some(candidate));
             }
             match candidate.plus(1) {
@@ -210,13 +237,15 @@ impl Store for FakeStore {
         Ok(self.hints.borrow().get(pool).copied())
     }
 
-    fn note_full(&self, pool: &str) -> Result<(), PoolError> {
-        self.full.borrow_mut().insert(pool.to_owned());
+    fn note_full(&self, pool: &str, cooling: &Cooldowns) -> Result<(), PoolError> {
+        self.full
+            .borrow_mut()
+            .insert(pool.to_owned(), cooling.clone());
         Ok(())
     }
 
-    fn noted_full(&self, pool: &str) -> Result<bool, PoolError> {
-        Ok(self.full.borrow().contains(pool))
+    fn noted_full(&self, pool: &str) -> Result<Option<Cooldowns>, PoolError> {
+        Ok(self.full.borrow().get(pool).cloned())
     }
 
     fn claim(
@@ -286,7 +315,7 @@ impl Store for FakeStore {
     }
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
-        if self.holder(address)?.as_ref() != Some(holder)
+        if self.holder(address)?.as_ref().and_then(Holder::owner) != Some(holder)
             || super::listed_by(self, holder)?.contains(&address)
         {
             return Ok(false);

@@ -20,12 +20,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::addr::{Addr, Range};
-use crate::da_pool::error::PoolError;
-use crate::da_pool::settings::StoreSettings;
+use crate::da_pool::error::{Cooldowns, PoolError};
+use crate::da_pool::settings::{Settings, StoreSettings};
 use crate::etcd::{EtcdClient, EtcdSettings};
 pub use etcd_store::{EtcdStore, Guard, Released, LAYOUT};
 pub use local_store::LocalStore;
-pub use records::{Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
+pub use records::{Allocation, Cooling, Holder, Owner, PoolAddress, StickyClaim, WorkloadHold};
 
 /// How many times a command starts again after losing a race for a record
 /// to another node, before it says "try again later".
@@ -48,8 +48,17 @@ pub trait Store {
         ifname: &str,
     ) -> Result<Option<Allocation>, PoolError>;
 
-    /// Who holds `address`, if anyone.
-    fn holder(&self, address: Addr) -> Result<Option<Owner>, PoolError>;
+    /// Who holds `address`, or until when it cools down, if it has a
+    /// record that counts (on the local store, a cooldown that has ended
+    /// does not).
+    fn holder(&self, address: Addr) -> Result<Option<Holder>, PoolError>;
+
+    /// The addresses from `from` to `to` that cool down now, in order.
+    fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError>;
+
+    /// Ends the cooldown of `address` (an operator's `release --now`):
+    /// `Ok(false)`, and nothing changed, if it does not cool down.
+    fn end_cooling(&self, address: Addr) -> Result<bool, PoolError>;
 
     /// The first address from `from` to `to` that nobody holds and that
     /// `gives` allows; never enumerating more than it must.
@@ -66,12 +75,14 @@ pub trait Store {
     fn hint(&self, node: &str, pool: &str) -> Result<Option<Addr>, PoolError>;
 
     /// Notes that a search went through the whole of `pool` and found it
-    /// full, so that the ADDs a runtime retries in the next moments do not
-    /// read it whole again; any address given back ends the note.
-    fn note_full(&self, pool: &str) -> Result<(), PoolError>;
+    /// full, with `cooling` of its addresses cooling down, so that the ADDs
+    /// a runtime retries in the next moments do not read it whole again;
+    /// any address given back ends the note.
+    fn note_full(&self, pool: &str, cooling: &Cooldowns) -> Result<(), PoolError>;
 
-    /// Whether a search found `pool` full moments ago, as noted.
-    fn noted_full(&self, pool: &str) -> Result<bool, PoolError>;
+    /// Whether a search found `pool` full moments ago, as noted: what it
+    /// noted of its cooldowns, if it did.
+    fn noted_full(&self, pool: &str) -> Result<Option<Cooldowns>, PoolError>;
 
     /// Where node `node` expects the next free address of `pool`, from
     /// what it noted itself: no request. `None` where it noted nothing,
@@ -170,8 +181,9 @@ pub trait Store {
     /// every node's: on etcd, one prefix.
     fn allocations_of(&self, node: &str) -> Result<Vec<Allocation>, PoolError>;
 
-    /// Every address record of the network, with the owner it names
-    /// (`None` for a record that does not say who: torn, or not ours).
+    /// Every address record of the network that someone holds, with the
+    /// owner it names (`None` for a record that does not say who: torn,
+    /// or not ours); not those that cool down.
     fn address_records(&self) -> Result<Vec<(Addr, Option<Owner>)>, PoolError>;
 
     /// The ranges of pool `name` as the store defines them (etcd's
@@ -302,15 +314,28 @@ pub enum Access {
 /// client (one connection, one sign-in), made at the first.
 pub struct Stores {
     settings: StoreSettings,
+    /// How long an address given back cools down, in seconds.
+    reuse_after: u64,
     client: OnceCell<Rc<EtcdClient>>,
 }
 
 impl Stores {
-    /// The stores `settings` name.
-    pub fn new(settings: &StoreSettings) -> Stores {
+    /// The stores `settings` name, which cool what they give back for
+    /// its `reuseAfter`.
+    pub fn new(settings: &Settings) -> Stores {
         Stores {
-            settings: settings.clone(),
+            settings: settings.store.clone(),
+            reuse_after: settings.reuse_after,
             client: OnceCell::new(),
+        }
+    }
+
+    /// The same stores, but what they give back is free at once, not
+    /// cooled down: an operator's `release --now`.
+    pub fn at_once(self) -> Stores {
+        Stores {
+            reuse_after: 0,
+            ..self
         }
     }
 
@@ -320,14 +345,15 @@ impl Stores {
     /// `durable` (etcd's always are).
     pub fn create(&self, network: &str, durable: bool) -> Result<Box<dyn Store>, PoolError> {
         Ok(match &self.settings {
-            StoreSettings::Local { data_dir } => {
-                Box::new(LocalStore::create(data_dir, network)?.synced(durable))
-            }
-            StoreSettings::Etcd { cluster, data_dir } => Box::new(EtcdStore::new(
-                self.client(cluster)?,
-                network,
-                Some(data_dir),
-            )),
+            StoreSettings::Local { data_dir } => Box::new(
+                LocalStore::create(data_dir, network)?
+                    .synced(durable)
+                    .cooling_for(self.reuse_after),
+            ),
+            StoreSettings::Etcd { cluster, data_dir } => Box::new(
+                EtcdStore::new(self.client(cluster)?, network, Some(data_dir))
+                    .cooling_for(self.reuse_after),
+            ),
         })
     }
 
@@ -348,13 +374,12 @@ impl Stores {
                     }
                     Access::Unlocked => LocalStore::unlocked(data_dir, network)?,
                 };
-                store.map(|store| Box::new(store) as Box<dyn Store>)
+                store.map(|store| Box::new(store.cooling_for(self.reuse_after)) as Box<dyn Store>)
             }
-            StoreSettings::Etcd { cluster, data_dir } => Some(Box::new(EtcdStore::new(
-                self.client(cluster)?,
-                network,
-                Some(data_dir),
-            ))),
+            StoreSettings::Etcd { cluster, data_dir } => Some(Box::new(
+                EtcdStore::new(self.client(cluster)?, network, Some(data_dir))
+                    .cooling_for(self.reuse_after),
+            )),
         })
     }
 
@@ -391,7 +416,7 @@ impl Stores {
         };
         Ok(self
             .cluster()?
-            .map(|client| EtcdStore::new(client, network, data_dir)))
+            .map(|client| EtcdStore::new(client, network, data_dir).cooling_for(self.reuse_after)))
     }
 
     /// The cluster's client, made at the first call.

@@ -233,6 +233,114 @@ pub fn address_record(owner: &Owner, pool: &str) -> Vec<u8> {
     record.to_string().into_bytes()
 }
 
+/// An address given back and cooling down (`ipam.pool.reuseAfter`):
+/// nobody's, and given to nobody before `until`, so that what still names
+/// its last holder (an ARP or conntrack entry, a DNS record, a policy)
+/// does not reach the next one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cooling {
+    /// The pool it was given from, if the record says.
+    pub pool: Option<String>,
+    /// When it was given back, seconds since the epoch.
+    pub freed: u64,
+    /// When it may be given again, seconds since the epoch (on etcd, its
+    /// lease ends the record then, or a few seconds later).
+    pub until: u64,
+}
+
+/// What the record of an address says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// Held by this owner ([`Owner::unknown`] for a record that names no
+    /// one: torn, or not ours).
+    Owner(Owner),
+    /// Held by no one, and not given before its cooldown ends.
+    Cooling(Cooling),
+}
+
+impl std::fmt::Display for Holder {
+    /// As an operator reads who holds an address.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Owner(owner) => owner.fmt(f),
+            Holder::Cooling(cooling) => write!(f, "no one: {cooling}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Cooling {
+    /// Why the address is not given, and how to end that.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "it cools down after its release until {} (\"ipam.pool.reuseAfter\"; `ipam-da-pool release --now ADDRESS` ends that)",
+            crate::da_pool::clock::utc(self.until)
+        )
+    }
+}
+
+impl Holder {
+    /// The owner, if it is held by one.
+    pub fn owner(&self) -> Option<&Owner> {
+        match self {
+            Holder::Owner(owner) => Some(owner),
+            Holder::Cooling(_) => None,
+        }
+    }
+
+    /// The owner, if it is held by one.
+    pub fn into_owner(self) -> Option<Owner> {
+        match self {
+            Holder::Owner(owner) => Some(owner),
+            Holder::Cooling(_) => None,
+        }
+    }
+}
+
+/// The record of an address that `pool` gave and that cools down from
+/// `freed` to `until` (seconds since the epoch): no owner's fields, so
+/// that nothing reads it as held by someone.
+/// It starts with [`COOLING`], which a search looks for before it reads
+/// the rest.
+pub fn cooling_record(pool: &str, freed: u64, until: u64) -> Vec<u8> {
+    let pool = Value::from(pool);
+    format!("{COOLING}{until},\"freed\":{freed},\"pool\":{pool}}}").into_bytes()
+}
+
+/// The record of an address that `pool` gave and that cools down from
+/// now for `seconds`: a second more, since the clock counts whole ones.
+pub fn cooling_from_now(pool: &str, seconds: u64) -> Vec<u8> {
+    let now = now();
+    cooling_record(pool, now, now.saturating_add(seconds).saturating_add(1))
+}
+
+/// How the record of a cooldown starts, and no other record does.
+pub const COOLING: &str = "{\"coolingUntil\":";
+
+/// What an address record says: its cooldown, or who holds it.
+pub fn read_holder(record: &[u8]) -> Holder {
+    let value: Option<Value> = serde_json::from_slice(record).ok();
+    let cooling = value
+        .as_ref()
+        .filter(|_| record.starts_with(COOLING.as_bytes()))
+        .and_then(|value| {
+            Some(Cooling {
+                until: value.get("coolingUntil")?.as_u64()?,
+                freed: value.get("freed").and_then(Value::as_u64).unwrap_or(0),
+                pool: value.get("pool").and_then(Value::as_str).map(String::from),
+            })
+        });
+    match cooling {
+        Some(cooling) => Holder::Cooling(cooling),
+        None => Holder::Owner(
+            value
+                .as_ref()
+                .and_then(owner_of)
+                .unwrap_or_else(Owner::unknown),
+        ),
+    }
+}
+
 /// The record of an attachment: who, and what it holds (for which
 /// workload, if its addresses follow one).
 pub fn attachment_record(owner: &Owner, held: &[PoolAddress]) -> Vec<u8> {

@@ -3,7 +3,8 @@
 //! ```text
 //! PREFIX/networks/NETWORK/nodes/NODE/attachments/ID:IFNAME
 //!                                                  what the attachment holds, under its node
-//! PREFIX/networks/NETWORK/addresses/ADDRESS        who holds the address, from which pool
+//! PREFIX/networks/NETWORK/addresses/ADDRESS        who holds the address, from which pool;
+//!                                                  or, under a lease, until when it cools down
 //! PREFIX/networks/NETWORK/holds/WORKLOAD:IFNAME    what a workload's hold keeps for it
 //! PREFIX/networks/NETWORK/nodes/NODE/hints/POOL    where the node looks next in the pool
 //! PREFIX/networks/NETWORK/full/POOL                a pool found full, for a few seconds
@@ -29,10 +30,11 @@
 //! transaction.
 
 mod claims;
+mod cooling;
 mod notes;
 mod releases;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
@@ -41,13 +43,16 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::fence;
-use super::records::{self, Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
+use super::records::{
+    self, Allocation, Cooling, Holder, Owner, PoolAddress, StickyClaim, WorkloadHold,
+};
 use super::{Attempt, Store};
 use crate::addr::Addr;
 use crate::cni;
-use crate::da_pool::error::PoolError;
+use crate::da_pool::clock;
+use crate::da_pool::error::{Cooldowns, PoolError};
 use crate::etcd::{Compare, EtcdClient, EtcdError, Op, Outcome, Read};
-use notes::Notes;
+use notes::{Lease, Notes};
 pub use releases::Released;
 
 /// The layout's version, as `PREFIX/networks/NETWORK/layout` says once
@@ -77,6 +82,10 @@ pub struct EtcdStore {
     /// The addresses of each pool this process expects free, in order:
     /// as the node noted them, or as a failed claim's page showed them.
     expected: RefCell<HashMap<String, Vec<Addr>>>,
+    /// How long an address given back cools down, in seconds.
+    reuse_after: u64,
+    /// The lease this process puts cooldowns on, once it has one.
+    lease: Cell<Option<Lease>>,
 }
 
 /// What every change of a guarded view of a store also needs to hold, and
@@ -104,6 +113,17 @@ impl EtcdStore {
             guard: Guard::default(),
             hints_read: RefCell::new(HashMap::new()),
             expected: RefCell::new(HashMap::new()),
+            reuse_after: 0,
+            lease: Cell::new(None),
+        }
+    }
+
+    /// The same store, each address it gives back cooling down for
+    /// `seconds` before it is given again (none if 0).
+    pub fn cooling_for(self, seconds: u64) -> EtcdStore {
+        EtcdStore {
+            reuse_after: seconds,
+            ..self
         }
     }
 
@@ -122,6 +142,8 @@ impl EtcdStore {
             hints_read: RefCell::new(HashMap::new()),
             notes: Rc::clone(&self.notes),
             expected: RefCell::new(HashMap::new()),
+            reuse_after: self.reuse_after,
+            lease: Cell::new(self.lease.get()),
         }
     }
 
@@ -136,7 +158,8 @@ impl EtcdStore {
     }
 
     /// Runs `ops` if the guard and `compares` hold, else makes `reads`,
-    /// in one round trip.
+    /// in one round trip; once more with its cooldowns on a new lease, or
+    /// given back at once, where etcd refuses them ([`EtcdStore::cooled_otherwise`]).
     fn txn_or_read(
         &self,
         mut compares: Vec<Compare>,
@@ -144,12 +167,15 @@ impl EtcdStore {
         reads: &[Read],
     ) -> Result<Outcome, PoolError> {
         compares.extend(self.guard.compares.iter().cloned());
-        if self.guard.also.is_empty() {
-            return Ok(self.client.txn_or_read(&compares, ops, reads)?);
-        }
         let mut ops = ops.to_vec();
         ops.extend(self.guard.also.iter().cloned());
-        Ok(self.client.txn_or_read(&compares, &ops, reads)?)
+        match self.client.txn_or_read(&compares, &ops, reads) {
+            Err(e) => match self.cooled_otherwise(&ops, &e)? {
+                Some(instead) => Ok(self.client.txn_or_read(&compares, &instead, reads)?),
+                None => Err(e.into()),
+            },
+            done => Ok(done?),
+        }
     }
 
     /// What a claim of `owner`'s needs: its node not fenced (a fence
@@ -291,10 +317,18 @@ impl Store for EtcdStore {
             }))
     }
 
-    fn holder(&self, address: Addr) -> Result<Option<Owner>, PoolError> {
+    fn holder(&self, address: Addr) -> Result<Option<Holder>, PoolError> {
         let found = self.client.get(&self.address_key(address))?;
         // A record that says no one still makes the address taken.
-        Ok(found.map(|kv| records::read_owner(&kv.value).unwrap_or_else(Owner::unknown)))
+        Ok(found.map(|kv| records::read_holder(&kv.value)))
+    }
+
+    fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError> {
+        self.cooling_between(from, to)
+    }
+
+    fn end_cooling(&self, address: Addr) -> Result<bool, PoolError> {
+        self.end_cooling_of(address)
     }
 
     fn count_held(&self, from: Addr, to: Addr) -> Result<Option<u64>, PoolError> {
@@ -385,13 +419,31 @@ impl Store for EtcdStore {
         Ok(after)
     }
 
-    fn noted_full(&self, pool: &str) -> Result<bool, PoolError> {
-        Ok(self.client.get(&self.full_key(pool))?.is_some())
+    fn noted_full(&self, pool: &str) -> Result<Option<Cooldowns>, PoolError> {
+        let Some(kv) = self.client.get(&self.full_key(pool))? else {
+            return Ok(None);
+        };
+        // "full", as an earlier version noted it: no cooldowns said.
+        let noted: Value = serde_json::from_slice(&kv.value).unwrap_or_default();
+        Ok(Some(Cooldowns {
+            count: noted
+                .get("cooling")
+                .and_then(Value::as_u64)
+                .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+            first_until: noted.get("firstUntil").and_then(Value::as_u64),
+        }))
     }
 
-    fn note_full(&self, pool: &str) -> Result<(), PoolError> {
-        let lease = self.client.grant_lease(FULL_FOR)?;
-        let op = Op::PutLeased(self.full_key(pool), b"full".to_vec(), lease);
+    fn note_full(&self, pool: &str, cooling: &Cooldowns) -> Result<(), PoolError> {
+        // No longer than until the first cooldown ends: etcd ends that
+        // one, not a release that would end the note.
+        let ends = cooling.first_until.map(|u| u.saturating_sub(clock::now()));
+        let lease = self
+            .client
+            .grant_lease(ends.map_or(FULL_FOR, |e| e.clamp(1, FULL_FOR)))?;
+        let noted =
+            serde_json::json!({"cooling": cooling.count, "firstUntil": cooling.first_until});
+        let op = Op::PutLeased(self.full_key(pool), noted.to_string().into_bytes(), lease);
         self.client.txn(&[], &[op])?;
         Ok(())
     }
@@ -499,7 +551,8 @@ impl Store for EtcdStore {
             .iter()
             .filter_map(|kv| {
                 let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_bytes())?).ok()?;
-                Some((Addr::from_sortable(name)?, records::read_owner(&kv.value)))
+                let held = matches!(records::read_holder(&kv.value), Holder::Owner(_));
+                held.then(|| Some((Addr::from_sortable(name)?, records::read_owner(&kv.value))))?
             })
             .collect())
     }

@@ -156,6 +156,37 @@ impl Notes {
         });
     }
 
+    /// The lease that a node on this machine granted for cooldowns, if
+    /// one noted it this boot (a clock of another boot does not count).
+    pub fn cooling_lease(&self) -> Option<Lease> {
+        let text = self.with_dir(MACHINE, false, |dir| dir.read(LEASE))??;
+        let value: Value = serde_json::from_slice(&text).ok()?;
+        let boot = crate::sys::boot_id().ok()?;
+        (value.get("boot")?.as_str()? == boot).then_some(())?;
+        Some(Lease {
+            id: value.get("id")?.as_i64()?,
+            ttl: value.get("ttl")?.as_u64()?,
+            granted: Duration::from_millis(value.get("grantedMs")?.as_u64()?),
+        })
+    }
+
+    /// Notes `lease`, granted this boot, for the nodes on this machine.
+    pub fn note_cooling_lease(&self, lease: &Lease) {
+        let Ok(boot) = crate::sys::boot_id() else {
+            return;
+        };
+        let text = json!({
+            "boot": boot,
+            "id": lease.id,
+            "ttl": lease.ttl,
+            "grantedMs": u64::try_from(lease.granted.as_millis()).unwrap_or(u64::MAX),
+        })
+        .to_string();
+        self.with_dir(MACHINE, true, |dir| {
+            dir.replace_record(LEASE, text.as_bytes())
+        });
+    }
+
     /// `work` on node `node`'s directory (made first if `make`); `None`
     /// if there is none, or it fails.
     fn with_dir<T>(
@@ -202,6 +233,22 @@ impl Notes {
         }
     }
 }
+
+/// A lease granted for cooldowns: its ID, its time to live in seconds,
+/// and when it was asked for, as [`crate::sys::since_boot`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub id: i64,
+    pub ttl: u64,
+    pub granted: Duration,
+}
+
+/// The directory of what every node on this machine shares: no node's
+/// name is empty.
+const MACHINE: &str = "";
+
+/// The file of the lease cooldowns are put on.
+const LEASE: &str = "cooling-lease";
 
 /// The file of a pool's guess.
 fn guess_name(pool: &str) -> String {

@@ -131,7 +131,7 @@ impl EtcdStore {
             if let Record::Owned(revision) = self.record_of(owner, h.address)? {
                 let key = self.address_key(h.address);
                 compares.push(Compare::Unchanged(key.clone(), revision));
-                ops.push(Op::Delete(key));
+                ops.push(self.free_op(key, &h.pool)?);
                 self.not_full(&h.pool, ops);
             }
         }
@@ -167,7 +167,7 @@ impl EtcdStore {
         let mut ops = vec![Op::Delete(attachment.clone())];
         for (h, key) in allocation.held.iter().zip(&keys) {
             compares.push(Compare::Unchanged(key.clone(), allocation.revision));
-            ops.push(Op::Delete(key.clone()));
+            ops.push(self.free_op(key.clone(), &h.pool)?);
             self.not_full(&h.pool, &mut ops);
         }
         let mut reads = vec![Read::Key(attachment.clone())];
@@ -195,7 +195,7 @@ impl EtcdStore {
         for ((h, key), kvs) in allocation.held.iter().zip(keys).zip(read) {
             if let Some(kv) = kvs.first().filter(|kv| names(owner, kv)) {
                 compares.push(Compare::Unchanged(key.clone(), kv.mod_revision));
-                ops.push(Op::Delete(key));
+                ops.push(self.free_op(key, &h.pool)?);
                 self.not_full(&h.pool, &mut ops);
             }
         }
@@ -215,8 +215,7 @@ impl EtcdStore {
         let Some(kv) = self.client.get(&key)? else {
             return Ok(false);
         };
-        let named = records::read_owner(&kv.value).unwrap_or_else(Owner::unknown);
-        if named != *holder {
+        if records::read_holder(&kv.value).owner() != Some(holder) {
             return Ok(false);
         }
         let mut compares = vec![Compare::Unchanged(key.clone(), kv.mod_revision)];
@@ -236,9 +235,10 @@ impl EtcdStore {
                 Some(record) => compares.push(Compare::Unchanged(listing_key, record.mod_revision)),
             }
         }
-        let mut ops = vec![Op::Delete(key.clone())];
+        let pool = records::read_pool(&kv.value);
+        let mut ops = vec![self.free_op(key.clone(), pool.as_deref().unwrap_or_default())?];
         // The pool is not full now, if the record says which it is.
-        if let Some(pool) = records::read_pool(&kv.value) {
+        if let Some(pool) = pool {
             ops.push(Op::Delete(self.full_key(&pool)));
         }
         self.txn(compares, &ops)

@@ -23,6 +23,12 @@
 //! stale, and GC frees it). Once the network's directories exist, an ADD
 //! waits for no disk write. The hint is a plain file written in place.
 //!
+//! An address given back while `ipam.pool.reuseAfter` is set is not
+//! removed but replaced, in one rename, by a record of its cooldown,
+//! with its end by this node's clock: a restart keeps it. A cooldown that
+//! has ended counts as no record, and the claim that takes the address
+//! removes it first.
+//!
 //! A workload's hold is written before the address records it keeps and
 //! lists every one of them at every step (the addresses a claim takes
 //! over and those it gives back, until they are gone), so that no address
@@ -33,11 +39,13 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::records::{self, Allocation, Owner, PoolAddress, StickyClaim, WorkloadHold};
+use super::records::{
+    self, Allocation, Cooling, Holder, Owner, PoolAddress, StickyClaim, WorkloadHold,
+};
 use super::Store;
 use crate::addr::Addr;
 use crate::da_pool::clock;
-use crate::da_pool::error::PoolError;
+use crate::da_pool::error::{Cooldowns, PoolError};
 use crate::dir::{Dir, DirError, Durability};
 use crate::sys::Lock;
 
@@ -54,6 +62,8 @@ pub struct LocalStore {
     /// Whether claims are synced to the disk before they count (for an
     /// address kept across reboots), rather than left to the journal.
     synced: bool,
+    /// How long an address given back cools down, in seconds.
+    reuse_after: u64,
 }
 
 impl LocalStore {
@@ -92,6 +102,7 @@ impl LocalStore {
         Ok(network.map(|network| LocalStore {
             network: network.with_durability(Durability::Ordered),
             synced: false,
+            reuse_after: 0,
         }))
     }
 
@@ -101,6 +112,7 @@ impl LocalStore {
         Ok(LocalStore {
             network,
             synced: false,
+            reuse_after: 0,
         })
     }
 
@@ -109,6 +121,52 @@ impl LocalStore {
     /// can then undo none of them.
     pub fn synced(self, synced: bool) -> LocalStore {
         LocalStore { synced, ..self }
+    }
+
+    /// The same store, each address it gives back cooling down for
+    /// `seconds` before it is given again (none if 0).
+    pub fn cooling_for(self, seconds: u64) -> LocalStore {
+        LocalStore {
+            reuse_after: seconds,
+            ..self
+        }
+    }
+
+    /// Gives `address` (of `pool`) back: its record removed, or, with a
+    /// cooldown, replaced by the cooldown's. Every address given back
+    /// goes through here; a claim undoing its own records does not.
+    fn free_address(&self, addresses: &Dir, address: &str, pool: &str) -> Result<(), PoolError> {
+        if self.reuse_after == 0 {
+            return self.remove(addresses, address).map(drop);
+        }
+        let record = records::cooling_from_now(pool, self.reuse_after);
+        addresses
+            .replace_record(address, &record)
+            .map_err(|e| addresses.error_at(address, e))?;
+        if self.synced {
+            addresses.sync_names().map_err(|e| addresses.error(e))?;
+        }
+        Ok(())
+    }
+
+    /// Makes the record of `address`, as [`LocalStore::record`] does, over
+    /// a cooldown that has ended (removed first): whether it was made.
+    fn record_address(
+        &self,
+        addresses: &Dir,
+        address: &str,
+        content: &[u8],
+    ) -> Result<bool, PoolError> {
+        if self.record(addresses, address, content)? {
+            return Ok(true);
+        }
+        // Taken, or cooled down: read only when the first try fails.
+        let cooled = read(addresses, address)?.is_some_and(|r| cooled_down(&r, clock::now()));
+        if !cooled {
+            return Ok(false);
+        }
+        self.remove(addresses, address)?;
+        self.record(addresses, address, content)
     }
 
     /// Removes record `name` of `dir`: `Ok(false)` if there was none. When
@@ -158,6 +216,13 @@ impl LocalStore {
 
 fn files(path: &Path, error: std::io::Error) -> PoolError {
     DirError::io(path, error).into()
+}
+
+/// Whether `record`, an address's, is of a cooldown that has ended by
+/// `now`: no record at all, to a claim and a search.
+fn cooled_down(record: &[u8], now: u64) -> bool {
+    record.starts_with(records::COOLING.as_bytes())
+        && matches!(records::read_holder(record), Holder::Cooling(c) if c.until <= now)
 }
 
 fn read(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>, PoolError> {
@@ -220,7 +285,7 @@ impl LocalStore {
             let theirs = match read(&addresses, &address)? {
                 Some(record) => !records::read_owner(&record).is_some_and(|o| owner.owns(&o)),
                 None => {
-                    let created = self.record(
+                    let created = self.record_address(
                         &addresses,
                         &address,
                         &records::address_record(owner, &h.pool),
@@ -282,7 +347,7 @@ impl LocalStore {
                 .and_then(|record| records::read_owner(&record))
                 .is_some_and(|o| owner.owns(&o));
             if mine {
-                self.remove(&addresses, &address)?;
+                self.free_address(&addresses, &address, &h.pool)?;
             }
         }
         Ok(())
@@ -317,12 +382,53 @@ impl Store for LocalStore {
         Ok(read(&attachments, &name)?.and_then(|record| records::read_allocation(&record, 0)))
     }
 
-    fn holder(&self, address: Addr) -> Result<Option<Owner>, PoolError> {
+    fn holder(&self, address: Addr) -> Result<Option<Holder>, PoolError> {
         let Some(dir) = self.sub(ADDRESSES)? else {
             return Ok(None);
         };
         let record = read(&dir, &address.to_string())?;
-        Ok(record.map(|record| records::read_owner(&record).unwrap_or_else(Owner::unknown)))
+        Ok(record
+            .filter(|record| !cooled_down(record, clock::now()))
+            .map(|record| records::read_holder(&record)))
+    }
+
+    fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError> {
+        let Some(addresses) = self.sub(ADDRESSES)? else {
+            return Ok(Vec::new());
+        };
+        let now = clock::now();
+        let mut found = Vec::new();
+        for name in addresses.names().map_err(|e| addresses.error(e))? {
+            let Ok(ip) = name.parse() else {
+                continue;
+            };
+            let address = Addr::new(ip);
+            if address.family() != from.family() || address < from || address > to {
+                continue;
+            }
+            if let Some(Holder::Cooling(cooling)) =
+                read(&addresses, &name)?.map(|r| records::read_holder(&r))
+            {
+                if cooling.until > now {
+                    found.push((address, cooling));
+                }
+            }
+        }
+        found.sort_by_key(|(address, _)| *address);
+        Ok(found)
+    }
+
+    fn end_cooling(&self, address: Addr) -> Result<bool, PoolError> {
+        let Some(addresses) = self.sub(ADDRESSES)? else {
+            return Ok(false);
+        };
+        let name = address.to_string();
+        let cooling = match read(&addresses, &name)?.map(|r| records::read_holder(&r)) {
+            Some(Holder::Cooling(cooling)) => cooling,
+            _ => return Ok(false),
+        };
+        self.remove(&addresses, &name)?;
+        Ok(cooling.until > clock::now())
     }
 
     fn first_free(
@@ -332,13 +438,15 @@ impl Store for LocalStore {
         gives: &dyn Fn(Addr) -> bool,
     ) -> Result<Option<Addr>, PoolError> {
         let dir = self.sub(ADDRESSES)?;
+        let now = clock::now();
         let mut candidate = from;
         loop {
             if gives(candidate) {
+                // One read, as a look for the name would be: a cooldown
+                // that has ended leaves the address free.
                 let taken = match &dir {
-                    Some(dir) => dir
-                        .contains(&candidate.to_string())
-                        .map_err(|e| dir.error(e))?,
+                    Some(dir) => read(dir, &candidate.to_string())?
+                        .is_some_and(|record| !cooled_down(&record, now)),
                     None => false,
                 };
                 if !taken {
@@ -363,13 +471,13 @@ impl Store for LocalStore {
             .and_then(|text| Addr::from_sortable(text.trim())))
     }
 
-    fn note_full(&self, _pool: &str) -> Result<(), PoolError> {
+    fn note_full(&self, _pool: &str, _cooling: &Cooldowns) -> Result<(), PoolError> {
         // Looking through local files again costs next to nothing.
         Ok(())
     }
 
-    fn noted_full(&self, _pool: &str) -> Result<bool, PoolError> {
-        Ok(false)
+    fn noted_full(&self, _pool: &str) -> Result<Option<Cooldowns>, PoolError> {
+        Ok(None)
     }
 
     fn claim(
@@ -401,7 +509,7 @@ impl Store for LocalStore {
         for h in held {
             let address = h.address.to_string();
             let address_record = records::address_record(owner, &h.pool);
-            if !self.record(&addresses, &address, &address_record)? {
+            if !self.record_address(&addresses, &address, &address_record)? {
                 // Taken: what this claim made is undone, the record last.
                 for address in &made {
                     self.remove(&addresses, address)?;
@@ -434,15 +542,20 @@ impl Store for LocalStore {
 
     fn free_record(&self, address: Addr, holder: &Owner) -> Result<bool, PoolError> {
         // Under the network's lock: as read is as it is until the removal.
-        if self.holder(address)?.as_ref() != Some(holder)
-            || super::listed_by(self, holder)?.contains(&address)
-        {
+        let Some(addresses) = self.sub(ADDRESSES)? else {
+            return Ok(false);
+        };
+        let name = address.to_string();
+        let Some(record) = read(&addresses, &name)? else {
+            return Ok(false);
+        };
+        let named = records::read_holder(&record);
+        if named.owner() != Some(holder) || super::listed_by(self, holder)?.contains(&address) {
             return Ok(false);
         }
-        match self.sub(ADDRESSES)? {
-            Some(addresses) => self.remove(&addresses, &address.to_string()),
-            None => Ok(false),
-        }
+        let pool = records::read_pool(&record).unwrap_or_default();
+        self.free_address(&addresses, &name, &pool)?;
+        Ok(true)
     }
 
     fn workload_hold(
@@ -519,7 +632,10 @@ impl Store for LocalStore {
             let Ok(ip) = name.parse() else {
                 continue;
             };
-            if let Some(record) = read(&addresses, &name)? {
+            let Some(record) = read(&addresses, &name)? else {
+                continue;
+            };
+            if let Holder::Owner(_) = records::read_holder(&record) {
                 found.push((Addr::new(ip), records::read_owner(&record)));
             }
         }
@@ -547,154 +663,4 @@ impl Store for LocalStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cni::NetConf;
-    use crate::da_pool::search::choose_free;
-    use crate::da_pool::settings::Settings;
-    use crate::da_pool::teardown::gc;
-    use crate::da_pool::testing::{add_as, config, of_workload, owner, pools};
-    use crate::pools::Pool;
-    use serde_json::json;
-
-    fn addr(text: &str) -> Addr {
-        Addr::new(text.parse().unwrap())
-    }
-
-    fn held(address: &str) -> Vec<PoolAddress> {
-        vec![PoolAddress {
-            pool: "blue".into(),
-            address: addr(address),
-        }]
-    }
-
-    /// A claim of `address` for workload `ns/w`'s container `id`, taking
-    /// over `prior`: the store trusts the caller that `prior`'s container
-    /// is gone.
-    fn claim_for_workload(
-        store: &LocalStore,
-        id: &str,
-        address: &str,
-        prior: Option<&WorkloadHold>,
-    ) {
-        let sticky = StickyClaim {
-            workload: "ns/w",
-            sticky_for: 3600,
-            prior,
-        };
-        let owner = of_workload(id, "ns/w", "node-a");
-        assert!(store.claim(&owner, &held(address), Some(&sticky)).unwrap());
-    }
-
-    fn hold(store: &LocalStore) -> WorkloadHold {
-        store.workload_hold("ns/w", "eth0").unwrap().unwrap()
-    }
-
-    fn attachment(store: &LocalStore, id: &str) -> Allocation {
-        store.allocation("node-a", id, "eth0").unwrap().unwrap()
-    }
-
-    fn holder_of(store: &LocalStore, address: &str) -> Option<Owner> {
-        store.holder(addr(address)).unwrap()
-    }
-
-    #[test]
-    fn a_search_goes_on_past_a_full_window_since_nothing_is_noted_full() {
-        // Forty addresses, all taken but one well past the first window.
-        let dir = tempfile::tempdir().unwrap();
-        let store = LocalStore::create(dir.path(), "n").unwrap();
-        let range = json!([{"subnet": "10.1.0.0/24",
-            "rangeStart": "10.1.0.10", "rangeEnd": "10.1.0.49"}]);
-        let pool = Pool::parse("blue", &range).unwrap();
-        for n in (10..50).filter(|n| *n != 40) {
-            let taken = held(&format!("10.1.0.{n}"));
-            assert!(store.claim(&owner(&format!("c{n}")), &taken, None).unwrap());
-        }
-        for _ in 0..2 {
-            let found = choose_free(&store, &pool, addr("10.1.0.10"), &[], true).unwrap();
-            assert_eq!(found, addr("10.1.0.40"));
-        }
-    }
-
-    #[test]
-    fn a_release_frees_the_hold_its_container_bound_and_leaves_one_bound_to_another() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = LocalStore::create(dir.path(), "n").unwrap();
-        claim_for_workload(&store, "c1", "10.1.0.2", None);
-        // Container c2 takes the hold over before c1's DEL (as on a
-        // node whose runtime lost c1 without a DEL).
-        claim_for_workload(&store, "c2", "10.1.0.2", Some(&hold(&store)));
-        assert!(store.release(&attachment(&store, "c1")).unwrap());
-        let bound = hold(&store);
-        assert_eq!(bound.container.as_deref(), Some("c2"), "{bound:?}");
-        assert_eq!(bound.until, None);
-        // c2's DEL releases it: held for its hour from now, not from
-        // when it was bound.
-        let before = clock::now();
-        assert!(store.release(&attachment(&store, "c2")).unwrap());
-        let released = hold(&store);
-        assert_eq!(released.container, None, "{released:?}");
-        assert!(released.until >= Some(before + 3600), "{released:?}");
-        // Kept for the workload, by no attachment.
-        assert!(store.allocations().unwrap().is_empty());
-        let keeper = holder_of(&store, "10.1.0.2").and_then(|o| o.workload);
-        assert_eq!(keeper.as_deref(), Some("ns/w"));
-    }
-
-    #[test]
-    fn a_release_whose_workload_has_no_hold_any_more_gives_its_addresses_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = LocalStore::create(dir.path(), "n").unwrap();
-        claim_for_workload(&store, "c1", "10.1.0.2", None);
-        // Undone by a power loss, or removed by hand: nothing keeps the
-        // address for the workload any more.
-        let name = records::hold_name("ns/w", "eth0");
-        std::fs::remove_file(dir.path().join("n").join(HOLDS).join(name)).unwrap();
-        assert!(store.release(&attachment(&store, "c1")).unwrap());
-        assert_eq!(holder_of(&store, "10.1.0.2"), None);
-        assert!(store.allocations().unwrap().is_empty());
-    }
-
-    #[test]
-    fn an_address_is_freed_alone_only_while_its_holder_does_not_list_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = LocalStore::create(dir.path(), "n").unwrap();
-        assert!(store.claim(&owner("c1"), &held("10.1.0.2"), None).unwrap());
-        let address = addr("10.1.0.2");
-        // In use by its holder; and not another's to free.
-        assert!(!store.free_record(address, &owner("c1")).unwrap());
-        assert!(!store.free_record(address, &owner("c2")).unwrap());
-        assert!(holder_of(&store, "10.1.0.2").is_some());
-        // The attachment's record gone, the address's left: freed.
-        let name = records::attachment_name("c1", "eth0");
-        std::fs::remove_file(dir.path().join("n").join(ATTACHMENTS).join(name)).unwrap();
-        assert!(store.free_record(address, &owner("c1")).unwrap());
-        assert_eq!(holder_of(&store, "10.1.0.2"), None);
-    }
-
-    #[test]
-    fn gc_frees_what_the_node_made_whatever_it_was_called_then() {
-        // Made as node-a; collected as node-b (the name set in the
-        // configuration since): every record here is this node's.
-        let dir = tempfile::tempdir().unwrap();
-        let store = LocalStore::create(dir.path(), "n").unwrap();
-        let raw = config("1.1.0", pools(), None);
-        add_as(&store, &raw, &owner("gone"), &[]).unwrap();
-        add_as(&store, &raw, &owner("live"), &[]).unwrap();
-        let mut renamed = pools();
-        renamed["node"] = json!("node-b");
-        let raw = config("1.1.0", renamed, None);
-        let mut settings = Settings::from_net(&NetConf::parse(&raw).unwrap()).unwrap();
-        settings.gc_grace = 0;
-        gc(&store, &[("live".into(), "eth0".into())], &settings).unwrap();
-        let left: Vec<String> = store
-            .allocations()
-            .unwrap()
-            .into_iter()
-            .map(|a| a.owner.id)
-            .collect();
-        assert_eq!(left, ["live"]);
-        // Its two addresses (one of each family) are all that is held.
-        assert_eq!(store.address_records().unwrap().len(), 2);
-    }
-}
+mod tests;
