@@ -26,6 +26,9 @@
 //!    order and with 32 workers on one /24, and the ADD's p50 against its
 //!    limit: a process start and one claim transaction by a bare client.
 //!
+//! 7. what a cooldown (`reuseAfter`) costs an ADD and a DEL, on each
+//!    store, side by side with none, and on etcd their requests.
+//!
 //! Run with `cargo bench --bench pools`; needs Debian's
 //! containernetworking-plugins and etcd-server (./.ci/test installs them).
 
@@ -35,6 +38,8 @@ mod cni_call;
 #[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/cooldown.rs"]
+mod cooldown;
 #[path = "support/round_trips.rs"]
 mod round_trips;
 #[path = "support/static_build.rs"]
@@ -349,6 +354,7 @@ fn main() {
         &static_bin.join("ipam-da-pool"),
         work.path(),
     );
+    cooldown::section(&allocator, &bin, work.path());
 }
 
 /// Bytes etcd sends, as its metric counts them.

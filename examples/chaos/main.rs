@@ -55,6 +55,9 @@ const PREFIX: &str = "/chaos/";
 const TIMEOUT: u64 = 8;
 const STICKY_FOR: u64 = 20;
 
+/// ipam.pool.reuseAfter, in seconds.
+const REUSE_AFTER: u64 = 3;
+
 /// How long past its bound an operation may run, ms: the plugin's own
 /// start and end, on a loaded machine.
 const OVERDUE_SLACK: u64 = 2_000;
@@ -183,6 +186,7 @@ fn network() -> Value {
                 "pools": {"chaos": [{"subnet": POOL}]},
                 "sticky": ["K8S_POD_NAMESPACE", "K8S_POD_NAME"],
                 "stickyFor": format!("{STICKY_FOR}s"),
+                "reuseAfter": format!("{REUSE_AFTER}s"),
                 "nodeTTL": faults::NODE_TTL,
                 "gcGraceSeconds": 0,
             },
@@ -492,6 +496,9 @@ fn judge(
         sticky_for: STICKY_FOR * 1_000,
         sticky_slack: 2_000,
         sticky_early: 2_000,
+        reuse_after: REUSE_AFTER * 1_000,
+        cooldown_early: 1_000,
+        full: full_windows(&history, TIMEOUT * 1_000),
     };
     let end = world.recorder.now();
     let mut found: Vec<Violation> = store_rules::judge(
@@ -506,6 +513,10 @@ fn judge(
         before_gc, &changes, &history, &rules,
     ));
     found.extend(store_rules::inconsistencies(after_gc, &rules));
+    let cooled = store_rules::cooldowns(&changes, &rules);
+    if cooled == 0 {
+        violations.push("the run cooled no address down".into());
+    }
 
     let overlaps = checker::overlaps(&history);
     let reclaimed = overlaps.iter().filter(|o| o.reclaimed).count();
@@ -634,7 +645,7 @@ fn judge(
         eprintln!("{violation}");
     }
     println!(
-        "chaos seed={seed} {operations} operations ({during:.1}/s succeeded during lasting faults, {between:.1}/s between them), {faults} faults ({}), {} store revisions read; doubled {}, leaked {}, lost {}, through fences {}, early fences {}, live nodes reclaimed {}, left by DELs {}, unrecorded answers {}, holds outliving stickyFor {}, overdue {}; {reclaimed} overlap(s) on nodes reclaim fenced (its price), {ahead} attachment(s) kept by GC for a clock that was ahead, {} live attachment(s), {sticky} hold(s)",
+        "chaos seed={seed} {operations} operations ({during:.1}/s succeeded during lasting faults, {between:.1}/s between them), {faults} faults ({}), {} store revisions read; doubled {}, leaked {}, lost {}, through fences {}, early fences {}, live nodes reclaimed {}, left by DELs {}, unrecorded answers {}, holds outliving stickyFor {}, cooldowns broken {}, given back uncooled {}, overdue {}; {cooled} address(es) cooled down, {reclaimed} overlap(s) on nodes reclaim fenced (its price), {ahead} attachment(s) kept by GC for a clock that was ahead, {} live attachment(s), {sticky} hold(s)",
         listed.join(", "),
         changes.last().map_or(0, |c| c.revision),
         count("doubled"),
@@ -646,8 +657,32 @@ fn judge(
         count("left-by-del"),
         count("unrecorded"),
         count("sticky"),
+        count("cooldown"),
+        count("uncooled"),
         count("overdue"),
         live.len()
     );
     violations.is_empty() && found.is_empty()
+}
+
+/// When etcd was full (ms, from, to): from each NOSPACE fault to its end,
+/// and `slack` more, for a DEL that met the alarm and landed after it.
+fn full_windows(history: &history::History, slack: u64) -> Vec<(u64, u64)> {
+    let mut windows = Vec::new();
+    let mut from = None;
+    for event in &history.events {
+        match event.kind.as_str() {
+            "nospace" => from = from.or(Some(event.at)),
+            "space-back" => {
+                if let Some(start) = from.take() {
+                    windows.push((start, event.at + slack));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(start) = from {
+        windows.push((start, u64::MAX));
+    }
+    windows
 }

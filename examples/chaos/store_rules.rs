@@ -11,6 +11,9 @@
 //! - a workload's hold kept, once released, past a GC that began after
 //!   its `stickyFor` was up; ended before `stickyFor`; or taken over with
 //!   other addresses;
+//! - an address record written over its cooldown (given while it cooled
+//!   down), a cooldown ended sooner than `reuseAfter` after it began, or
+//!   an address given back without one while etcd had room for it;
 //! - a successful ADD whose answer no record of it ever listed;
 //! - at a point in time: a record a successful DEL should have freed; and
 //!   every address record listed by its owner, every listed address
@@ -42,6 +45,14 @@ pub struct Rules {
     /// How much sooner than `stickyFor` a released hold may end, ms: its
     /// end is written in whole seconds.
     pub sticky_early: u64,
+    /// `ipam.pool.reuseAfter`, ms.
+    pub reuse_after: u64,
+    /// How much sooner than `reuseAfter` a cooldown may seem to end, ms:
+    /// the watchers date its start and its end as they receive them.
+    pub cooldown_early: u64,
+    /// When etcd was full, ms (from, to): it grants no lease then, and an
+    /// address is given back without a cooldown.
+    pub full: Vec<(u64, u64)>,
 }
 
 /// One violation: its kind, for the summary's counts, and what it is.
@@ -125,6 +136,11 @@ fn text<'a>(record: &'a Value, field: &str) -> &'a str {
     record[field].as_str().unwrap_or_default()
 }
 
+/// Whether an address record is a cooldown's: no owner's.
+fn cools(record: &Value) -> bool {
+    record["coolingUntil"].is_u64()
+}
+
 /// Whom an address record names: (container ID, workload, interface).
 fn owner(record: &Value) -> (String, String, String) {
     (
@@ -183,6 +199,8 @@ pub fn judge(
     let mut unregistered: BTreeMap<&str, u64> = BTreeMap::new();
     // Each released hold: when, by which node, and what it keeps.
     let mut released: BTreeMap<&str, Release> = BTreeMap::new();
+    // When each address that cools down began to, while it does.
+    let mut cooling: BTreeMap<&str, u64> = BTreeMap::new();
     // Every GC sweeps the holds whose time is up, and only GCs do: a hold
     // outlives its time when one that began after it was up (a second
     // more, for the clock's whole seconds) answered success, and it stayed.
@@ -243,8 +261,16 @@ pub fn judge(
             }
             match rules.key(&change.key) {
                 Key::Address(address) => {
-                    if let Some(before) = state.get(change.key.as_str()) {
-                        if owner(before) != owner(&record) {
+                    if let Some(before) = state.get(change.key.as_str()).filter(|b| cools(b)) {
+                        found.push(violation(
+                            "cooldown",
+                            format!(
+                                "{address} given while it cooled down ({before}): {record} at revision {revision} ({at} ms)"
+                            ),
+                        ));
+                    } else if let Some(before) = state.get(change.key.as_str()) {
+                        // Given back, to cool down: no one's.
+                        if !cools(&record) && owner(before) != owner(&record) {
                             found.push(violation(
                                 "doubled",
                                 format!(
@@ -300,6 +326,39 @@ pub fn judge(
             .collect();
         for change in &group {
             let before = state.get(change.key.as_str()).cloned();
+            if let (Key::Address(address), Some(before)) = (rules.key(&change.key), &before) {
+                match &change.value {
+                    Some(value) if cools(&json(value)) => {
+                        cooling.insert(&change.key, at);
+                    }
+                    Some(_) => {}
+                    None if cools(before) => {
+                        let began = cooling.remove(change.key.as_str()).unwrap_or(0);
+                        if at + rules.cooldown_early < began + rules.reuse_after {
+                            found.push(violation(
+                                "cooldown",
+                                format!(
+                                    "{address}'s cooldown, begun at {began} ms, ended at {at} ms (revision {revision})"
+                                ),
+                            ));
+                        }
+                    }
+                    None => {
+                        let full = rules
+                            .full
+                            .iter()
+                            .any(|(from, to)| (*from..=*to).contains(&at));
+                        if rules.reuse_after > 0 && !full {
+                            found.push(violation(
+                                "uncooled",
+                                format!(
+                                    "{address} given back without a cooldown at revision {revision} ({at} ms), etcd not full"
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
             match &change.value {
                 Some(value) => {
                     state.insert(&change.key, json(value));
@@ -417,6 +476,15 @@ struct Release {
     node: String,
     /// The addresses it keeps.
     keeps: Vec<String>,
+}
+
+/// How many addresses were given back to cool down.
+pub fn cooldowns(changes: &[Change], rules: &Rules) -> usize {
+    changes
+        .iter()
+        .filter(|c| matches!(rules.key(&c.key), Key::Address(_)))
+        .filter(|c| c.value.as_deref().is_some_and(|v| cools(&json(v))))
+        .count()
 }
 
 /// Each successful ADD whose answer no record of its attachment ever
@@ -539,6 +607,9 @@ pub fn inconsistencies(snapshot: &Snapshot, rules: &Rules) -> Vec<Violation> {
             continue;
         };
         let record = json(value);
+        if cools(&record) {
+            continue;
+        }
         let listed_by = holders.iter().any(|(k, holder)| {
             names(&record, holder)
                 // A workload's addresses are its hold's; its container's
@@ -594,6 +665,88 @@ mod tests {
             sticky_for: 20_000,
             sticky_slack: 2_000,
             sticky_early: 2_000,
+            reuse_after: 0,
+            cooldown_early: 1_000,
+            full: Vec::new(),
+        }
+    }
+
+    /// The rules of a run whose addresses cool down for 3 s, etcd full
+    /// from 100 s to 110 s.
+    fn cooling_rules() -> Rules {
+        Rules {
+            reuse_after: 3_000,
+            full: vec![(100_000, 110_000)],
+            ..rules()
+        }
+    }
+
+    /// `id`'s release of `address` at `revision`, cooling it down.
+    fn release_cooling(revision: u64, at: u64, node: &str, id: &str, address: &str) -> Vec<Change> {
+        vec![
+            del(
+                revision,
+                at,
+                &format!("/p/networks/n/nodes/{node}/attachments/{id}:eth0"),
+            ),
+            put(
+                revision,
+                at,
+                &format!("/p/networks/n/addresses/{}", key_name(address)),
+                json!({"coolingUntil": 1_800_000_004u64, "freed": 1_800_000_000u64, "pool": "a"}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn an_address_cools_down_for_reuse_after_then_is_claimed_again() {
+        let key = format!("/p/networks/n/addresses/{}", key_name("10.0.0.2"));
+        let changes = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            release_cooling(3, 1_000, "n1", "a", "10.0.0.2"),
+            vec![del(4, 4_500, &key)],
+            claim(5, 4_600, "n2", "b", "10.0.0.2"),
+        ]
+        .concat();
+        let rules = cooling_rules();
+        assert_eq!(judge(&changes, &rules, &none(), &never, 5_000), []);
+        assert_eq!(cooldowns(&changes, &rules), 1);
+        // Not a leak, in the store as it is meanwhile.
+        let snapshot: Snapshot = [(key.clone(), (changes[3].value.clone().unwrap(), 3))].into();
+        assert_eq!(inconsistencies(&snapshot, &rules), []);
+    }
+
+    #[test]
+    fn an_address_given_while_cooling_or_cooled_too_briefly_or_not_at_all_is_a_violation() {
+        let key = format!("/p/networks/n/addresses/{}", key_name("10.0.0.2"));
+        let rules = cooling_rules();
+        // Claimed over its cooldown.
+        let changes = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            release_cooling(3, 1_000, "n1", "a", "10.0.0.2"),
+            claim(4, 2_000, "n2", "b", "10.0.0.2"),
+        ]
+        .concat();
+        let found = judge(&changes, &rules, &none(), &never, 5_000);
+        assert_eq!(kinds(&found), ["cooldown"], "{found:?}");
+        // Its cooldown ended a second early, slack included.
+        let changes = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            release_cooling(3, 1_000, "n1", "a", "10.0.0.2"),
+            vec![del(4, 2_900, &key)],
+        ]
+        .concat();
+        let found = judge(&changes, &rules, &none(), &never, 5_000);
+        assert_eq!(kinds(&found), ["cooldown"], "{found:?}");
+        // Given back with none, but while etcd was full.
+        for (at, kinds_found) in [(50_000, vec!["uncooled"]), (105_000, vec![])] {
+            let changes = [
+                claim(2, 10, "n1", "a", "10.0.0.2"),
+                release(3, at, "n1", "a", "10.0.0.2"),
+            ]
+            .concat();
+            let found = judge(&changes, &rules, &none(), &never, 200_000);
+            assert_eq!(kinds(&found), kinds_found, "{found:?}");
         }
     }
 
