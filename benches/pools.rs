@@ -29,7 +29,8 @@
 //! 7. what a cooldown (`reuseAfter`) costs an ADD and a DEL, on each
 //!    store, side by side with none, and on etcd their requests.
 //!
-//! Run with `cargo bench --bench pools`; needs Debian's
+//! Run with `cargo bench --bench pools` (`-- cooldown` for section 7
+//! alone); needs Debian's
 //! containernetworking-plugins and etcd-server (./.ci/test installs them).
 
 #[path = "support/cni_call.rs"]
@@ -92,6 +93,11 @@ fn main() {
         "the bench needs Debian's containernetworking-plugins"
     );
     let work = temp_dir("bench-pools");
+    if std::env::args().any(|arg| arg == "cooldown") {
+        let built = Path::new(PLUGIN).parent().unwrap();
+        cooldown::section(&built.join("ipam-da-pool"), built, work.path());
+        return;
+    }
     // The binaries cargo built for the bench (dynamically linked), and
     // static ones, as the README installs them.
     let built = Path::new(PLUGIN).parent().unwrap().to_owned();
@@ -578,7 +584,7 @@ fn address(n: u32) -> Ipv4Addr {
 }
 
 /// The local store's records, as ipam-da-pool writes them
-/// (src/da_pool/store/local_store.rs).
+/// (src/da_pool/store/local_store/mod.rs).
 fn fill_local(network: &Path, layout: Layout) {
     let (held, next) = layout.held();
     for dir in ["addresses", "attachments", "hints"] {

@@ -282,7 +282,10 @@ impl LocalStore {
         let mut made: Vec<String> = Vec::new();
         for h in held {
             let address = h.address.to_string();
-            let theirs = match read(&addresses, &address)? {
+            // A cooldown that has ended is no record: the claim takes it.
+            let now = clock::now();
+            let record = read(&addresses, &address)?.filter(|r| !cooled_down(r, now));
+            let theirs = match record {
                 Some(record) => !records::read_owner(&record).is_some_and(|o| owner.owns(&o)),
                 None => {
                     let created = self.record_address(

@@ -217,6 +217,11 @@ fn a_cooldown_that_has_ended_is_no_record_and_the_claim_takes_its_place() {
     );
     assert!(store.claim(&owner("c1"), &held("10.1.0.2"), None).unwrap());
     assert_eq!(holder_of(&store, "10.1.0.2"), Some(owner("c1")));
+    // A workload's claim too.
+    assert!(addresses.create("10.1.0.3", &ended).unwrap());
+    claim_for_workload(&store, "w1", "10.1.0.3", None);
+    let keeper = holder_of(&store, "10.1.0.3").and_then(|o| o.workload);
+    assert_eq!(keeper.as_deref(), Some("ns/w"));
 }
 
 #[test]
