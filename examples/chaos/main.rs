@@ -499,6 +499,7 @@ fn judge(
         reuse_after: REUSE_AFTER * 1_000,
         cooldown_early: 1_000,
         full: full_windows(&history, TIMEOUT * 1_000),
+        cooldown_longest: 60_000,
     };
     let end = world.recorder.now();
     let mut found: Vec<Violation> = store_rules::judge(

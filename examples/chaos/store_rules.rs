@@ -12,8 +12,9 @@
 //!   its `stickyFor` was up; ended before `stickyFor`; or taken over with
 //!   other addresses;
 //! - an address record written over its cooldown (given while it cooled
-//!   down), a cooldown ended sooner than `reuseAfter` after it began, or
-//!   an address given back without one while etcd had room for it;
+//!   down), a cooldown ended sooner than `reuseAfter` after it began or
+//!   still there long after, or an address given back without one while
+//!   etcd had room for it;
 //! - a successful ADD whose answer no record of it ever listed;
 //! - at a point in time: a record a successful DEL should have freed; and
 //!   every address record listed by its owner, every listed address
@@ -53,6 +54,9 @@ pub struct Rules {
     /// When etcd was full, ms (from, to): it grants no lease then, and an
     /// address is given back without a cooldown.
     pub full: Vec<(u64, u64)>,
+    /// How long a cooldown may last at most, ms: its lease, renewed
+    /// whole by each new leader, and expired only while etcd has one.
+    pub cooldown_longest: u64,
 }
 
 /// One violation: its kind, for the summary's counts, and what it is.
@@ -463,6 +467,14 @@ pub fn judge(
     for (key, release) in &released {
         found.extend(outlived(key, release, end));
     }
+    for (key, began) in &cooling {
+        if began + rules.cooldown_longest < end {
+            found.push(violation(
+                "cooldown",
+                format!("{key}'s cooldown, begun at {began} ms, had not ended at {end} ms"),
+            ));
+        }
+    }
     found
 }
 
@@ -668,6 +680,7 @@ mod tests {
             reuse_after: 0,
             cooldown_early: 1_000,
             full: Vec::new(),
+            cooldown_longest: 60_000,
         }
     }
 
@@ -737,6 +750,15 @@ mod tests {
         ]
         .concat();
         let found = judge(&changes, &rules, &none(), &never, 5_000);
+        assert_eq!(kinds(&found), ["cooldown"], "{found:?}");
+        // Its cooldown never ended (a put without its lease).
+        let changes = [
+            claim(2, 10, "n1", "a", "10.0.0.2"),
+            release_cooling(3, 1_000, "n1", "a", "10.0.0.2"),
+        ]
+        .concat();
+        assert_eq!(judge(&changes, &rules, &none(), &never, 61_000), []);
+        let found = judge(&changes, &rules, &none(), &never, 61_001);
         assert_eq!(kinds(&found), ["cooldown"], "{found:?}");
         // Given back with none, but while etcd was full.
         for (at, kinds_found) in [(50_000, vec!["uncooled"]), (105_000, vec![])] {

@@ -646,6 +646,35 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_whose_only_free_address_cools_down_says_so_and_so_does_one_asked_for() {
+        let store = FakeStore::default();
+        let prev = json!({"pools": [{"name": "blue"}, {"name": "tiny"}]});
+        let raw = config("1.0.0", pools(), Some(prev));
+        // tiny, a /30, gives .2 alone: the gateway and the broadcast
+        // address cooling are none of its.
+        let until = 1_800_000_060;
+        for address in ["10.9.0.1", "10.9.0.2", "10.9.0.3"] {
+            let cooling = crate::da_pool::store::Cooling { pool: None, until };
+            let address = Addr::new(address.parse().unwrap());
+            store.cooling.borrow_mut().insert(address, cooling);
+        }
+        let e = add_for(&store, &raw, "c1", &[]).unwrap_err();
+        assert_eq!(e.code(), code::POOL_EXHAUSTED);
+        assert_eq!(
+            e.to_string(),
+            "pool \"tiny\" has no free address now: 1 of its addresses cool down after their release (\"ipam.pool.reuseAfter\"), the first until 2027-01-15T08:01:00Z; `ipam-da-pool release --now ADDRESS` ends an address's cooldown"
+        );
+        let e = add_for(&store, &raw, "c1", &["10.9.0.2"]).unwrap_err();
+        assert_eq!(e.code(), code::ADDRESS_UNAVAILABLE);
+        assert!(
+            e.to_string()
+                .contains("it cools down after its release until 2027-01-15T08:01:00Z"),
+            "{e}"
+        );
+        assert!(store.held().is_empty());
+    }
+
+    #[test]
     fn a_pool_found_full_is_not_read_whole_again_until_an_address_is_given_back() {
         let store = FakeStore::default();
         let mut settings = pools();

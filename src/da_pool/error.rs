@@ -133,7 +133,7 @@ pub struct Cooldowns {
 impl std::fmt::Display for Cooldowns {
     /// Nothing, for none; else how many, and when the first is free again.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let Some(until) = self.first_until.filter(|_| self.count > 0) else {
+        let Some(until) = self.first_until else {
             return Ok(());
         };
         write!(

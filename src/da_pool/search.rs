@@ -117,7 +117,10 @@ pub fn choose_free(
         return Ok(free);
     }
     // Read once the pool is found full, and noted with it.
-    let cooling = cooldowns(store, pool)?;
+    let cooling = match store.cools() {
+        true => cooldowns(store, pool)?,
+        false => Cooldowns::default(),
+    };
     if note {
         // Not noted (etcd at its quota, say): the next search reads it all.
         if let Err(e) = store.note_full(&pool.name, &cooling) {

@@ -222,6 +222,21 @@ mod tests {
                 .contains("the attachment's record lists it, but the network has no record"),
             "{e}"
         );
+        // A cooldown's record instead (a release that raced the CHECK).
+        let cooling = crate::da_pool::store::Cooling {
+            pool: None,
+            until: 1_800_000_060,
+        };
+        store.cooling.borrow_mut().insert(first, cooling);
+        let e = checked().unwrap_err();
+        assert_eq!(e.code(), code::NOT_HELD, "{e}");
+        assert!(
+            e.to_string().contains(
+                "the network's records give it to no one: it cools down after its release until 2027-01-15T08:01:00Z"
+            ),
+            "{e}"
+        );
+        store.cooling.borrow_mut().clear();
         // Its record back, naming the attachment, which no longer lists it.
         store.addresses.borrow_mut().insert(first, holder);
         for allocation in store.attachments.borrow_mut().values_mut() {

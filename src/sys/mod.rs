@@ -37,20 +37,22 @@ pub fn boot_id() -> io::Result<String> {
 }
 
 /// The time since this boot, suspended time included (`CLOCK_BOOTTIME`):
-/// one clock for every process of the boot, which no one sets.
-pub fn since_boot() -> Duration {
+/// one clock for every process of the boot, which no one sets. `None`
+/// if the kernel does not say.
+pub fn since_boot() -> Option<Duration> {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `now` is a valid timespec to write; CLOCK_BOOTTIME exists on
-    // every kernel this runs on (2.6.39 and later), and a failure leaves
-    // zero, the start of the boot: a time that makes nothing look younger.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
-    Duration::new(
-        u64::try_from(now.tv_sec).unwrap_or(0),
-        u32::try_from(now.tv_nsec).unwrap_or(0),
-    )
+    // SAFETY: `now` is a valid timespec for the call to write.
+    let said = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    if said != 0 {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(now.tv_sec).ok()?,
+        u32::try_from(now.tv_nsec).ok()?,
+    ))
 }
 
 /// 16 random hex digits (getrandom(2)), for names no other process

@@ -192,7 +192,7 @@ impl Released<'_> {
         if let Released::Cooldown { address, until } = self {
             return serde_json::json!({
                 "addresses": [address.to_string()],
-                "coolingUntil": until,
+                "coolingUntil": clock::utc(*until),
             });
         }
         if owner == Owner::unknown() {

@@ -580,7 +580,6 @@ mod tests {
         for address in ["10.4.0.4", "10.4.0.10", "10.9.0.8"] {
             let cooling = crate::da_pool::store::Cooling {
                 pool: None,
-                freed: 1_800_000_000,
                 until: 1_800_000_060,
             };
             let address = Addr::new(address.parse().unwrap());

@@ -192,6 +192,12 @@ impl Store for FakeStore {
             .map(Holder::Owner))
     }
 
+    fn cools(&self) -> bool {
+        // As a store whose configuration sets a cooldown, once a test
+        // put one.
+        !self.cooling.borrow().is_empty()
+    }
+
     fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError> {
         Ok(self
             .cooling

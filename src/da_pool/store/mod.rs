@@ -53,6 +53,9 @@ pub trait Store {
     /// does not).
     fn holder(&self, address: Addr) -> Result<Option<Holder>, PoolError>;
 
+    /// Whether what it gives back cools down (`reuseAfter` set).
+    fn cools(&self) -> bool;
+
     /// The addresses from `from` to `to` that cool down now, in order.
     fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError>;
 

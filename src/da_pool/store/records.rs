@@ -241,8 +241,6 @@ pub fn address_record(owner: &Owner, pool: &str) -> Vec<u8> {
 pub struct Cooling {
     /// The pool it was given from, if the record says.
     pub pool: Option<String>,
-    /// When it was given back, seconds since the epoch.
-    pub freed: u64,
     /// When it may be given again, seconds since the epoch (on etcd, its
     /// lease ends the record then, or a few seconds later).
     pub until: u64,
@@ -326,7 +324,6 @@ pub fn read_holder(record: &[u8]) -> Holder {
         .and_then(|value| {
             Some(Cooling {
                 until: value.get("coolingUntil")?.as_u64()?,
-                freed: value.get("freed").and_then(Value::as_u64).unwrap_or(0),
                 pool: value.get("pool").and_then(Value::as_str).map(String::from),
             })
         });

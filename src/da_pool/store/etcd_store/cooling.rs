@@ -4,14 +4,17 @@
 //! needs the key absent, so no node gives the address meanwhile, no
 //! process has to end the cooldown, and an ADD makes no request more.
 //!
-//! The leases are shared: one is granted for `reuseAfter` and a quarter
-//! more (at least [`SHARED_FOR`] seconds more), and every address this
-//! machine's nodes give back while its time left is still `reuseAfter`
-//! goes on it (the lease is noted under `dataDir`). A cooldown so lasts
-//! from `reuseAfter` to a quarter longer, and etcd keeps a few leases a
-//! machine, not one an address. A lease gone before its time (an etcd
-//! restored from a backup) is granted again; a full etcd, which takes
-//! deletes and no puts, has its addresses given back at once.
+//! The leases are shared: the nodes of a machine put the cooldowns of a
+//! network on one lease (noted under `dataDir`) while its time left still
+//! covers `reuseAfter`, the client's timeout (a transaction the client
+//! retries lands that much later) and a second; then a new one is
+//! granted for that much and a quarter of `reuseAfter` more (at least
+//! [`SHARED_FOR`] seconds more). The lease is chosen when the transaction
+//! is sent, after whatever the release read first. A cooldown so lasts
+//! at least `reuseAfter`, and etcd keeps a few leases a machine, not one
+//! an address. A lease gone before its time (an etcd restored from a
+//! backup) is granted again; a full etcd, which grants no lease and
+//! takes deletes only, has its addresses given back at once.
 
 use std::time::Duration;
 
@@ -23,53 +26,91 @@ use crate::da_pool::store::records::{self, Cooling, Holder};
 use crate::etcd::{Compare, EtcdError, Op};
 use crate::sys;
 
-/// The fewest seconds a shared lease outlives the cooldowns put on it,
-/// and so the fewest it is shared for, but one.
+/// The fewest seconds a new lease is shared for: it outlives what the
+/// cooldowns put on it need by this much at least.
 const SHARED_FOR: u64 = 2;
 
-/// What a lease's time left must exceed a cooldown by: etcd counts a
-/// lease's time in whole seconds from when it grants it, a little after
-/// it was asked for.
+/// What a lease's time left must exceed a cooldown by, besides the
+/// client's timeout: etcd counts a lease's time in whole seconds from
+/// when it grants it, a little after it was asked for.
 const MARGIN: Duration = Duration::from_secs(1);
+
+/// The lease a cooldown's record is put under until the transaction is
+/// sent: none yet ([`EtcdStore::leased`] chooses it).
+const CHOSEN_AT_SEND: i64 = 0;
+
+/// How much time a lease must have left for a cooldown of `reuse_after`
+/// seconds put on it by a client whose requests take up to `timeout`.
+fn needed(reuse_after: u64, timeout: Duration) -> Duration {
+    Duration::from_secs(reuse_after) + timeout + MARGIN
+}
+
+/// Whether `lease` has `needed` left at `now` (both as
+/// [`sys::since_boot`] counts).
+fn lasts(lease: &Lease, now: Duration, needed: Duration) -> bool {
+    now.checked_sub(lease.granted)
+        .is_some_and(|age| age + needed <= Duration::from_secs(lease.ttl))
+}
+
+/// The time to live of a new lease for cooldowns of `reuse_after`
+/// seconds that need `needed`: that, rounded up, and a quarter of
+/// `reuse_after` more, at least [`SHARED_FOR`] seconds.
+fn ttl(reuse_after: u64, needed: Duration) -> u64 {
+    let needed = needed.as_secs() + u64::from(needed.subsec_nanos() > 0);
+    needed + reuse_after.div_ceil(4).max(SHARED_FOR)
+}
+
+/// Whether `op` puts a cooldown's record.
+fn cools(op: &Op) -> bool {
+    matches!(op, Op::PutLeased(_, value, _) if value.starts_with(records::COOLING.as_bytes()))
+}
 
 impl EtcdStore {
     /// The write that gives back the address whose key is `key` (from
     /// `pool`): its key's removal or, with a cooldown, its cooldown's
-    /// record under a shared lease. Every address given back is given
-    /// back through here.
-    pub(super) fn free_op(&self, key: Vec<u8>, pool: &str) -> Result<Op, PoolError> {
+    /// record, its lease chosen when the transaction is sent. Every
+    /// address given back is given back through here.
+    pub(super) fn free_op(&self, key: Vec<u8>, pool: &str) -> Op {
         if self.reuse_after == 0 {
-            return Ok(Op::Delete(key));
+            return Op::Delete(key);
         }
-        let lease = match self.cooling_lease(false) {
-            Ok(lease) => lease,
-            // A full etcd grants no lease, and takes deletes only.
-            Err(PoolError::Etcd(EtcdError::NoSpace { .. })) => return Ok(Op::Delete(key)),
-            Err(e) => return Err(e),
-        };
         let record = records::cooling_from_now(pool, self.reuse_after);
-        Ok(Op::PutLeased(key, record, lease))
+        Op::PutLeased(key, record, CHOSEN_AT_SEND)
     }
 
-    /// A lease with more than `reuseAfter` left: this process's, the
+    /// `ops` as they are sent now: each cooldown on a lease that covers
+    /// it from now, or, etcd being full (it grants no lease), given back
+    /// at once.
+    pub(super) fn leased(&self, ops: Vec<Op>) -> Result<Vec<Op>, PoolError> {
+        if !ops.iter().any(cools) {
+            return Ok(ops);
+        }
+        let lease = match self.cooling_lease(false) {
+            Ok(lease) => Some(lease),
+            Err(PoolError::Etcd(EtcdError::NoSpace { .. })) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(on_lease(&ops, lease))
+    }
+
+    /// A lease with what a cooldown needs left: this process's, the
     /// machine's as noted, or, if neither has (or `anew`), a new one.
     fn cooling_lease(&self, anew: bool) -> Result<i64, PoolError> {
-        let needed = Duration::from_secs(self.reuse_after) + MARGIN;
-        let now = sys::since_boot();
-        let lasts = |lease: &Lease| {
-            now.checked_sub(lease.granted)
-                .is_some_and(|age| age + needed <= Duration::from_secs(lease.ttl))
-        };
-        if !anew {
-            let known = self.lease.get().or_else(|| self.notes.cooling_lease());
-            if let Some(lease) = known.filter(lasts) {
+        let needed = needed(self.reuse_after, self.client.settings().timeout);
+        // Without the boot's clock, no lease is known to last: a new one.
+        if let (false, Some(now)) = (anew, sys::since_boot()) {
+            let lasting = |lease: &Lease| lasts(lease, now, needed);
+            let known = (self.lease.get().filter(lasting))
+                .or_else(|| self.notes.cooling_lease().filter(lasting));
+            if let Some(lease) = known {
                 self.lease.set(Some(lease));
                 return Ok(lease.id);
             }
         }
-        let ttl = self.reuse_after + (self.reuse_after.div_ceil(4)).max(SHARED_FOR);
-        // Before the grant: the lease's time is counted from later.
-        let granted = sys::since_boot();
+        let ttl = ttl(self.reuse_after, needed);
+        // Before the grant: the lease's time is counted from later. (The
+        // boot's start, if the clock does not say: the lease looks old.)
+        let granted = sys::since_boot().unwrap_or_default();
         let id = self.client.grant_lease(ttl)?;
         let lease = Lease { id, ttl, granted };
         self.lease.set(Some(lease));
@@ -87,10 +128,6 @@ impl EtcdStore {
         ops: &[Op],
         error: &EtcdError,
     ) -> Result<Option<Vec<Op>>, PoolError> {
-        let cools = |op: &Op| {
-            matches!(op, Op::PutLeased(_, value, _)
-                if value.starts_with(records::COOLING.as_bytes()))
-        };
         if !ops.iter().any(cools) {
             return Ok(None);
         }
@@ -105,14 +142,7 @@ impl EtcdStore {
             }
             _ => return Ok(None),
         };
-        let instead = ops.iter().map(|op| match (op, lease) {
-            (Op::PutLeased(key, value, _), Some(lease)) if cools(op) => {
-                Op::PutLeased(key.clone(), value.clone(), lease)
-            }
-            (Op::PutLeased(key, ..), None) if cools(op) => Op::Delete(key.clone()),
-            _ => op.clone(),
-        });
-        Ok(Some(instead.collect()))
+        Ok(Some(on_lease(ops, lease)))
     }
 
     /// [`Store::cooling`] on etcd: the values from `from` to `to` read.
@@ -160,5 +190,71 @@ impl EtcdStore {
             ops.push(Op::Delete(self.full_key(pool)));
         }
         self.txn(vec![Compare::Unchanged(key, kv.mod_revision)], &ops)
+    }
+}
+
+/// `ops` with each cooldown put on `lease`, or, with none, its address
+/// given back at once.
+fn on_lease(ops: &[Op], lease: Option<i64>) -> Vec<Op> {
+    ops.iter()
+        .map(|op| match (op, lease) {
+            (Op::PutLeased(key, value, _), Some(lease)) if cools(op) => {
+                Op::PutLeased(key.clone(), value.clone(), lease)
+            }
+            (Op::PutLeased(key, ..), None) if cools(op) => Op::Delete(key.clone()),
+            _ => op.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_takes_a_cooldown_only_while_it_covers_it_and_the_clients_timeout() {
+        let timeout = Duration::from_secs(5);
+        // reuseAfter 3 s: 9 s needed, a lease of 11 s, shared for 2.
+        let needed = needed(3, timeout);
+        assert_eq!(needed, Duration::from_secs(9));
+        assert_eq!(ttl(3, needed), 11);
+        // reuseAfter 1h: shared for a quarter of it.
+        assert_eq!(ttl(3_600, super::needed(3_600, timeout)), 3_606 + 900);
+        let lease = Lease {
+            id: 7,
+            ttl: 11,
+            granted: Duration::from_secs(100),
+        };
+        let at = |seconds: f64| Duration::from_secs_f64(seconds);
+        assert!(lasts(&lease, at(100.0), needed));
+        assert!(lasts(&lease, at(102.0), needed));
+        assert!(!lasts(&lease, at(102.001), needed));
+        // A time before the grant (another boot's, noted) is no age.
+        assert!(!lasts(&lease, at(99.0), needed));
+        // A timeout of a fraction of a second rounds the lease up.
+        assert_eq!(ttl(3, super::needed(3, at(0.5))), 7);
+    }
+
+    #[test]
+    fn cooldowns_go_on_the_lease_or_are_given_back_at_once_and_nothing_else_changes() {
+        let cooling = records::cooling_from_now("p", 3);
+        let ops = vec![
+            Op::Delete(b"attachment".to_vec()),
+            Op::PutLeased(b"address".to_vec(), cooling.clone(), CHOSEN_AT_SEND),
+            Op::PutLeased(b"full".to_vec(), b"{}".to_vec(), 5),
+            Op::Put(b"hold".to_vec(), b"{}".to_vec()),
+        ];
+        let leased = on_lease(&ops, Some(42));
+        assert_eq!(leased[1], Op::PutLeased(b"address".to_vec(), cooling, 42));
+        assert_eq!(
+            [&leased[0], &leased[2], &leased[3]],
+            [&ops[0], &ops[2], &ops[3]]
+        );
+        let at_once = on_lease(&ops, None);
+        assert_eq!(at_once[1], Op::Delete(b"address".to_vec()));
+        assert_eq!(
+            [&at_once[0], &at_once[2], &at_once[3]],
+            [&ops[0], &ops[2], &ops[3]]
+        );
     }
 }

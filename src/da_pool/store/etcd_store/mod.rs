@@ -169,6 +169,8 @@ impl EtcdStore {
         compares.extend(self.guard.compares.iter().cloned());
         let mut ops = ops.to_vec();
         ops.extend(self.guard.also.iter().cloned());
+        // Chosen now, after what the caller read: a cooldown's lease.
+        let ops = self.leased(ops)?;
         match self.client.txn_or_read(&compares, &ops, reads) {
             Err(e) => match self.cooled_otherwise(&ops, &e)? {
                 Some(instead) => Ok(self.client.txn_or_read(&compares, &instead, reads)?),
@@ -321,6 +323,10 @@ impl Store for EtcdStore {
         let found = self.client.get(&self.address_key(address))?;
         // A record that says no one still makes the address taken.
         Ok(found.map(|kv| records::read_holder(&kv.value)))
+    }
+
+    fn cools(&self) -> bool {
+        self.reuse_after > 0
     }
 
     fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError> {

@@ -238,8 +238,11 @@ impl Notes {
 /// and when it was asked for, as [`crate::sys::since_boot`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
+    /// etcd's ID of it.
     pub id: i64,
+    /// Its time to live, seconds.
     pub ttl: u64,
+    /// When it was asked for, since this boot.
     pub granted: Duration,
 }
 

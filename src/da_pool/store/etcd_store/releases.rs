@@ -131,7 +131,7 @@ impl EtcdStore {
             if let Record::Owned(revision) = self.record_of(owner, h.address)? {
                 let key = self.address_key(h.address);
                 compares.push(Compare::Unchanged(key.clone(), revision));
-                ops.push(self.free_op(key, &h.pool)?);
+                ops.push(self.free_op(key, &h.pool));
                 self.not_full(&h.pool, ops);
             }
         }
@@ -142,6 +142,11 @@ impl EtcdStore {
     /// address of it is given back. Deleting a key that is not there
     /// writes nothing to etcd's history.
     fn not_full(&self, pool: &str, ops: &mut Vec<Op>) {
+        if self.reuse_after > 0 {
+            // A cooldown frees nothing yet; the note's lease ends with
+            // the first cooldown it counted.
+            return;
+        }
         let full = Op::Delete(self.full_key(pool));
         if !ops.contains(&full) {
             ops.push(full);
@@ -167,7 +172,7 @@ impl EtcdStore {
         let mut ops = vec![Op::Delete(attachment.clone())];
         for (h, key) in allocation.held.iter().zip(&keys) {
             compares.push(Compare::Unchanged(key.clone(), allocation.revision));
-            ops.push(self.free_op(key.clone(), &h.pool)?);
+            ops.push(self.free_op(key.clone(), &h.pool));
             self.not_full(&h.pool, &mut ops);
         }
         let mut reads = vec![Read::Key(attachment.clone())];
@@ -195,7 +200,7 @@ impl EtcdStore {
         for ((h, key), kvs) in allocation.held.iter().zip(keys).zip(read) {
             if let Some(kv) = kvs.first().filter(|kv| names(owner, kv)) {
                 compares.push(Compare::Unchanged(key.clone(), kv.mod_revision));
-                ops.push(self.free_op(key, &h.pool)?);
+                ops.push(self.free_op(key, &h.pool));
                 self.not_full(&h.pool, &mut ops);
             }
         }
@@ -236,10 +241,10 @@ impl EtcdStore {
             }
         }
         let pool = records::read_pool(&kv.value);
-        let mut ops = vec![self.free_op(key.clone(), pool.as_deref().unwrap_or_default())?];
+        let mut ops = vec![self.free_op(key.clone(), pool.as_deref().unwrap_or_default())];
         // The pool is not full now, if the record says which it is.
         if let Some(pool) = pool {
-            ops.push(Op::Delete(self.full_key(&pool)));
+            self.not_full(&pool, &mut ops);
         }
         self.txn(compares, &ops)
     }

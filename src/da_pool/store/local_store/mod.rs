@@ -140,9 +140,16 @@ impl LocalStore {
             return self.remove(addresses, address).map(drop);
         }
         let record = records::cooling_from_now(pool, self.reuse_after);
-        addresses
-            .replace_record(address, &record)
-            .map_err(|e| addresses.error_at(address, e))?;
+        match addresses.replace_record(address, &record) {
+            Ok(()) => {}
+            // A full disk or quota takes no new link, but still takes an
+            // unlink: given back at once, rather than not at all.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+                tracing::warn!("{address} given back without its cooldown: {e}");
+                return self.remove(addresses, address).map(drop);
+            }
+            Err(e) => return Err(addresses.error_at(address, e).into()),
+        }
         if self.synced {
             addresses.sync_names().map_err(|e| addresses.error(e))?;
         }
@@ -393,6 +400,10 @@ impl Store for LocalStore {
         Ok(record
             .filter(|record| !cooled_down(record, clock::now()))
             .map(|record| records::read_holder(&record)))
+    }
+
+    fn cools(&self) -> bool {
+        self.reuse_after > 0
     }
 
     fn cooling(&self, from: Addr, to: Addr) -> Result<Vec<(Addr, Cooling)>, PoolError> {

@@ -175,6 +175,18 @@ fn an_address_given_back_cools_down_and_is_given_to_no_one_meanwhile_restart_or_
     assert!(store.address_records().unwrap().is_empty());
     let listed = store.cooling(addr("10.1.0.0"), addr("10.1.0.255")).unwrap();
     assert_eq!(listed, [(addr("10.1.0.2"), cooling.clone())]);
+    // Only those from `from` to `to`, of their family.
+    for (id, address) in [("c8", "10.1.0.8"), ("c9", "fd00::2"), ("c10", "10.1.0.1")] {
+        assert!(store.claim(&owner(id), &held(address), None).unwrap());
+        assert!(store.release(&attachment(&store, id)).unwrap());
+    }
+    let listed = store.cooling(addr("10.1.0.2"), addr("10.1.0.7")).unwrap();
+    assert_eq!(listed, [(addr("10.1.0.2"), cooling.clone())]);
+    let listed = store.cooling(addr("fd00::"), addr("fd00::ffff")).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    for address in ["10.1.0.8", "fd00::2", "10.1.0.1"] {
+        assert!(store.end_cooling(addr(address)).unwrap());
+    }
     // Opened again (a restart), the cooldown holds: not searched, not
     // claimed, and a pool with nothing else to give says why.
     drop(store);
