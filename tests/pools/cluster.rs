@@ -589,6 +589,10 @@ fn a_full_etcd_still_frees_refuses_adds_at_once_and_check_says_so() {
     let file = config_file(dir.path(), "pods.conf", &config);
     add(&config, "p1", "");
     add(&config, "w1", &pod("ns/web-0", None));
+    // One address cooling already: its lease is noted, and the DELs below
+    // put theirs on it until etcd, full, refuses the put.
+    add(&config, "p0", "");
+    del(&config, "p0");
     let out = operator(&["check", "--config", file.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -626,9 +630,18 @@ fn a_full_etcd_still_frees_refuses_adds_at_once_and_check_says_so() {
     del(&config, "p1");
     del(&config, "w1");
     assert_eq!(holders(&cluster), ["holds/ns%2Fweb-0:eth0"]);
-    // p1's address given back at once: the hold's alone has a record.
-    let addresses = cluster.keys(&format!("{PREFIX}/networks/pods/addresses/"));
-    assert_eq!(addresses.len(), 1, "{addresses:?}");
+    // p1's address given back at once: the hold's and p0's cooldown
+    // alone have a record.
+    let addresses = cluster.values(&format!("{PREFIX}/networks/pods/addresses/"));
+    assert_eq!(addresses.len(), 2, "{addresses:?}");
+    assert_eq!(
+        addresses
+            .iter()
+            .filter(|(_, v)| v.starts_with("{\"coolingUntil\":"))
+            .count(),
+        1,
+        "{addresses:?}"
+    );
     let mut gc: Value = serde_json::from_str(&config).unwrap();
     gc["cni.dev/valid-attachments"] = json!([]);
     cni("GC", &gc.to_string(), "", "").assert_silent_success();
