@@ -366,8 +366,8 @@ fn show_check_and_release_on_etcd_every_nodes_records() {
     assert_eq!(
         report["pools"],
         json!([
-            {"name": "shared", "size": 61, "used": 3, "free": 58, "reserved": 0, "sticky": 0, "nodes": {"node-a": 2, "node-b": 1}},
-            {"name": "central", "size": 253, "used": 1, "free": 252, "reserved": 0, "sticky": 0, "nodes": {"node-b": 1}},
+            {"name": "shared", "size": 61, "used": 3, "free": 58, "reserved": 0, "sticky": 0, "cooling": 0, "nodes": {"node-a": 2, "node-b": 1}},
+            {"name": "central", "size": 253, "used": 1, "free": 252, "reserved": 0, "sticky": 0, "cooling": 0, "nodes": {"node-b": 1}},
         ])
     );
     // Every node's records agree with each other: check finds nothing.
