@@ -495,6 +495,11 @@ mod tests {
         let held = Tail::new(dir.path(), "pods");
         let mut next = Tail::new(dir.path(), "pods");
         assert!(next.lock.is_none());
+        // Without the lock it leaves the set-aside file to the holder.
+        next.settle = Duration::ZERO;
+        next.read_on().unwrap();
+        assert!(aside.exists());
+        assert!(!next.totals.commands.contains_key("GC"));
         drop(held);
         next.settle = Duration::ZERO;
         // Another test's child, forked before it execs, may hold the

@@ -213,6 +213,20 @@ mod tests {
         };
         let text = result["ips"][0]["address"].as_str().unwrap();
         let first = Addr::new(text.split('/').next().unwrap().parse().unwrap());
+        // Another delegate's address in the result, cooling down in this
+        // store: none of the attachment's business.
+        let mut with_other = result.clone();
+        let ips = with_other["ips"].as_array_mut().unwrap();
+        ips.push(serde_json::json!({"address": "192.0.2.7/24"}));
+        let other = crate::da_pool::store::Cooling {
+            pool: None,
+            until: 1_800_000_060,
+        };
+        let other_address = Addr::new("192.0.2.7".parse().unwrap());
+        store.cooling.borrow_mut().insert(other_address, other);
+        let raw = config("1.0.0", pools(), Some(with_other));
+        check(&store, &NetConf::parse(&raw).unwrap(), &owner("c1")).unwrap();
+        store.cooling.borrow_mut().clear();
         // The address's record gone, the attachment's still listing it.
         let holder = store.addresses.borrow_mut().remove(&first).unwrap();
         let e = checked().unwrap_err();
