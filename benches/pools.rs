@@ -241,7 +241,8 @@ fn main() {
         let prefix = format!("/full-{layout:?}");
         let local = alone(json!({"dataDir": dir.join("pool"), "node": "bench"}));
         let etcd = alone(
-            json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": prefix}, "node": "bench"}),
+            json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": prefix}, "node": "bench",
+                   "dataDir": cluster.notes()}),
         );
         let host = host_local(&dir.join("hl"));
         fill_local(&dir.join("pool/bench/"), layout);
@@ -279,7 +280,8 @@ fn main() {
         ),
         (
             "etcd",
-            json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": "/ops"}, "node": "bench"}),
+            json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": "/ops"}, "node": "bench",
+                   "dataDir": cluster.notes()}),
         ),
     ] {
         let config = alone(settings);
@@ -373,7 +375,7 @@ fn cluster_costs(allocator: &Path, bin: &Path) {
     let prefix = "/bench-cost";
     let settings = |network: &str, node: &str, subnet: &str| {
         let pool = json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": prefix},
-            "node": node, "default": "p", "gcGraceSeconds": 0,
+            "dataDir": cluster.notes(), "node": node, "default": "p", "gcGraceSeconds": 0,
             "pools": {"p": [{"subnet": subnet}]}});
         json!({"cniVersion": "1.1.0", "name": network, "ipam": {"type": "ipam-da-pool", "pool": pool}})
             .to_string()

@@ -263,6 +263,9 @@ fn main() -> ExitCode {
     operator["ipam"]["pool"]["etcd"]["endpoints"] = json!(cluster.endpoints("127.0.0.1"));
     operator["ipam"]["pool"]["etcd"]["tls"] = nodes::tls_settings(&cluster.tls);
     operator["ipam"]["pool"]["node"] = json!("operator");
+    // Its notes (a release's cooldown lease) in the run's directory, not
+    // the machine's.
+    operator["ipam"]["pool"]["dataDir"] = json!(dir.join("operator"));
     let operator_config = dir.join("operator.conf");
     std::fs::write(&operator_config, operator.to_string()).expect("the operator's configuration");
     let world = World {

@@ -247,6 +247,15 @@ impl Cluster {
             .collect()
     }
 
+    /// A directory of this cluster's own for the nodes' notes (the
+    /// allocator's `dataDir`). Left to its default, every test would share
+    /// `/var/lib/cni/ipam-da-pool`, and a cluster on a port another test
+    /// binary used before would read that cluster's notes: a guess still
+    /// right for the allocator, but not the address a test expects.
+    pub fn notes(&self) -> PathBuf {
+        self.dir.path().join("notes")
+    }
+
     /// Kills member `i` (SIGKILL: a crash, not a shutdown).
     pub fn kill(&mut self, i: usize) {
         if let Some(mut timeout) = self.members[i].process.take() {

@@ -364,8 +364,9 @@ fn etcd_answering(size: usize) -> Scripted {
 
 #[test]
 fn an_etcd_answer_of_60_mib_is_refused_and_the_largest_allowed_read_within_the_stated_memory() {
+    let data = temp_dir("peers-read-limit");
     let ipam = |port: u16| {
-        let mut ipam = plain_pool_ipam(&[format!("http://127.0.0.1:{port}")]);
+        let mut ipam = plain_pool_ipam(&[format!("http://127.0.0.1:{port}")], data.path());
         ipam["pool"]["etcd"]["timeout"] = json!(10);
         ipam
     };
@@ -444,7 +445,11 @@ fn an_etcd_member_that_answers_a_search_with_the_same_page_again_is_refused() {
             _ => json_answer(out, "200 OK", "{}"),
         }
     });
-    let ipam = plain_pool_ipam(&[format!("http://127.0.0.1:{}", gateway.port())]);
+    let data = temp_dir("peers-searches");
+    let ipam = plain_pool_ipam(
+        &[format!("http://127.0.0.1:{}", gateway.port())],
+        data.path(),
+    );
     let out = run(
         crate::common::ALLOCATOR,
         &env("ADD", "c1"),

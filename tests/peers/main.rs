@@ -77,21 +77,24 @@ pub fn config(ipam: Value, command: &str) -> Vec<u8> {
 }
 
 /// `ipam` of ipam-da-pool on etcd endpoints `endpoints`, trusting the CA
-/// of `certificates` (with its client certificate) for https ones.
-pub fn pool_ipam(endpoints: &[String], certificates: &Certificates) -> Value {
+/// of `certificates` (with its client certificate) for https ones, its
+/// notes in `data`.
+pub fn pool_ipam(endpoints: &[String], certificates: &Certificates, data: &Path) -> Value {
     let file = |name: &str| certificates.file(name).display().to_string();
-    let mut ipam = plain_pool_ipam(endpoints);
+    let mut ipam = plain_pool_ipam(endpoints, data);
     ipam["pool"]["etcd"]["tls"] =
         json!({"ca": file("ca.pem"), "cert": file("client.pem"), "key": file("client.key")});
     ipam
 }
 
-/// `ipam` of ipam-da-pool on plain-HTTP etcd endpoints `endpoints`.
-pub fn plain_pool_ipam(endpoints: &[String]) -> Value {
+/// `ipam` of ipam-da-pool on plain-HTTP etcd endpoints `endpoints`, its
+/// notes in `data` rather than the default directory every test shares.
+pub fn plain_pool_ipam(endpoints: &[String], data: &Path) -> Value {
     json!({
         "type": "ipam-da-pool",
         "pool": {
             "node": "node-a",
+            "dataDir": data,
             "pools": {"shared": [{"subnet": "10.252.0.0/26"}]},
             "default": "shared",
             "etcd": {"endpoints": endpoints, "prefix": "/peers", "timeout": TIMEOUT},

@@ -29,10 +29,12 @@ const COMMANDS: [(&str, u64); 5] = [
 #[ignore = "needs openssl"]
 fn every_command_of_ipam_da_pool_ends_in_time_at_an_etcd_that_accepts_and_never_speaks() {
     let certificates = Certificates::make();
+    let data = temp_dir("peers-silent");
     let silent = Silent::start();
     let ipam = pool_ipam(
         &[format!("https://127.0.0.1:{}", silent.port())],
         &certificates,
+        data.path(),
     );
     for (command, code) in COMMANDS {
         let out = run(
@@ -70,12 +72,14 @@ fn a_member_out_of_time_does_not_hide_another_members_refusal() {
     let certificates = Certificates::make();
     let silent = Silent::start();
     let closed = closed_port();
+    let data = temp_dir("peers-closed");
     let ipam = pool_ipam(
         &[
             format!("https://127.0.0.1:{closed}"),
             format!("https://127.0.0.1:{}", silent.port()),
         ],
         &certificates,
+        data.path(),
     );
     let out = run(ALLOCATOR, &env("ADD", "c1"), &config(ipam, "ADD"));
     let said = failed_in_time(&out, 11, "ADD");
@@ -128,7 +132,11 @@ fn a_tls_answer_trickled_a_byte_a_second_or_slower_ends_in_time() {
     let data = temp_dir("peers-trickle");
     for every in [Duration::from_secs(1), Duration::from_millis(1500)] {
         let port = trickling_tls(&certificates, every);
-        let mut pool = pool_ipam(&[format!("https://127.0.0.1:{port}")], &certificates);
+        let mut pool = pool_ipam(
+            &[format!("https://127.0.0.1:{port}")],
+            &certificates,
+            data.path(),
+        );
         // Each try at a member gets a quarter of the timeout: 2 s here,
         // longer than a byte takes.
         pool["pool"]["etcd"]["timeout"] = json!(8);
@@ -150,6 +158,7 @@ fn sigterm_during_a_wedged_handshake_ends_the_plugin_within_a_second() {
     let mut pool = pool_ipam(
         &[format!("https://127.0.0.1:{}", silent.port())],
         &certificates,
+        data.path(),
     );
     // Far longer than the test waits: only the request can end it.
     pool["pool"]["etcd"]["timeout"] = json!(60);
@@ -184,7 +193,12 @@ fn sigterm_between_tries_that_fail_at_once_ends_the_plugin_within_a_second() {
     // Nothing listens: every try is refused at once, and the etcd client
     // pauses between rounds until its timeout.
     let closed = closed_port();
-    let mut pool = pool_ipam(&[format!("https://127.0.0.1:{closed}")], &certificates);
+    let data = temp_dir("peers-sigterm-refused");
+    let mut pool = pool_ipam(
+        &[format!("https://127.0.0.1:{closed}")],
+        &certificates,
+        data.path(),
+    );
     pool["pool"]["etcd"]["timeout"] = json!(60);
     let started = Instant::now();
     let child = start(ALLOCATOR, &env("ADD", "c1"), &config(pool, "ADD"));
@@ -348,7 +362,7 @@ fn one_wedged_member_of_three_is_passed_over_and_the_keeper_keeps_its_lease() {
     let certificates = Certificates::make();
     let cluster = Cluster::start(3, Some(&certificates));
     let dir = temp_dir("peers-wedged");
-    let mut ipam = pool_ipam(&cluster.endpoints(), &certificates);
+    let mut ipam = pool_ipam(&cluster.endpoints(), &certificates, dir.path());
     ipam["pool"]["nodeTTL"] = json!(3);
     // A second for a try at the wedged member, the rest for the others,
     // however loaded the machine is.

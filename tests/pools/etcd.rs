@@ -32,6 +32,7 @@ const PREFIX: &str = "/ipamd-test";
 fn config(name: &str, version: &str, cluster: &Cluster, node: &str, pool: Value) -> String {
     let mut settings = json!({
         "etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 5},
+        "dataDir": cluster.notes(),
         "node": node,
         "pools": {"shared": [{"subnet": "10.252.0.0/26"}]},
     });
@@ -80,8 +81,8 @@ fn nodes_share_a_pool_through_a_leaders_crash_without_duplicates_or_leaks() {
     // 32 processes at once on a loaded machine may wait out an election
     // longer than the usual 5 s: this is a test of duplicates and leaks
     // through the crash, not of the election's speed.
-    let patient =
-        json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 20}});
+    let patient = json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 20},
+               "dataDir": cluster.notes()});
     let inputs: Vec<String> = (0..nodes)
         .map(|n| {
             config(
@@ -723,6 +724,11 @@ fn the_readmes_nomad_example_with_central_pools_and_tls() {
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/conflists/nomad-pools.conflist");
     let mut list: Value = serde_json::from_str(&fs::read_to_string(fixture).unwrap()).unwrap();
+    // The node's notes and pinned name in the cluster's directory, not
+    // the machine's that every test would share.
+    let pool = &mut list["plugins"][0]["ipam"]["pool"];
+    pool["dataDir"] = json!(cluster.notes());
+    pool["nodeNameFile"] = json!(cluster.notes().join("node-name"));
     let etcd = &mut list["plugins"][0]["ipam"]["pool"]["etcd"];
     etcd["endpoints"] = json!(cluster.endpoints());
     etcd["tls"] = json!({
@@ -908,7 +914,7 @@ fn an_add_stalled_at_any_write_to_etcd_answers_its_claim_or_leaves_nothing() {
         "cniVersion": "1.0.0", "name": "stallnet",
         "ipam": {"type": "ipam-da-pool", "pool": {
             "etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 1},
-            "node": "node-a", "default": "p",
+            "dataDir": cluster.notes(), "node": "node-a", "default": "p",
             "pools": {"p": [{"subnet": "10.253.0.0/24"}]},
         }},
     }))

@@ -23,7 +23,10 @@ pub(crate) const PREFIX: &str = "/ipamd-ops";
 
 /// The allocator's settings for the etcd store of `cluster`.
 pub(crate) fn on_etcd(cluster: &Cluster) -> Value {
-    json!({"etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 5}})
+    json!({
+        "etcd": {"endpoints": cluster.endpoints(), "prefix": PREFIX, "timeout": 5},
+        "dataDir": cluster.notes(),
+    })
 }
 
 /// The allocator's settings for a local store under `dir`.

@@ -131,7 +131,15 @@ fn the_previous_release_and_this_one_share_a_cluster_and_never_double_an_address
     let current = PathBuf::from(ALLOCATOR);
     let cluster = Cluster::start(1, None);
     let dir = temp_dir("upgrade");
-    let on = |node: &str| pods(&on_etcd(&cluster), node, sticky("1h"));
+    let on = |node: &str| {
+        let mut store = on_etcd(&cluster);
+        // The previous release keeps no notes on etcd, and refuses a
+        // `dataDir` beside `etcd`.
+        if node == "node-old" {
+            store.as_object_mut().unwrap().remove("dataDir");
+        }
+        pods(&store, node, sticky("1h"))
+    };
     let old =
         |command: &str, id: &str, args: &str| cni(&previous, command, &on("node-old"), id, args);
     let new =
