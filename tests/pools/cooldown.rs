@@ -69,6 +69,13 @@ fn given_once_cooled(config: &str, id: &str, limit: Duration) -> String {
     given
 }
 
+/// An operator's `release --now` of `address` on the network of `file`.
+fn release_now(file: &std::path::Path, address: &str) {
+    let file = file.to_str().unwrap();
+    let out = operator(&["release", "--config", file, "--now", address]);
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// `show` and `check` on a network of two addresses, one held, one
 /// cooling: counted apart, and no finding.
 fn assert_reported_while_cooling(file: &std::path::Path) {
@@ -204,13 +211,78 @@ fn on_the_local_store_a_freed_address_cools_down_across_processes_then_is_given_
     assert_eq!(given, first);
     // Cooled again, and ended by an operator.
     del(&config, "p3");
-    let out = operator(&[
-        "release",
-        "--config",
-        file.to_str().unwrap(),
-        "--now",
-        &first,
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    release_now(&file, &first);
     assert_eq!(add(&config, "p4", ""), first);
+}
+
+#[test]
+#[ignore = "needs etcd-server and etcd-client"]
+fn import_carries_a_local_stores_cooldowns_into_etcd_until_their_end() {
+    let cluster = Cluster::start(1, None);
+    let dir = temp_dir("cooldown-import");
+    let data = dir.path().join("data");
+    let local = pods(&json!({"dataDir": data}), "node-a", cooling("1h"));
+    let local_file = config_file(dir.path(), "local.conf", &local);
+    let on = |node: &str| pods(&on_etcd(&cluster), node, cooling("1h"));
+    let file = config_file(dir.path(), "etcd.conf", &on("node-a"));
+    let first = add(&local, "p1", "");
+    add(&local, "p2", "");
+    del(&local, "p1");
+    let import = |extra: &[&str]| {
+        let mut args = vec!["import", "--config", file.to_str().unwrap()];
+        args.extend(["--from", data.to_str().unwrap()]);
+        args.extend(extra);
+        let out = operator(&args);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let said = import(&["--dry-run"]);
+    assert!(
+        said.contains(&format!("would carry the cooldown of pods/{first} until")),
+        "{said}"
+    );
+    assert_eq!(figures(&file), (0, 0, 2), "a dry run writes nothing");
+    let said = import(&[]);
+    assert!(
+        said.contains(&format!("carried the cooldown of pods/{first} until")),
+        "{said}"
+    );
+    // Node b, on etcd only, never gives it, and sees the same end.
+    assert_refused_while_cooling(&on("node-b"), &first);
+    assert_eq!(figures(&file), (1, 1, 0));
+    let ends = |file: &std::path::Path| {
+        let args = [
+            "show",
+            "--config",
+            file.to_str().unwrap(),
+            "--addresses",
+            "--json",
+        ];
+        let out = operator(&args);
+        assert!(out.status.success(), "{out:?}");
+        out.json()["pools"][0]["coolingAddresses"].clone()
+    };
+    assert_eq!(ends(&file), ends(&local_file));
+    // Its lease lasts the hour at least, and not an eighth more than the
+    // hour, the timeout and a second.
+    // (The others: the full pool's note, of 5 s.)
+    let leases = cluster.etcdctl(&["lease", "list"]);
+    let seconds = |lease: &str, label: &str| -> u64 {
+        let after = lease.split(&format!("{label}(")).nth(1).unwrap();
+        after.split('s').next().unwrap().parse().unwrap()
+    };
+    let lease = (leases.lines().skip(1))
+        .map(|id| cluster.etcdctl(&["lease", "timetolive", id.trim()]))
+        .max_by_key(|lease| seconds(lease, "TTL"))
+        .unwrap();
+    assert!(seconds(&lease, "remaining") >= 3_595, "{lease}");
+    assert!(seconds(&lease, "TTL") <= (3_600 + 5 + 2) * 9 / 8, "{lease}");
+    // Run again: left as it is.
+    let said = import(&[]);
+    assert!(
+        said.contains(&format!("already there the cooldown of pods/{first} until")),
+        "{said}"
+    );
+    release_now(&file, &first);
+    assert_eq!(add(&on("node-b"), "p3", ""), first);
 }

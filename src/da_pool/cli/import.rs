@@ -6,20 +6,24 @@
 //! holds there is a conflict, named, for the operator to settle. An
 //! attachment whose addresses follow a workload takes its hold along; a
 //! hold no container uses now is left behind (its workload's next
-//! container gets new addresses). The source is only read, once marked
-//! moved.
+//! container gets new addresses). An address given back that cools
+//! down still (`reuseAfter`) cools down in the target until the same
+//! end. The source is only read, once marked moved.
 
 use std::io::Write;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use super::{finish, OURS};
+use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::cni::NetConf;
 use crate::da_pool::add::holds_all;
+use crate::da_pool::clock::utc;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::{invalid, Settings};
 use crate::da_pool::store::{
-    Allocation, Owner, PoolAddress, StickyClaim, Store, Stores, WorkloadHold,
+    Allocation, Cooling, Holder, Owner, PoolAddress, StickyClaim, Store, Stores, WorkloadHold,
 };
 use crate::dir::DirError;
 use crate::netd;
@@ -40,9 +44,10 @@ store under DATADIR into the etcd cluster FILE names, each held
 by the same container and interface, under FILE's node name. On a
 node reclaim fenced, imports nothing (code 50). One already there is
 left alone; one whose address another holds in etcd is named as
-a conflict (exit status 1). From then on the local store refuses
-new addresses (code 11, try again later) until the node runs
-FILE. With --dry-run, nothing is written.
+a conflict (exit status 1). An address that cools down after its
+release cools down in etcd until the same end. From then on the
+local store refuses new addresses (code 11, try again later) until
+the node runs FILE. With --dry-run, nothing is written.
 ",
     run: |given| Ok(finish(run(&options(given)?))),
 };
@@ -130,6 +135,8 @@ pub struct Records {
     holds: Vec<WorkloadHold>,
     /// Each attachment, and whether it holds all its record lists.
     allocations: Vec<(Allocation, bool)>,
+    /// The addresses given back that cool down still.
+    cooling: Vec<(Addr, Cooling)>,
 }
 
 impl Records {
@@ -143,9 +150,18 @@ impl Records {
                 Ok((allocation, whole))
             })
             .collect::<Result<_, PoolError>>()?;
+        let mut cooling = from.cooling(
+            Addr::new(Ipv4Addr::UNSPECIFIED.into()),
+            Addr::new(Ipv4Addr::BROADCAST.into()),
+        )?;
+        cooling.extend(from.cooling(
+            Addr::new(Ipv6Addr::UNSPECIFIED.into()),
+            Addr::new(Ipv6Addr::from(u128::MAX).into()),
+        )?);
         Ok(Records {
             holds: from.workload_holds()?,
             allocations,
+            cooling,
         })
     }
 }
@@ -255,7 +271,37 @@ pub fn import(
             conflict("taken there meanwhile; run the import again".into());
         }
     }
+    carry_cooldowns(&from.cooling, to, dry_run, &mut report)?;
     Ok(report)
+}
+
+/// Puts in `to` the cooldowns of `cooling`, each until its end, unless
+/// `dry_run`: an address given back shortly before the import is not
+/// given to another node sooner on etcd than it would have been here.
+/// One that has a record there already is left as it is: held there, the
+/// cooldown can no longer keep it from anyone.
+fn carry_cooldowns(
+    cooling: &[(Addr, Cooling)],
+    to: &dyn Store,
+    dry_run: bool,
+    report: &mut Report,
+) -> Result<(), PoolError> {
+    for (address, cooling) in cooling {
+        let what = format!(
+            "the cooldown of {}/{address} until {}",
+            cooling.pool.as_deref().unwrap_or("?"),
+            utc(cooling.until)
+        );
+        let line = match to.holder(*address)? {
+            Some(Holder::Cooling(_)) => format!("already there {what}"),
+            Some(other) => format!("left behind {what}: held there by {other}"),
+            None if dry_run => format!("would carry {what}"),
+            None if to.carry_cooling(*address, cooling)? => format!("carried {what}"),
+            None => format!("left behind {what}: taken there meanwhile"),
+        };
+        report.lines.push(line);
+    }
+    Ok(())
 }
 
 /// `POOL/ADDRESS, …`.
@@ -408,6 +454,56 @@ mod tests {
         let e = import(&records, &fenced, "node-a", false).unwrap_err();
         assert!(e.to_string().contains("node node-a is fenced"), "{e}");
         assert!(fenced.held().is_empty());
+    }
+
+    #[test]
+    fn cooldowns_are_carried_until_their_end_unless_the_address_has_a_record_there() {
+        let (local, cluster) = (FakeStore::default(), FakeStore::default());
+        let cooling = |pool: &str, until: u64| Cooling {
+            pool: Some(pool.into()),
+            until,
+        };
+        let at = |address: &str| Addr::new(address.parse().unwrap());
+        for (address, until) in [
+            ("10.1.0.2", 4_000_000_000),
+            ("10.1.0.3", 4_000_000_100),
+            ("10.1.0.4", 4_000_000_200),
+            ("fd00::5", 4_000_000_300),
+        ] {
+            local
+                .cooling
+                .borrow_mut()
+                .insert(at(address), cooling("blue", until));
+        }
+        // .3 cools down there already; .4 is held there.
+        assert!(cluster
+            .carry_cooling(at("10.1.0.3"), &cooling("blue", 4_000_000_100))
+            .unwrap());
+        assert!(cluster
+            .claim(&owner("x", "node-b"), &held("10.1.0.4"), None)
+            .unwrap());
+        let records = Records::read(&local).unwrap();
+        let dry = import(&records, &cluster, "node-a", true).unwrap();
+        assert_eq!(
+            dry.lines[0],
+            "would carry the cooldown of blue/10.1.0.2 until 2096-10-02T07:06:40Z"
+        );
+        assert_eq!(cluster.cooling.borrow().len(), 1, "a dry run carries none");
+        let report = import(&records, &cluster, "node-a", false).unwrap();
+        assert_eq!(
+            report.lines,
+            [
+                "carried the cooldown of blue/10.1.0.2 until 2096-10-02T07:06:40Z",
+                "already there the cooldown of blue/10.1.0.3 until 2096-10-02T07:08:20Z",
+                "left behind the cooldown of blue/10.1.0.4 until 2096-10-02T07:10:00Z: held there by x/eth0 on node node-b",
+                "carried the cooldown of blue/fd00::5 until 2096-10-02T07:11:40Z",
+            ]
+        );
+        assert_eq!(report.conflicts, 0);
+        assert_eq!(
+            cluster.holder(at("fd00::5")).unwrap(),
+            Some(Holder::Cooling(cooling("blue", 4_000_000_300)))
+        );
     }
 
     #[test]

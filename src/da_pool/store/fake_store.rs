@@ -211,6 +211,14 @@ impl Store for FakeStore {
         Ok(self.cooling.borrow_mut().remove(&address).is_some())
     }
 
+    fn carry_cooling(&self, address: Addr, cooling: &Cooling) -> Result<bool, PoolError> {
+        if self.holder(address)?.is_some() {
+            return Ok(false);
+        }
+        self.cooling.borrow_mut().insert(address, cooling.clone());
+        Ok(true)
+    }
+
     fn first_free(
         &self,
         from: Addr,

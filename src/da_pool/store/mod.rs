@@ -63,6 +63,11 @@ pub trait Store {
     /// `Ok(false)`, and nothing changed, if it does not cool down.
     fn end_cooling(&self, address: Addr) -> Result<bool, PoolError>;
 
+    /// Puts on `address`, which has no record here, a cooldown brought
+    /// from another store (`import`), lasting until `cooling.until`:
+    /// `Ok(false)`, and nothing changed, if it has a record.
+    fn carry_cooling(&self, address: Addr, cooling: &Cooling) -> Result<bool, PoolError>;
+
     /// The first address from `from` to `to` that nobody holds and that
     /// `gives` allows; never enumerating more than it must.
     fn first_free(

@@ -15,12 +15,17 @@
 //! an address. A lease gone before its time (an etcd restored from a
 //! backup) is granted again; a full etcd, which grants no lease and
 //! takes deletes only, has its addresses given back at once.
+//!
+//! A cooldown `import` brings from a node's local store goes on a lease
+//! of its own time left, shared by those whose time left rounds up to
+//! the same eighth.
 
 use std::time::Duration;
 
 use super::notes::Lease;
 use super::EtcdStore;
 use crate::addr::Addr;
+use crate::da_pool::clock;
 use crate::da_pool::error::PoolError;
 use crate::da_pool::store::records::{self, Cooling, Holder};
 use crate::etcd::{Compare, EtcdError, Op};
@@ -58,6 +63,24 @@ fn lasts(lease: &Lease, now: Duration, needed: Duration) -> bool {
 fn ttl(reuse_after: u64, needed: Duration) -> u64 {
     let needed = needed.as_secs() + u64::from(needed.subsec_nanos() > 0);
     needed + reuse_after.div_ceil(4).max(SHARED_FOR)
+}
+
+/// The time to live of a lease for cooldowns brought from another store
+/// that need `needed`: that, rounded up to an eighth of itself, so that
+/// those of about the same time left share one lease and none lasts an
+/// eighth longer than it must.
+fn carried_ttl(needed: Duration) -> u64 {
+    let needed = needed.as_secs() + u64::from(needed.subsec_nanos() > 0);
+    let step = (needed / 8).max(1);
+    needed.div_ceil(step) * step
+}
+
+/// The lease of `leases` that a carried cooldown needing `needed`, and
+/// so a lease of `ttl`, goes on at `now`: one granted for that `ttl` with
+/// that much left, if any.
+fn shared(leases: &[Lease], ttl: u64, now: Duration, needed: Duration) -> Option<i64> {
+    let lasting = |lease: &&Lease| lease.ttl == ttl && lasts(lease, now, needed);
+    leases.iter().find(lasting).map(|lease| lease.id)
 }
 
 /// Whether `op` puts a cooldown's record.
@@ -143,6 +166,41 @@ impl EtcdStore {
             _ => return Ok(None),
         };
         Ok(Some(on_lease(ops, lease)))
+    }
+
+    /// [`Store::carry_cooling`] on etcd: the cooldown's record put on a
+    /// lease that covers its time left and the client's timeout, if the
+    /// address's key is absent.
+    ///
+    /// [`Store::carry_cooling`]: crate::da_pool::store::Store::carry_cooling
+    pub(super) fn carry(&self, address: Addr, cooling: &Cooling) -> Result<bool, PoolError> {
+        let left = cooling.until.saturating_sub(clock::now());
+        let needed = needed(left, self.client.settings().timeout);
+        let lease = self.carrying_lease(needed)?;
+        let key = self.address_key(address);
+        let pool = cooling.pool.as_deref().unwrap_or_default();
+        let record = records::cooling_record(pool, clock::now(), cooling.until);
+        let mut compares = vec![Compare::Absent(key.clone())];
+        compares.extend(self.guard.compares.iter().cloned());
+        let mut ops = vec![Op::PutLeased(key, record, lease)];
+        ops.extend(self.guard.also.iter().cloned());
+        // Sent as it is: through `txn`, the cooldown would go on the
+        // shared lease, which covers `reuseAfter`, not this time left.
+        Ok(self.client.txn_or_read(&compares, &ops, &[])?.succeeded)
+    }
+
+    /// A lease with `needed` left, of about that much: one this process
+    /// granted for as much, or a new one.
+    fn carrying_lease(&self, needed: Duration) -> Result<i64, PoolError> {
+        let ttl = carried_ttl(needed);
+        let mut carried = self.carried.borrow_mut();
+        if let Some(id) = sys::since_boot().and_then(|now| shared(&carried, ttl, now, needed)) {
+            return Ok(id);
+        }
+        let granted = sys::since_boot().unwrap_or_default();
+        let id = self.client.grant_lease(ttl)?;
+        carried.push(Lease { id, ttl, granted });
+        Ok(id)
     }
 
     /// [`Store::cooling`] on etcd: the values from `from` to `to` read.
@@ -233,6 +291,46 @@ mod tests {
         assert!(!lasts(&lease, at(99.0), needed));
         // A timeout of a fraction of a second rounds the lease up.
         assert_eq!(ttl(3, super::needed(3, at(0.5))), 7);
+    }
+
+    #[test]
+    fn a_carried_cooldowns_lease_is_its_time_left_rounded_up_to_an_eighth() {
+        let at = |seconds: f64| Duration::from_secs_f64(seconds);
+        for (needed, ttl) in [
+            (at(0.5), 1),
+            (at(7.0), 7),
+            (at(16.0), 16),
+            (at(17.0), 18),
+            (at(3_607.0), 4_050),
+            (at(3_600.2), 4_050),
+        ] {
+            assert_eq!(carried_ttl(needed), ttl, "{needed:?}");
+            assert!(Duration::from_secs(ttl) >= needed, "{needed:?}");
+        }
+    }
+
+    #[test]
+    fn carried_cooldowns_share_a_lease_of_their_eighth_while_it_lasts() {
+        let at = |seconds: u64| Duration::from_secs(seconds);
+        let leases = [
+            Lease {
+                id: 1,
+                ttl: 18,
+                granted: at(100),
+            },
+            Lease {
+                id: 2,
+                ttl: 4_050,
+                granted: at(100),
+            },
+        ];
+        // 17 s needed: the lease of 18 s, while it has that left.
+        assert_eq!(shared(&leases, 18, at(100), at(17)), Some(1));
+        assert_eq!(shared(&leases, 18, at(101), at(17)), Some(1));
+        assert_eq!(shared(&leases, 18, at(102), at(17)), None);
+        // Not a longer one, which has it left too.
+        assert_eq!(shared(&leases, 16, at(100), at(16)), None);
+        assert_eq!(shared(&leases, 4_050, at(200), at(3_607)), Some(2));
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub struct EtcdStore {
     reuse_after: u64,
     /// The lease this process puts cooldowns on, once it has one.
     lease: Cell<Option<Lease>>,
+    /// The leases this process granted for cooldowns brought from
+    /// another store.
+    carried: RefCell<Vec<Lease>>,
 }
 
 /// What every change of a guarded view of a store also needs to hold, and
@@ -115,6 +118,7 @@ impl EtcdStore {
             expected: RefCell::new(HashMap::new()),
             reuse_after: 0,
             lease: Cell::new(None),
+            carried: RefCell::new(Vec::new()),
         }
     }
 
@@ -144,6 +148,7 @@ impl EtcdStore {
             expected: RefCell::new(HashMap::new()),
             reuse_after: self.reuse_after,
             lease: Cell::new(self.lease.get()),
+            carried: RefCell::new(Vec::new()),
         }
     }
 
@@ -335,6 +340,10 @@ impl Store for EtcdStore {
 
     fn end_cooling(&self, address: Addr) -> Result<bool, PoolError> {
         self.end_cooling_of(address)
+    }
+
+    fn carry_cooling(&self, address: Addr, cooling: &Cooling) -> Result<bool, PoolError> {
+        self.carry(address, cooling)
     }
 
     fn count_held(&self, from: Addr, to: Addr) -> Result<Option<u64>, PoolError> {

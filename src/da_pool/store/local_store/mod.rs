@@ -445,6 +445,13 @@ impl Store for LocalStore {
         Ok(cooling.until > clock::now())
     }
 
+    fn carry_cooling(&self, address: Addr, cooling: &Cooling) -> Result<bool, PoolError> {
+        let addresses = self.sub_made(ADDRESSES)?;
+        let pool = cooling.pool.as_deref().unwrap_or_default();
+        let record = records::cooling_record(pool, clock::now(), cooling.until);
+        self.record_address(&addresses, &address.to_string(), &record)
+    }
+
     fn first_free(
         &self,
         from: Addr,

@@ -237,6 +237,38 @@ fn a_cooldown_that_has_ended_is_no_record_and_the_claim_takes_its_place() {
 }
 
 #[test]
+fn a_carried_cooldown_lasts_until_its_end_and_takes_no_address_with_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    // Carried whatever this store's own setting.
+    let store = LocalStore::create(dir.path(), "n").unwrap();
+    let until = clock::now() + 600;
+    let carried = Cooling {
+        pool: Some("blue".into()),
+        until,
+    };
+    assert!(store.carry_cooling(addr("10.1.0.2"), &carried).unwrap());
+    assert_eq!(
+        store.holder(addr("10.1.0.2")).unwrap(),
+        Some(Holder::Cooling(carried.clone()))
+    );
+    assert!(!store.claim(&owner("c1"), &held("10.1.0.2"), None).unwrap());
+    // Once more, or on a held address: nothing changes.
+    assert!(!store.carry_cooling(addr("10.1.0.2"), &carried).unwrap());
+    assert!(store.claim(&owner("c2"), &held("10.1.0.3"), None).unwrap());
+    assert!(!store.carry_cooling(addr("10.1.0.3"), &carried).unwrap());
+    assert_eq!(holder_of(&store, "10.1.0.3"), Some(owner("c2")));
+    // Over a cooldown that has ended, it is made.
+    let ended = Cooling {
+        until: clock::now() - 1,
+        ..carried.clone()
+    };
+    assert!(store.carry_cooling(addr("10.1.0.4"), &ended).unwrap());
+    assert_eq!(store.holder(addr("10.1.0.4")).unwrap(), None);
+    assert!(store.carry_cooling(addr("10.1.0.4"), &carried).unwrap());
+    assert!(store.holder(addr("10.1.0.4")).unwrap().is_some());
+}
+
+#[test]
 fn without_a_cooldown_an_address_given_back_is_gone_and_an_operator_ends_one() {
     let dir = tempfile::tempdir().unwrap();
     let store = LocalStore::create(dir.path(), "n").unwrap();
