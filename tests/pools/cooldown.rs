@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::etcd::Cluster;
 use crate::common::temp_dir;
-use crate::operating::{add, cni, config_file, del, on_etcd, operator, pods, wait_for};
+use crate::operating::{add, cni, config_file, del, on_etcd, operator, pods, wait_for, PREFIX};
 use serde_json::{json, Value};
 
 /// A pool of two addresses, .2 and .3, whose addresses cool down for
@@ -110,6 +110,40 @@ fn on_etcd_a_freed_address_cools_down_for_every_node_then_is_given_again() {
     assert!(cooled >= Duration::from_secs(3), "{cooled:?}");
     assert_eq!(given, first, "{second} is held");
     assert_eq!(figures(&file), (2, 0, 0));
+}
+
+#[test]
+#[ignore = "needs etcd-server and etcd-client"]
+fn on_etcd_a_del_while_cooldowns_are_set_leaves_the_note_that_the_pool_is_full() {
+    let cluster = Cluster::start(1, None);
+    let config = pods(&on_etcd(&cluster), "node-a", cooling("1h"));
+    add(&config, "p1", "");
+    add(&config, "p2", "");
+    refused(&config, "p3", "", 110);
+    del(&config, "p1");
+    // The DEL's revision: that of the cooldown's record, the address
+    // written last.
+    let addresses = format!("{PREFIX}/networks/pods/addresses/");
+    let read = cluster.etcdctl(&["get", &addresses, "--prefix", "-w", "json"]);
+    let read: Value = serde_json::from_str(&read).unwrap();
+    let revisions = read["kvs"].as_array().unwrap().iter();
+    let del = revisions
+        .map(|kv| kv["mod_revision"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    let full = format!("{PREFIX}/networks/pods/full/pods");
+    let noted_at = |revision: i64| {
+        let at = revision.to_string();
+        let read = cluster.etcdctl(&["get", &full, "--rev", &at, "--keys-only"]);
+        !read.trim().is_empty()
+    };
+    // A cooldown frees nothing: the DEL leaves the note (unless its 5 s
+    // ran out before the DEL, and then there is nothing to see).
+    assert!(
+        !noted_at(del - 1) || noted_at(del),
+        "the DEL ended the note"
+    );
+    refused(&config, "p3", "", 110);
 }
 
 #[test]
