@@ -35,7 +35,7 @@ const KEYS: [&str; 13] = [
 /// The longest cooldown `ipam.pool.reuseAfter` may set: a day, longer
 /// than any stale entry it is for outlives (and than an etcd lease's
 /// time to live should be).
-const MAX_REUSE_AFTER: u64 = 86_400;
+pub const MAX_REUSE_AFTER: u64 = 86_400;
 
 /// Where the local store keeps its files unless `ipam.pool.dataDir` says.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipam-da-pool";

@@ -19,7 +19,7 @@ use crate::addr::Addr;
 use crate::args::{Opt, Options, Verb};
 use crate::cni::NetConf;
 use crate::da_pool::add::holds_all;
-use crate::da_pool::clock::utc;
+use crate::da_pool::clock::{self, utc};
 use crate::da_pool::error::PoolError;
 use crate::da_pool::settings::{invalid, Settings};
 use crate::da_pool::store::{
@@ -114,7 +114,7 @@ fn run(options: &Import) -> Result<bool, PoolError> {
     let _ = writeln!(
         out,
         "{} attachment(s) of network {} under {}; {} conflict(s)",
-        report.lines.len(),
+        report.attachments,
         net.name,
         options.from.display(),
         report.conflicts
@@ -122,10 +122,13 @@ fn run(options: &Import) -> Result<bool, PoolError> {
     Ok(report.conflicts == 0)
 }
 
-/// What an import did (or, dry, would do), one line per attachment.
+/// What an import did (or, dry, would do): a line per attachment, per
+/// hold left behind and per cooldown.
 #[derive(Debug, Default)]
 pub struct Report {
     pub lines: Vec<String>,
+    /// How many attachments the source holds.
+    pub attachments: usize,
     /// How many attachments could not be imported.
     pub conflicts: usize,
 }
@@ -140,7 +143,7 @@ pub struct Records {
 }
 
 impl Records {
-    /// Reads every hold and attachment of `from`.
+    /// Reads every hold, attachment and cooldown of `from`.
     pub fn read(from: &dyn Store) -> Result<Records, PoolError> {
         let allocations = from
             .allocations()?
@@ -189,6 +192,10 @@ pub fn import(
             ));
         }
     }
+    // First: no address is both cooling and held, and from the import on
+    // no node gives a cooling one.
+    carry_cooldowns(&from.cooling, to, dry_run, &mut report)?;
+    report.attachments = from.allocations.len();
     for (allocation, whole) in &from.allocations {
         let owner = &Owner {
             node: node.to_owned(),
@@ -271,15 +278,15 @@ pub fn import(
             conflict("taken there meanwhile; run the import again".into());
         }
     }
-    carry_cooldowns(&from.cooling, to, dry_run, &mut report)?;
     Ok(report)
 }
 
-/// Puts in `to` the cooldowns of `cooling`, each until its end, unless
-/// `dry_run`: an address given back shortly before the import is not
-/// given to another node sooner on etcd than it would have been here.
-/// One that has a record there already is left as it is: held there, the
-/// cooldown can no longer keep it from anyone.
+/// Puts in `to` the cooldowns of `cooling` that have not ended, each
+/// until its end, unless `dry_run`: an address given back shortly before
+/// the import is not given to another node sooner on etcd than it would
+/// have been here. One that has a record there already is left as it is
+/// and named: held there, the cooldown can no longer keep it from anyone;
+/// cooling there, until the end there.
 fn carry_cooldowns(
     cooling: &[(Addr, Cooling)],
     to: &dyn Store,
@@ -287,17 +294,32 @@ fn carry_cooldowns(
     report: &mut Report,
 ) -> Result<(), PoolError> {
     for (address, cooling) in cooling {
+        if cooling.until <= clock::now() {
+            continue;
+        }
         let what = format!(
             "the cooldown of {}/{address} until {}",
             cooling.pool.as_deref().unwrap_or("?"),
             utc(cooling.until)
         );
+        // The same end there: this one, carried (a carry resent after its
+        // answer was lost finds itself there), or an earlier import's.
+        let same_there = |there: &Cooling| there.until == cooling.until;
         let line = match to.holder(*address)? {
-            Some(Holder::Cooling(_)) => format!("already there {what}"),
+            Some(Holder::Cooling(there)) if there.until >= cooling.until => {
+                format!("already there {what}")
+            }
+            Some(Holder::Cooling(there)) => format!(
+                "left behind {what}: it cools down there until {} only",
+                utc(there.until)
+            ),
             Some(other) => format!("left behind {what}: held there by {other}"),
             None if dry_run => format!("would carry {what}"),
             None if to.carry_cooling(*address, cooling)? => format!("carried {what}"),
-            None => format!("left behind {what}: taken there meanwhile"),
+            None => match to.holder(*address)? {
+                Some(Holder::Cooling(there)) if same_there(&there) => format!("carried {what}"),
+                _ => format!("left behind {what}: taken there meanwhile"),
+            },
         };
         report.lines.push(line);
     }
@@ -425,7 +447,7 @@ mod tests {
                 "skipped d/eth0 (node node-a): its record lists blue/10.1.0.5, which it does not all hold (a claim cut short; DEL or GC frees it)",
             ]
         );
-        assert_eq!(report.conflicts, 1);
+        assert_eq!((report.conflicts, report.attachments), (1, 4));
         let a = allocation_of(&cluster, "a").unwrap();
         assert_eq!((a.owner, a.held), (owner("a", "node-a"), held("10.1.0.2")));
         assert_eq!(local.held().len(), 3, "the source is only read");
@@ -468,6 +490,9 @@ mod tests {
             ("10.1.0.2", 4_000_000_000),
             ("10.1.0.3", 4_000_000_100),
             ("10.1.0.4", 4_000_000_200),
+            ("10.1.0.6", 4_000_000_400),
+            // Ended: not carried.
+            ("10.1.0.7", 1_000_000_000),
             ("fd00::5", 4_000_000_300),
         ] {
             local
@@ -475,9 +500,12 @@ mod tests {
                 .borrow_mut()
                 .insert(at(address), cooling("blue", until));
         }
-        // .3 cools down there already; .4 is held there.
+        // .3 cools down there already, .6 not as long; .4 is held there.
         assert!(cluster
             .carry_cooling(at("10.1.0.3"), &cooling("blue", 4_000_000_100))
+            .unwrap());
+        assert!(cluster
+            .carry_cooling(at("10.1.0.6"), &cooling("blue", 4_000_000_050))
             .unwrap());
         assert!(cluster
             .claim(&owner("x", "node-b"), &held("10.1.0.4"), None)
@@ -488,7 +516,7 @@ mod tests {
             dry.lines[0],
             "would carry the cooldown of blue/10.1.0.2 until 2096-10-02T07:06:40Z"
         );
-        assert_eq!(cluster.cooling.borrow().len(), 1, "a dry run carries none");
+        assert_eq!(cluster.cooling.borrow().len(), 2, "a dry run carries none");
         let report = import(&records, &cluster, "node-a", false).unwrap();
         assert_eq!(
             report.lines,
@@ -496,9 +524,25 @@ mod tests {
                 "carried the cooldown of blue/10.1.0.2 until 2096-10-02T07:06:40Z",
                 "already there the cooldown of blue/10.1.0.3 until 2096-10-02T07:08:20Z",
                 "left behind the cooldown of blue/10.1.0.4 until 2096-10-02T07:10:00Z: held there by x/eth0 on node node-b",
+                "left behind the cooldown of blue/10.1.0.6 until 2096-10-02T07:13:20Z: it cools down there until 2096-10-02T07:07:30Z only",
                 "carried the cooldown of blue/fd00::5 until 2096-10-02T07:11:40Z",
             ]
         );
+        assert_eq!(report.attachments, 0);
+        assert_eq!(cluster.holder(at("10.1.0.7")).unwrap(), None);
+        // A carry whose answer was lost finds itself there; one another
+        // carry beat does not.
+        let records = Records::read(&local).unwrap();
+        for (raced, said) in [
+            (0, "carried the cooldown of blue/10.1.0.2"),
+            (1, "left behind the cooldown of blue/10.1.0.2 until 2096-10-02T07:06:40Z: taken there meanwhile"),
+        ] {
+            let cluster = FakeStore::default();
+            cluster.resent_carries.set(1 - raced);
+            cluster.raced_carries.set(raced);
+            let report = import(&records, &cluster, "node-a", false).unwrap();
+            assert!(report.lines[0].starts_with(said), "{:?}", report.lines);
+        }
         assert_eq!(report.conflicts, 0);
         assert_eq!(
             cluster.holder(at("fd00::5")).unwrap(),

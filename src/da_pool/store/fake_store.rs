@@ -56,6 +56,20 @@ pub struct FakeStore {
     pub full: RefCell<HashMap<String, Cooldowns>>,
     /// Addresses that cool down, as a test put them: taken, by no one.
     pub cooling: RefCell<BTreeMap<Addr, Cooling>>,
+    /// How many carried cooldowns to come are recorded but answered as
+    /// refused, as a carry the client resent after a lost answer finds
+    /// its own record.
+    pub resent_carries: Cell<usize>,
+    /// How many carried cooldowns to come find another one, a second
+    /// longer, put just before them.
+    pub raced_carries: Cell<usize>,
+}
+
+/// Whether `count` was above 0, counted down if so.
+fn one_of(count: &Cell<usize>) -> bool {
+    let left = count.get();
+    count.set(left.saturating_sub(1));
+    left > 0
 }
 
 impl FakeStore {
@@ -212,11 +226,18 @@ impl Store for FakeStore {
     }
 
     fn carry_cooling(&self, address: Addr, cooling: &Cooling) -> Result<bool, PoolError> {
+        if one_of(&self.raced_carries) {
+            let other = Cooling {
+                until: cooling.until + 1,
+                ..cooling.clone()
+            };
+            self.cooling.borrow_mut().insert(address, other);
+        }
         if self.holder(address)?.is_some() {
             return Ok(false);
         }
         self.cooling.borrow_mut().insert(address, cooling.clone());
-        Ok(true)
+        Ok(!one_of(&self.resent_carries))
     }
 
     fn first_free(

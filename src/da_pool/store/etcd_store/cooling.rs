@@ -27,6 +27,7 @@ use super::EtcdStore;
 use crate::addr::Addr;
 use crate::da_pool::clock;
 use crate::da_pool::error::PoolError;
+use crate::da_pool::settings::MAX_REUSE_AFTER;
 use crate::da_pool::store::records::{self, Cooling, Holder};
 use crate::etcd::{Compare, EtcdError, Op};
 use crate::sys;
@@ -66,12 +67,14 @@ fn ttl(reuse_after: u64, needed: Duration) -> u64 {
 }
 
 /// The time to live of a lease for cooldowns brought from another store
-/// that need `needed`: that, rounded up to an eighth of itself, so that
-/// those of about the same time left share one lease and none lasts an
+/// that need `needed`: that, rounded up to a step of a power of two
+/// seconds no more than an eighth of it, so that those of about the same
+/// time left share one lease (eight times to live between one power of
+/// two and the next: some 110 for a day's spread) and none lasts an
 /// eighth longer than it must.
 fn carried_ttl(needed: Duration) -> u64 {
     let needed = needed.as_secs() + u64::from(needed.subsec_nanos() > 0);
-    let step = (needed / 8).max(1);
+    let step = 1u64 << (needed / 8).max(1).ilog2();
     needed.div_ceil(step) * step
 }
 
@@ -174,7 +177,9 @@ impl EtcdStore {
     ///
     /// [`Store::carry_cooling`]: crate::da_pool::store::Store::carry_cooling
     pub(super) fn carry(&self, address: Addr, cooling: &Cooling) -> Result<bool, PoolError> {
-        let left = cooling.until.saturating_sub(clock::now());
+        // No cooldown lasts longer than the longest `reuseAfter` and the
+        // second added: a record saying more is garbled.
+        let left = (cooling.until.saturating_sub(clock::now())).min(MAX_REUSE_AFTER + 1);
         let needed = needed(left, self.client.settings().timeout);
         let lease = self.carrying_lease(needed)?;
         let key = self.address_key(address);
@@ -184,8 +189,9 @@ impl EtcdStore {
         compares.extend(self.guard.compares.iter().cloned());
         let mut ops = vec![Op::PutLeased(key, record, lease)];
         ops.extend(self.guard.also.iter().cloned());
-        // Sent as it is: through `txn`, the cooldown would go on the
-        // shared lease, which covers `reuseAfter`, not this time left.
+        // Sent through the client as it is, not `txn_or_read`: its
+        // `leased` would move the cooldown onto the shared lease, which
+        // covers `reuseAfter`, not this time left.
         Ok(self.client.txn_or_read(&compares, &ops, &[])?.succeeded)
     }
 
@@ -197,6 +203,8 @@ impl EtcdStore {
         if let Some(id) = sys::since_boot().and_then(|now| shared(&carried, ttl, now, needed)) {
             return Ok(id);
         }
+        // Before the grant, as for the shared lease: its time is counted
+        // from later.
         let granted = sys::since_boot().unwrap_or_default();
         let id = self.client.grant_lease(ttl)?;
         carried.push(Lease { id, ttl, granted });
@@ -301,11 +309,17 @@ mod tests {
             (at(7.0), 7),
             (at(16.0), 16),
             (at(17.0), 18),
-            (at(3_607.0), 4_050),
-            (at(3_600.2), 4_050),
+            (at(3_607.0), 3_840),
+            (at(3_600.2), 3_840),
+            (at(4_095.0), 4_096),
+            (at(4_097.0), 4_608),
         ] {
             assert_eq!(carried_ttl(needed), ttl, "{needed:?}");
             assert!(Duration::from_secs(ttl) >= needed, "{needed:?}");
+            assert!(
+                Duration::from_secs(ttl) <= needed.max(at(1.0)) * 9 / 8,
+                "{needed:?}"
+            );
         }
     }
 
@@ -320,7 +334,7 @@ mod tests {
             },
             Lease {
                 id: 2,
-                ttl: 4_050,
+                ttl: 3_840,
                 granted: at(100),
             },
         ];
@@ -330,7 +344,7 @@ mod tests {
         assert_eq!(shared(&leases, 18, at(102), at(17)), None);
         // Not a longer one, which has it left too.
         assert_eq!(shared(&leases, 16, at(100), at(16)), None);
-        assert_eq!(shared(&leases, 4_050, at(200), at(3_607)), Some(2));
+        assert_eq!(shared(&leases, 3_840, at(200), at(3_607)), Some(2));
     }
 
     #[test]
