@@ -18,7 +18,7 @@
 //!
 //! A cooldown `import` brings from a node's local store goes on a lease
 //! of its own time left, shared by those whose time left rounds up to
-//! the same eighth.
+//! the same step (a power of two seconds, at most an eighth of it).
 
 use std::time::Duration;
 
